@@ -1,0 +1,66 @@
+package broker
+
+import (
+	"context"
+
+	"queen-node/pg"
+)
+
+// Ack resolves messages (sections 2.5 and 2.6 of the API contract). Results
+// come back in input order; per-item failures are results, not errors.
+func (b *Broker) Ack(ctx context.Context, tenant string, items []AckItem) ([]AckResult, error) {
+	if len(items) == 0 {
+		return []AckResult{}, nil
+	}
+	outs, err := b.db.Ack(ctx, tenant, ackRows(items))
+	if err != nil {
+		return nil, wrap(err)
+	}
+	b.afterAck(tenant, outs)
+	res := make([]AckResult, len(items))
+	for i, o := range outs {
+		res[i] = AckResult{Index: i, TransactionID: items[i].TransactionID, Success: o.Success,
+			Error: o.Error, QueueName: o.Queue, PartitionName: o.Partition,
+			LeaseReleased: o.Released, DLQ: o.DLQ}
+		if !o.Success && o.Error == "" {
+			res[i].Error = "Message not found"
+		}
+	}
+	return res, nil
+}
+
+func ackRows(items []AckItem) []pg.AckRow {
+	rows := make([]pg.AckRow, len(items))
+	for i, it := range items {
+		rows[i] = pg.AckRow{Group: it.Group, PartitionID: it.PartitionID, TxID: it.TransactionID,
+			Status: it.Status, LeaseID: it.LeaseID, Error: it.Error}
+	}
+	return rows
+}
+
+// afterAck counts and wakes: a released lease on a partition that still has
+// messages (a retry, or pushes that arrived during the lease) is work for
+// parked pops right now rather than at lease expiry.
+func (b *Broker) afterAck(tenant string, outs []pg.AckOutcome) {
+	var woken map[string]struct{}
+	for _, o := range outs {
+		b.stats.Acks.Add(1)
+		if !o.Success {
+			b.stats.AcksFailed.Add(1)
+		}
+		if o.DLQ {
+			b.stats.DeadLettered.Add(1)
+		}
+		if !o.Released || !o.Pending || o.Queue == "" {
+			continue
+		}
+		if _, ok := woken[o.Queue]; ok {
+			continue
+		}
+		if woken == nil {
+			woken = make(map[string]struct{}, 1)
+		}
+		woken[o.Queue] = struct{}{}
+		b.gates.notify(queueKey(tenant, o.Queue))
+	}
+}

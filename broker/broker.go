@@ -1,0 +1,156 @@
+// Package broker is the node core: the push, pop and ack paths, the
+// long-poll wake gates and the background ticks. It decides what to ask
+// PostgreSQL (through package pg) and never decides visibility itself.
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"queen-node/hotlist"
+	"queen-node/pg"
+)
+
+// Broker is one node's core. It is safe for concurrent use.
+type Broker struct {
+	cfg   Config
+	log   hclog.Logger
+	db    *pg.DB
+	gates *gates
+
+	stats Stats
+
+	closeOnce sync.Once
+	stop      chan struct{}
+	wg        sync.WaitGroup
+}
+
+// Stats are the node core's counters. They only grow while the process lives.
+type Stats struct {
+	Pushes        atomic.Int64 // push requests
+	PushedItems   atomic.Int64 // messages stored (queued)
+	Duplicates    atomic.Int64 // items refused as duplicates
+	Pops          atomic.Int64 // pop requests
+	PopsMessages  atomic.Int64 // pops answered with messages
+	PopsEmpty     atomic.Int64 // pops answered empty
+	PoppedItems   atomic.Int64 // messages delivered
+	PopSQLCalls   atomic.Int64 // claim-core round trips
+	Acks          atomic.Int64 // ack items
+	AcksFailed    atomic.Int64 // ack items refused
+	DeadLettered  atomic.Int64 // messages moved to the DLQ
+	Transactions  atomic.Int64 // transaction requests
+	LeasesDropped atomic.Int64 // leases released because the client was gone
+}
+
+// New connects to PostgreSQL (retrying until ctx ends, since a database that
+// is still starting is normal), applies the schema and returns a Broker.
+func New(ctx context.Context, cfg Config, log hclog.Logger) (*Broker, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	var db *pg.DB
+	backoff := 250 * time.Millisecond
+	for {
+		var err error
+		db, err = pg.Open(ctx, cfg.PGURL, cfg.PoolMaxConns, log.Named("pg"))
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("connect to PostgreSQL: %w", err)
+		}
+		log.Warn("PostgreSQL not ready, retrying", "error", err, "in", backoff)
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("connect to PostgreSQL: %w", ctx.Err())
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+	b := &Broker{
+		cfg:   cfg,
+		log:   log,
+		db:    db,
+		gates: newGates(),
+		stop:  make(chan struct{}),
+	}
+	return b, nil
+}
+
+func (c *Config) validate() error {
+	if c.PoolMaxConns <= 0 {
+		c.PoolMaxConns = DefaultPoolMaxConns
+	}
+	if c.PopBackoffMin <= 0 {
+		c.PopBackoffMin = DefaultPopBackoffMin
+	}
+	if c.PopBackoffMax < c.PopBackoffMin {
+		c.PopBackoffMax = max(DefaultPopBackoffMax, c.PopBackoffMin)
+	}
+	if c.HotlistShards <= 0 {
+		c.HotlistShards = DefaultHotlistShards
+	}
+	if c.HotlistWindowBatch <= 0 {
+		c.HotlistWindowBatch = DefaultHotlistWinBatch
+	}
+	switch c.DefaultSubscription {
+	case "", "all", "new", "new-only":
+	default:
+		return fmt.Errorf("default subscription mode %q: want all, new or new-only", c.DefaultSubscription)
+	}
+	return nil
+}
+
+// Close stops the background loops and closes the pool.
+func (b *Broker) Close() {
+	b.closeOnce.Do(func() {
+		close(b.stop)
+		b.wg.Wait()
+		b.db.Close()
+	})
+}
+
+// Health reports whether PostgreSQL answers.
+func (b *Broker) Health(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := b.db.Ping(ctx); err != nil {
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	return nil
+}
+
+// Stats returns the live counters.
+func (b *Broker) Stats() *Stats { return &b.stats }
+
+// PoolStat returns the PostgreSQL pool figures.
+func (b *Broker) PoolStat() pg.PoolStat { return b.db.Stat() }
+
+// Parked returns the number of long-polls parked right now.
+func (b *Broker) Parked() int { return b.gates.parked() }
+
+// wrap classifies a storage error for the API: unreachable PostgreSQL
+// becomes ErrUnavailable (503), the rest stays an internal error (500).
+func wrap(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, context.Canceled) {
+		return err
+	}
+	if pg.IsUnavailable(err) {
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	return err
+}
+
+func queueKey(tenant, queue string) string { return hotlist.Key(tenant, queue) }

@@ -1,0 +1,53 @@
+package broker
+
+import "time"
+
+// Defaults of Config, exported so the command line and the docs quote one source.
+const (
+	DefaultTenant          = "default"
+	DefaultPoolMaxConns    = 32
+	DefaultPopBackoffMin   = 25 * time.Millisecond
+	DefaultPopBackoffMax   = 1000 * time.Millisecond
+	DefaultPopTimeout      = 30 * time.Second
+	DefaultMaxPopBatch     = 10000
+	DefaultHotlistEnabled  = true
+	DefaultHotlistShards   = 8
+	DefaultHotlistReseed   = 30 * time.Second
+	DefaultHotlistIdle     = 300 * time.Second
+	DefaultHotlistWinBatch = 100
+	DefaultLogTopN         = 10
+)
+
+// Config is the node core's configuration. Use DefaultConfig and change what
+// you need; New validates it.
+type Config struct {
+	PGURL         string        // PostgreSQL URL; "" = pgx/libpq PG* environment variables
+	NodeName      string        // recorded as lease owner; default: host name (set by the caller)
+	PoolMaxConns  int32         // PostgreSQL pool size, default 32
+	PopBackoffMin time.Duration // first re-poll delay of a parked long-poll, default 25 ms
+	PopBackoffMax time.Duration // re-poll delay cap of a parked long-poll, default 1 s
+
+	Hotlist             bool          // QUEEN_HOTLIST, default true
+	HotlistShards       int           // QUEEN_HOTLIST_SHARDS, default 8
+	HotlistReseed       time.Duration // QUEEN_HOTLIST_RESEED_MS, default 30 s
+	HotlistIdleSweep    time.Duration // QUEEN_HOTLIST_IDLE_SWEEP_MS, default 300 s; 0 disables
+	HotlistWindowBatch  int           // QUEEN_HOTLIST_WINDOW_BATCH, default 100
+	HotlistTrace        string        // QUEEN_HOTLIST_TRACE queue-name prefix, default "" (off)
+	LogTopNQueues       int           // QUEEN_LOG_TOPN_QUEUES, default 10
+	DefaultSubscription string        // server-wide default subscription mode: "" (= all), "new"
+}
+
+// DefaultConfig returns a Config with every default filled in.
+func DefaultConfig() Config {
+	return Config{
+		PoolMaxConns:       DefaultPoolMaxConns,
+		PopBackoffMin:      DefaultPopBackoffMin,
+		PopBackoffMax:      DefaultPopBackoffMax,
+		Hotlist:            DefaultHotlistEnabled,
+		HotlistShards:      DefaultHotlistShards,
+		HotlistReseed:      DefaultHotlistReseed,
+		HotlistIdleSweep:   DefaultHotlistIdle,
+		HotlistWindowBatch: DefaultHotlistWinBatch,
+		LogTopNQueues:      DefaultLogTopN,
+	}
+}

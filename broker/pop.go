@@ -1,0 +1,191 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/google/uuid"
+
+	"queen-node/pg"
+)
+
+// Pop claims up to req.Batch messages for the group. With req.Wait it parks
+// until messages arrive or req.Timeout passes; it returns nil when there is
+// nothing (the API answers 204).
+func (b *Broker) Pop(ctx context.Context, tenant string, req PopRequest) (*PopResult, error) {
+	b.stats.Pops.Add(1)
+	if req.Group == "" {
+		req.Group = QueueMode
+	}
+	if req.Batch < 1 {
+		req.Batch = 1
+	}
+	if req.Partitions < 1 || req.Partition != "" {
+		req.Partitions = 1
+	}
+	args := pg.PopArgs{
+		Tenant: tenant, Queue: req.Queue, Group: req.Group,
+		ScanLimit: clamp(req.Partitions*8, 16, 256), Budget: req.Batch, MaxParts: req.Partitions,
+		LeaseSeconds: req.LeaseSeconds, AutoAck: req.AutoAck, Owner: b.cfg.NodeName,
+	}
+	args.SubMode, args.SubFrom = b.subscription(req)
+	if req.Partition != "" {
+		args.Names = []string{req.Partition}
+	}
+	if !req.AutoAck {
+		args.LeaseID = uuid.NewString()
+	}
+
+	key := queueKey(tenant, req.Queue)
+	var deadline time.Time
+	if req.Wait {
+		deadline = time.Now().Add(req.Timeout)
+	}
+	backoff := b.cfg.PopBackoffMin
+	for {
+		var (
+			wake    <-chan struct{}
+			gen     uint64
+			release = func() {}
+		)
+		if req.Wait {
+			// Subscribe before asking PostgreSQL: a push that commits while
+			// our query runs then still wakes us.
+			wake, gen, release = b.gates.subscribe(key)
+		}
+		res, err := b.popOnce(ctx, args)
+		if err != nil || res != nil || !req.Wait {
+			release()
+			if err == nil && res == nil {
+				b.stats.PopsEmpty.Add(1)
+			}
+			return res, err
+		}
+		remaining := time.Until(deadline)
+		if remaining <= 0 {
+			release()
+			b.stats.PopsEmpty.Add(1)
+			return nil, nil
+		}
+		timer := time.NewTimer(min(backoff, remaining))
+		select {
+		case <-wake:
+			backoff = b.cfg.PopBackoffMin
+		case <-timer.C:
+			backoff = min(backoff*2, b.cfg.PopBackoffMax)
+		case <-ctx.Done():
+		}
+		timer.Stop()
+		deleted := b.gates.deletedGen(key) != gen
+		release()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if deleted {
+			b.stats.PopsEmpty.Add(1)
+			return nil, nil // the queue was deleted while we were parked
+		}
+	}
+}
+
+// subscription maps the request's subscription parameters to the mode the
+// claim core records on a group's first contact. QueueMode always starts at
+// the beginning.
+func (b *Broker) subscription(req PopRequest) (string, *time.Time) {
+	if req.Group == QueueMode {
+		return pg.SubAll, nil
+	}
+	if req.SubscriptionFrom != "" {
+		if req.SubscriptionFrom == "now" {
+			return pg.SubNew, nil
+		}
+		if ts, err := ParseTime(req.SubscriptionFrom); err == nil {
+			return pg.SubFrom, &ts
+		}
+	}
+	mode := req.SubscriptionMode
+	if mode == "" {
+		mode = b.cfg.DefaultSubscription
+	}
+	switch mode {
+	case "new", "new-only":
+		return pg.SubNew, nil
+	}
+	return pg.SubAll, nil
+}
+
+// popOnce is one claim attempt: one round trip to the claim core.
+func (b *Broker) popOnce(ctx context.Context, args pg.PopArgs) (*PopResult, error) {
+	b.stats.PopSQLCalls.Add(1)
+	out, err := b.db.Pop(ctx, args)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, wrap(err)
+	}
+	if len(out.Messages) == 0 {
+		return nil, nil
+	}
+	if ctx.Err() != nil && !args.AutoAck {
+		// The client is gone: never leave a lease on a response nobody reads.
+		b.dropLease(args.LeaseID)
+		return nil, ctx.Err()
+	}
+	return b.popResult(args, out), nil
+}
+
+func (b *Broker) popResult(args pg.PopArgs, out *pg.PopOutcome) *PopResult {
+	res := &PopResult{Queue: args.Queue, LeaseID: args.LeaseID, ConsumerGroup: args.Group,
+		Messages: make([]Message, len(out.Messages))}
+	for _, v := range out.Verdicts {
+		if v.Kind == pg.VerdictTook {
+			if res.PartitionsClaimed == 0 {
+				res.Partition, res.PartitionID = v.Name, v.PartitionID
+			}
+			res.PartitionsClaimed++
+		}
+	}
+	for i, m := range out.Messages {
+		res.Messages[i] = Message{ID: m.ID, TransactionID: m.TxID, TraceID: m.Trace, Data: m.Payload,
+			CreatedAt: m.CreatedAt, Queue: args.Queue, Partition: m.Partition, PartitionID: m.PartitionID,
+			LeaseID: args.LeaseID, ConsumerGroup: args.Group, ProducerSub: m.Sub, RetryCount: m.Retry}
+	}
+	b.stats.PopsMessages.Add(1)
+	b.stats.PoppedItems.Add(int64(len(out.Messages)))
+	return res
+}
+
+// ReleaseUndelivered releases the lease of a pop whose response could not be
+// written, so its messages are claimable at once instead of at lease expiry.
+func (b *Broker) ReleaseUndelivered(res *PopResult) {
+	if res == nil || res.LeaseID == "" {
+		return
+	}
+	b.dropLease(res.LeaseID)
+}
+
+func (b *Broker) dropLease(leaseID string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := b.db.ReleaseLease(ctx, leaseID); err != nil && !errors.Is(err, context.Canceled) {
+		b.log.Warn("release undelivered lease", "lease", leaseID, "error", err)
+		return
+	}
+	b.stats.LeasesDropped.Add(1)
+}
+
+func clamp(v, lo, hi int) int {
+	return max(lo, min(v, hi))
+}
+
+// ParseTime parses the ISO-8601 / RFC 3339 forms Queen clients send.
+func ParseTime(s string) (time.Time, error) {
+	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05.999999999", "2006-01-02T15:04:05Z0700", "2006-01-02"} {
+		if t, err := time.Parse(layout, s); err == nil {
+			return t, nil
+		}
+	}
+	return time.Time{}, BadRequest("invalid timestamp %q: want ISO-8601, e.g. 2026-05-06T10:01:42Z", s)
+}

@@ -1,0 +1,90 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+
+	"queen-node/pg"
+)
+
+// txAbort carries why a transaction rolled back.
+type txAbort struct{ reason string }
+
+func (e *txAbort) Error() string { return e.reason }
+
+// Transaction applies ack and push operations all or nothing. Every id in
+// requiredLeases must be a live lease before anything is applied. A failed
+// transaction is a result (Success false), not an error.
+func (b *Broker) Transaction(ctx context.Context, tenant string, producerSub *string, ops []TxOp, requiredLeases []string) (TxResult, error) {
+	b.stats.Transactions.Add(1)
+	res := TxResult{TransactionID: uuid.NewString()}
+	var pushed []PushResult
+	var acked []pg.AckOutcome
+	err := b.db.InTx(ctx, func(t *pg.Tx) error {
+		ok, err := t.CheckLeases(ctx, tenant, requiredLeases)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return &txAbort{"Invalid or expired lease"}
+		}
+		for i, op := range ops {
+			switch op.Type {
+			case "ack":
+				outs, err := t.Ack(ctx, tenant, ackRows([]AckItem{op.Ack}))
+				if err != nil {
+					return err
+				}
+				o := outs[0]
+				r := TxOpResult{Index: len(res.Results), Type: "ack", Success: o.Success,
+					TransactionID: op.Ack.TransactionID, Error: o.Error, DLQ: o.DLQ}
+				res.Results = append(res.Results, r)
+				if !o.Success {
+					return &txAbort{fmt.Sprintf("operation %d (ack %s): %s", i, op.Ack.TransactionID, o.Error)}
+				}
+				acked = append(acked, o)
+			case "push":
+				if len(op.Items) == 0 {
+					continue
+				}
+				rows, err := pushRows(op.Items, producerSub)
+				if err != nil {
+					return err
+				}
+				outs, err := t.Push(ctx, tenant, rows)
+				if err != nil {
+					return err
+				}
+				prs := pushResults(op.Items, rows, outs)
+				for _, pr := range prs {
+					res.Results = append(res.Results, TxOpResult{Index: len(res.Results), Type: "push",
+						Success: pr.Status != "failed", TransactionID: pr.TransactionID,
+						MessageID: pr.MessageID, PartitionID: pr.PartitionID, QueueName: pr.Queue,
+						Status: pr.Status, Error: pr.Error})
+					if pr.Status == "failed" {
+						return &txAbort{fmt.Sprintf("operation %d (push to %s): %s", i, pr.Queue, pr.Error)}
+					}
+				}
+				pushed = append(pushed, prs...)
+			default:
+				return &txAbort{fmt.Sprintf("operation %d: unknown type %q (want ack or push)", i, op.Type)}
+			}
+		}
+		return nil
+	})
+	var abort *txAbort
+	if errors.As(err, &abort) {
+		res.Success, res.Error = false, abort.reason
+		return res, nil
+	}
+	if err != nil {
+		return TxResult{}, wrap(err)
+	}
+	res.Success = true
+	b.afterPush(tenant, pushed)
+	b.afterAck(tenant, acked)
+	return res, nil
+}

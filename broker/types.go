@@ -1,0 +1,223 @@
+package broker
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// QueueMode is the built-in consumer group used when a request names none:
+// competing consumers share one cursor per partition.
+const QueueMode = "__QUEUE_MODE__"
+
+// DefaultPartition receives pushes that name no partition.
+const DefaultPartition = "Default"
+
+// MaxNameBytes bounds queue, partition, group and transaction id lengths.
+const MaxNameBytes = 255
+
+// QueueOptions are a queue's settings, with the JSON names of the Queen API.
+type QueueOptions struct {
+	LeaseTime                 int  `json:"leaseTime"`                 // seconds, default 300; 0 means 60
+	RetryLimit                int  `json:"retryLimit"`                // default 3
+	RetryDelay                int  `json:"retryDelay"`                // ms, default 1000, stored only
+	Priority                  int  `json:"priority"`                  // default 0
+	MaxSize                   int  `json:"maxSize"`                   // 0 = unlimited, stored only
+	TTL                       int  `json:"ttl"`                       // seconds, default 3600, stored only
+	DeadLetterQueue           bool `json:"deadLetterQueue"`           // stored only
+	DLQAfterMaxRetries        bool `json:"dlqAfterMaxRetries"`        // stored only
+	DelayedProcessing         int  `json:"delayedProcessing"`         // seconds, default 0
+	WindowBuffer              int  `json:"windowBuffer"`              // seconds, default 0
+	RetentionSeconds          int  `json:"retentionSeconds"`          // stored only
+	CompletedRetentionSeconds int  `json:"completedRetentionSeconds"` // stored only
+	RetentionEnabled          bool `json:"retentionEnabled"`          // stored only
+	EncryptionEnabled         bool `json:"encryptionEnabled"`         // stored only
+	MaxWaitTimeSeconds        int  `json:"maxWaitTimeSeconds"`        // stored only
+	DedupWindowSeconds        int  `json:"dedupWindowSeconds"`        // default 3600; duplicates are detected for as long as the original is stored
+}
+
+// DefaultQueueOptions returns the options of a queue created implicitly.
+func DefaultQueueOptions() QueueOptions {
+	return QueueOptions{LeaseTime: 300, RetryLimit: 3, RetryDelay: 1000, TTL: 3600, DedupWindowSeconds: 3600}
+}
+
+// ConfigureRequest creates or replaces a queue's configuration.
+type ConfigureRequest struct {
+	Queue     string
+	Namespace string
+	Task      string
+	Options   QueueOptions
+}
+
+// ConfigureResult is what POST /api/v1/configure reports.
+type ConfigureResult struct {
+	QueueID     string
+	PartitionID string // the Default partition
+	Namespace   string
+	Task        string
+	Options     QueueOptions
+}
+
+// PushItem is one message to append. Names are already validated.
+type PushItem struct {
+	Queue         string
+	Partition     string          // "" means Default
+	TransactionID string          // "" means generate one
+	TraceID       *string         // a valid UUID or nil
+	Payload       json.RawMessage // compact JSON; nil means {}
+}
+
+// PushResult reports one pushed item, in input order.
+type PushResult struct {
+	Index         int
+	Status        string // "queued", "duplicate" or "failed"
+	TransactionID string
+	MessageID     string
+	PartitionID   string
+	TraceID       *string
+	Queue         string
+	Error         string // only with "failed"
+}
+
+// PopRequest describes GET /api/v1/pop/queue/:queue[/partition/:partition].
+type PopRequest struct {
+	Queue            string
+	Partition        string // "" = wildcard
+	Group            string // "" = QueueMode
+	Batch            int    // >= 1
+	Wait             bool
+	Timeout          time.Duration
+	AutoAck          bool
+	SubscriptionMode string // "", "all", "new", "new-only", anything else = all
+	SubscriptionFrom string // "", "now" or an RFC 3339 timestamp (validated by api)
+	Partitions       int    // >= 1, wildcard only
+	LeaseSeconds     int    // 0 = the queue's leaseTime
+}
+
+// Message is one delivered message.
+type Message struct {
+	ID            string
+	TransactionID string
+	TraceID       *string
+	Data          json.RawMessage
+	CreatedAt     time.Time
+	Queue         string
+	Partition     string
+	PartitionID   string
+	LeaseID       string // "" with autoAck
+	ConsumerGroup string
+	ProducerSub   *string
+	RetryCount    int
+}
+
+// PopResult is a non-empty pop. Partition fields name the first claimed partition.
+type PopResult struct {
+	Queue             string
+	Partition         string
+	PartitionID       string
+	LeaseID           string
+	ConsumerGroup     string
+	PartitionsClaimed int
+	Messages          []Message
+}
+
+// AckItem resolves one message for one group.
+type AckItem struct {
+	TransactionID string
+	PartitionID   string
+	Status        string // completed|success|failed|dlq|retry; "" = completed
+	Group         string // "" = QueueMode
+	LeaseID       string // "" = no lease check
+	Error         string // stored in the DLQ entry
+}
+
+// AckResult reports one ack item, in input order.
+type AckResult struct {
+	Index         int
+	TransactionID string
+	Success       bool
+	Error         string // "" = none (null in JSON)
+	QueueName     string
+	PartitionName string
+	LeaseReleased bool
+	DLQ           bool
+}
+
+// LeaseResult reports POST /api/v1/lease/:id/extend.
+type LeaseResult struct {
+	Success   bool
+	ExpiresAt time.Time
+	Error     string // "Lease not found" or "Lease already expired"
+}
+
+// TxOp is one operation of POST /api/v1/transaction.
+type TxOp struct {
+	Type  string     // "ack" or "push"
+	Ack   AckItem    // with Type "ack"
+	Items []PushItem // with Type "push"
+}
+
+// TxOpResult is one result of a transaction: one per ack op and per pushed item.
+type TxOpResult struct {
+	Index         int
+	Type          string
+	Success       bool
+	TransactionID string
+	Error         string
+	DLQ           bool
+	MessageID     string
+	PartitionID   string
+	QueueName     string
+	Status        string
+}
+
+// TxResult reports a transaction. A failed transaction applied nothing.
+type TxResult struct {
+	TransactionID string
+	Success       bool
+	Error         string
+	Results       []TxOpResult
+}
+
+// DLQQuery filters GET /api/v1/dlq.
+type DLQQuery struct {
+	Queue     string
+	Group     string
+	Partition string
+	From, To  *time.Time
+	Limit     int
+	Offset    int
+}
+
+// DLQEntry is one dead-lettered message.
+type DLQEntry struct {
+	ID            string
+	TransactionID string
+	PartitionID   string
+	Queue         string
+	Partition     string
+	ConsumerGroup string
+	ErrorMessage  string
+	RetryCount    int
+	Data          json.RawMessage
+	ProducerSub   *string
+	CreatedAt     time.Time
+	FailedAt      time.Time
+}
+
+// UserError is a request the broker refuses; the API answers it with a 4xx.
+type UserError struct {
+	Status int
+	Msg    string
+}
+
+func (e *UserError) Error() string { return e.Msg }
+
+// BadRequest returns a 400 UserError.
+func BadRequest(format string, args ...any) error {
+	return &UserError{Status: 400, Msg: fmt.Sprintf(format, args...)}
+}
+
+// ErrUnavailable wraps storage failures caused by PostgreSQL being unreachable.
+var ErrUnavailable = errors.New("database unavailable")

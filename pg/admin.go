@@ -1,0 +1,211 @@
+package pg
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// QueueConfig is a queue row's configuration.
+type QueueConfig struct {
+	Namespace, Task                               string
+	LeaseTime, RetryLimit, RetryDelay, Priority   int
+	DelayedProcessing, WindowBuffer, MaxSize, TTL int
+	DeadLetterQueue, DLQAfterMaxRetries           bool
+	RetentionSeconds, CompletedRetentionSeconds   int
+	RetentionEnabled, EncryptionEnabled           bool
+	MaxWaitTimeSeconds, DedupWindowSeconds        int
+}
+
+// Configure creates the queue or replaces every option, and makes sure its
+// Default partition exists. It returns the queue and Default partition ids.
+func (db *DB) Configure(ctx context.Context, tenant, queue, defaultPartition string, c QueueConfig) (queueID, partitionID string, err error) {
+	err = db.InTx(ctx, func(t *Tx) error {
+		err := t.tx.QueryRow(ctx, `INSERT INTO queen.queues AS q (id, tenant, name, namespace, task,
+				lease_time, retry_limit, retry_delay, priority, delayed_processing, window_buffer,
+				max_size, ttl, dead_letter_queue, dlq_after_max_retries, retention_seconds,
+				completed_retention_seconds, retention_enabled, encryption_enabled,
+				max_wait_time_seconds, dedup_window_seconds)
+			VALUES (gen_random_uuid(), $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14,
+				$15, $16, $17, $18, $19, $20)
+			ON CONFLICT (tenant, name) DO UPDATE SET namespace = EXCLUDED.namespace, task = EXCLUDED.task,
+				lease_time = EXCLUDED.lease_time, retry_limit = EXCLUDED.retry_limit,
+				retry_delay = EXCLUDED.retry_delay, priority = EXCLUDED.priority,
+				delayed_processing = EXCLUDED.delayed_processing, window_buffer = EXCLUDED.window_buffer,
+				max_size = EXCLUDED.max_size, ttl = EXCLUDED.ttl,
+				dead_letter_queue = EXCLUDED.dead_letter_queue,
+				dlq_after_max_retries = EXCLUDED.dlq_after_max_retries,
+				retention_seconds = EXCLUDED.retention_seconds,
+				completed_retention_seconds = EXCLUDED.completed_retention_seconds,
+				retention_enabled = EXCLUDED.retention_enabled,
+				encryption_enabled = EXCLUDED.encryption_enabled,
+				max_wait_time_seconds = EXCLUDED.max_wait_time_seconds,
+				dedup_window_seconds = EXCLUDED.dedup_window_seconds
+			RETURNING q.id::text`,
+			tenant, queue, c.Namespace, c.Task, c.LeaseTime, c.RetryLimit, c.RetryDelay, c.Priority,
+			c.DelayedProcessing, c.WindowBuffer, c.MaxSize, c.TTL, c.DeadLetterQueue, c.DLQAfterMaxRetries,
+			c.RetentionSeconds, c.CompletedRetentionSeconds, c.RetentionEnabled, c.EncryptionEnabled,
+			c.MaxWaitTimeSeconds, c.DedupWindowSeconds).Scan(&queueID)
+		if err != nil {
+			return fmt.Errorf("configure %s: %w", queue, err)
+		}
+		_, err = t.tx.Exec(ctx, `INSERT INTO queen.partitions (id, queue_id, name)
+			VALUES (gen_random_uuid(), $1, $2) ON CONFLICT (queue_id, name) DO NOTHING`, queueID, defaultPartition)
+		if err != nil {
+			return fmt.Errorf("configure %s: default partition: %w", queue, err)
+		}
+		err = t.tx.QueryRow(ctx, `SELECT id::text FROM queen.partitions WHERE queue_id = $1 AND name = $2`,
+			queueID, defaultPartition).Scan(&partitionID)
+		if err != nil {
+			return fmt.Errorf("configure %s: default partition: %w", queue, err)
+		}
+		return nil
+	})
+	return queueID, partitionID, err
+}
+
+// QueueInfo is what the broker caches about a queue.
+type QueueInfo struct {
+	ID                string
+	DelayedProcessing int
+	WindowBuffer      int
+	LeaseTime         int
+}
+
+// LookupQueue returns a queue's id and deferral options; found=false when
+// the queue does not exist.
+func (db *DB) LookupQueue(ctx context.Context, tenant, queue string) (QueueInfo, bool, error) {
+	var qi QueueInfo
+	err := db.pool.QueryRow(ctx, `SELECT id::text, delayed_processing, window_buffer, lease_time
+		FROM queen.queues WHERE tenant = $1 AND name = $2`, tenant, queue).
+		Scan(&qi.ID, &qi.DelayedProcessing, &qi.WindowBuffer, &qi.LeaseTime)
+	if err == pgx.ErrNoRows {
+		return qi, false, nil
+	}
+	if err != nil {
+		return qi, false, fmt.Errorf("lookup queue %s: %w", queue, err)
+	}
+	return qi, true, nil
+}
+
+// DeleteQueue deletes a queue with everything below it (partitions,
+// messages, cursors, leases, dead letters, group markers).
+func (db *DB) DeleteQueue(ctx context.Context, tenant, queue string) (existed bool, err error) {
+	tag, err := db.pool.Exec(ctx, `DELETE FROM queen.queues WHERE tenant = $1 AND name = $2`, tenant, queue)
+	if err != nil {
+		return false, fmt.Errorf("delete queue %s: %w", queue, err)
+	}
+	return tag.RowsAffected() > 0, nil
+}
+
+// DLQFilter selects dead letters; empty strings and nil times match all.
+type DLQFilter struct {
+	Queue, Group, Partition string
+	From, To                *time.Time
+	Limit, Offset           int
+}
+
+// DLQRow is one dead letter.
+type DLQRow struct {
+	MessageID, TxID, PartitionID, Queue, Partition, Group, Error string
+	Retry                                                        int
+	Payload                                                      []byte
+	Sub                                                          *string
+	CreatedAt, FailedAt                                          time.Time
+}
+
+const dlqWhere = `FROM queen.dead_letters d
+	JOIN queen.partitions p ON p.id = d.partition_id
+	JOIN queen.queues q ON q.id = p.queue_id
+	WHERE q.tenant = $1 AND ($2 = '' OR q.name = $2) AND ($3 = '' OR d.consumer_group = $3)
+	  AND ($4 = '' OR p.name = $4)
+	  AND ($5::timestamptz IS NULL OR d.failed_at >= $5)
+	  AND ($6::timestamptz IS NULL OR d.failed_at <= $6)`
+
+// ListDLQ returns matching dead letters, newest first, and their total count.
+func (db *DB) ListDLQ(ctx context.Context, tenant string, f DLQFilter) ([]DLQRow, int, error) {
+	var total int
+	args := []any{tenant, f.Queue, f.Group, f.Partition, f.From, f.To}
+	if err := db.pool.QueryRow(ctx, "SELECT count(*) "+dlqWhere, args...).Scan(&total); err != nil {
+		return nil, 0, fmt.Errorf("dlq count: %w", err)
+	}
+	rs, err := db.pool.Query(ctx, `SELECT d.message_id::text, d.transaction_id, d.partition_id::text, q.name,
+			p.name, d.consumer_group, d.error_message, d.retry_count, d.payload::text, d.producer_sub,
+			d.created_at, d.failed_at `+dlqWhere+`
+		ORDER BY d.failed_at DESC, d.seq DESC LIMIT $7 OFFSET $8`, append(args, f.Limit, f.Offset)...)
+	if err != nil {
+		return nil, 0, fmt.Errorf("dlq list: %w", err)
+	}
+	defer rs.Close()
+	var out []DLQRow
+	for rs.Next() {
+		var r DLQRow
+		var payload *string
+		if err := rs.Scan(&r.MessageID, &r.TxID, &r.PartitionID, &r.Queue, &r.Partition, &r.Group,
+			&r.Error, &r.Retry, &payload, &r.Sub, &r.CreatedAt, &r.FailedAt); err != nil {
+			return nil, 0, fmt.Errorf("dlq scan: %w", err)
+		}
+		if payload != nil {
+			r.Payload = []byte(*payload)
+		} else {
+			r.Payload = []byte("null")
+		}
+		out = append(out, r)
+	}
+	if err := rs.Err(); err != nil {
+		return nil, 0, fmt.Errorf("dlq list: %w", err)
+	}
+	return out, total, nil
+}
+
+// DeleteConsumerGroup removes the group's cursors and leases on one queue of
+// the tenant (or all its queues when queue is ""), and its subscription
+// markers when deleteMetadata is set.
+func (db *DB) DeleteConsumerGroup(ctx context.Context, tenant, group, queue string, deleteMetadata bool) (int, error) {
+	var n int
+	err := db.InTx(ctx, func(t *Tx) error {
+		tag, err := t.tx.Exec(ctx, `DELETE FROM queen.consumers c
+			USING queen.partitions p, queen.queues q
+			WHERE c.partition_id = p.id AND p.queue_id = q.id AND q.tenant = $1
+			  AND c.consumer_group = $2 AND ($3 = '' OR q.name = $3)`, tenant, group, queue)
+		if err != nil {
+			return fmt.Errorf("delete consumer group %s: %w", group, err)
+		}
+		n = int(tag.RowsAffected())
+		if deleteMetadata {
+			_, err = t.tx.Exec(ctx, `DELETE FROM queen.consumer_groups_metadata m
+				USING queen.queues q
+				WHERE m.queue_id = q.id AND q.tenant = $1 AND m.consumer_group = $2
+				  AND ($3 = '' OR q.name = $3)`, tenant, group, queue)
+			if err != nil {
+				return fmt.Errorf("delete consumer group %s metadata: %w", group, err)
+			}
+		}
+		return nil
+	})
+	return n, err
+}
+
+// Seek moves the group's cursor on every partition of the queue where it has
+// one: to the newest message (toEnd) or to the last message created at or
+// before ts. Leases are released and retry counters reset.
+func (db *DB) Seek(ctx context.Context, tenant, group, queue string, toEnd bool, ts *time.Time) (int, error) {
+	tag, err := db.pool.Exec(ctx, `UPDATE queen.consumers c
+		SET committed_offset = CASE WHEN $4 THEN p.last_offset ELSE
+				COALESCE((SELECT max(m.off) FROM queen.messages m
+				          WHERE m.partition_id = p.id AND m.created_at <= $5), 0) END,
+			batch_end = CASE WHEN $4 THEN p.last_offset ELSE
+				COALESCE((SELECT max(m.off) FROM queen.messages m
+				          WHERE m.partition_id = p.id AND m.created_at <= $5), 0) END,
+			lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, retry_count = 0,
+			updated_at = clock_timestamp()
+		FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+		WHERE c.partition_id = p.id AND q.tenant = $1 AND q.name = $3 AND c.consumer_group = $2`,
+		tenant, group, queue, toEnd, ts)
+	if err != nil {
+		return 0, fmt.Errorf("seek %s/%s: %w", group, queue, err)
+	}
+	return int(tag.RowsAffected()), nil
+}

@@ -1,0 +1,347 @@
+package pg
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// PushRow is one message to append.
+type PushRow struct {
+	Queue, Partition, TxID string
+	ID                     string  // UUIDv7 chosen by the caller
+	Trace                  *string // UUID or nil
+	Payload                string  // JSON text
+	Sub                    *string // producer subject or nil
+}
+
+// PushOutcome reports one PushRow, in input order.
+type PushOutcome struct {
+	Idx         int
+	Status      string // queued, duplicate, failed
+	MessageID   string
+	PartitionID string
+	TxID        string
+}
+
+// Push appends rows in one round trip (queen.push_v1).
+func (db *DB) Push(ctx context.Context, tenant string, rows []PushRow) ([]PushOutcome, error) {
+	return push(ctx, db.pool, tenant, rows)
+}
+
+// Push appends rows inside the transaction.
+func (t *Tx) Push(ctx context.Context, tenant string, rows []PushRow) ([]PushOutcome, error) {
+	return push(ctx, t.tx, tenant, rows)
+}
+
+func push(ctx context.Context, q querier, tenant string, rows []PushRow) ([]PushOutcome, error) {
+	n := len(rows)
+	queues, parts, txids, ids := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	traces, payloads, subs := make([]*string, n), make([]string, n), make([]*string, n)
+	for i, r := range rows {
+		queues[i], parts[i], txids[i], ids[i] = r.Queue, r.Partition, r.TxID, r.ID
+		traces[i], payloads[i], subs[i] = r.Trace, r.Payload, r.Sub
+	}
+	rs, err := q.Query(ctx, `SELECT idx, status, message_id, partition_id, transaction_id
+		FROM queen.push_v1($1, $2, $3, $4, $5::uuid[], $6::uuid[], $7, $8)`,
+		tenant, queues, parts, txids, ids, traces, payloads, subs)
+	if err != nil {
+		return nil, fmt.Errorf("push: %w", err)
+	}
+	out := make([]PushOutcome, 0, n)
+	for rs.Next() {
+		var o PushOutcome
+		var mid, pid *string
+		if err := rs.Scan(&o.Idx, &o.Status, &mid, &pid, &o.TxID); err != nil {
+			rs.Close()
+			return nil, fmt.Errorf("push: scan: %w", err)
+		}
+		if mid != nil {
+			o.MessageID = *mid
+		}
+		if pid != nil {
+			o.PartitionID = *pid
+		}
+		out = append(out, o)
+	}
+	if err := rs.Err(); err != nil {
+		return nil, fmt.Errorf("push: %w", err)
+	}
+	return out, nil
+}
+
+// Subscription modes of PopArgs.SubMode, decided by the first pop of a
+// (group, queue) and persisted in the group marker.
+const (
+	SubAll  = "all"
+	SubNew  = "new"
+	SubFrom = "from"
+)
+
+// PopArgs are the inputs of the claim core.
+type PopArgs struct {
+	Tenant, Queue, Group string
+	Names                []string // candidates; nil = SQL wildcard scan
+	ScanLimit            int      // bound of the scan
+	Budget               int      // messages in total
+	MaxParts             int      // partitions claimed at most
+	LeaseID              string
+	LeaseSeconds         int // 0 = the queue's leaseTime
+	AutoAck              bool
+	Owner                string
+	SubMode              string // SubAll, SubNew, SubFrom
+	SubFrom              *time.Time
+}
+
+// Verdict kinds of the claim core.
+const (
+	VerdictTook    = "took"
+	VerdictEmpty   = "empty"
+	VerdictLeased  = "leased"
+	VerdictBusy    = "busy"
+	VerdictRequeue = "requeue"
+)
+
+// Verdict is the claim core's answer for one candidate.
+type Verdict struct {
+	Name        string
+	PartitionID string // "" when the partition does not exist
+	Kind        string
+	Until       time.Time // took: lease expiry; leased: foreign lease expiry; empty: when deferred data becomes visible (zero if unknown)
+	Drained     bool      // took: the served end reached the watermark read at claim time
+}
+
+// PopMessage is one claimed message.
+type PopMessage struct {
+	Partition, PartitionID string
+	Off                    int64
+	ID, TxID               string
+	Trace                  *string
+	Payload                []byte
+	CreatedAt              time.Time
+	Sub                    *string
+	Retry                  int
+}
+
+// PopOutcome is the result of one claim-core call.
+type PopOutcome struct {
+	QueueID  string
+	Seeded   bool // the group marker existed before this call
+	Delay    int  // the queue's delayedProcessing, seconds
+	Window   int  // the queue's windowBuffer, seconds
+	Verdicts []Verdict
+	Messages []PopMessage // grouped by partition, in offset order
+}
+
+// Pop runs the claim core (queen.pop_v1) in one round trip.
+func (db *DB) Pop(ctx context.Context, a PopArgs) (*PopOutcome, error) {
+	var names any
+	if a.Names != nil {
+		names = a.Names
+	}
+	rs, err := db.pool.Query(ctx, `SELECT o_kind, o_pname, o_pid, o_verdict, o_until, o_drained, o_off,
+			o_mid, o_txid, o_trace, o_payload::text, o_created, o_sub, o_retry, o_delay, o_window
+		FROM queen.pop_v1($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
+		a.Tenant, a.Queue, a.Group, names, a.ScanLimit, a.Budget, a.MaxParts, a.LeaseID,
+		a.LeaseSeconds, a.AutoAck, a.Owner, a.SubMode, a.SubFrom)
+	if err != nil {
+		return nil, fmt.Errorf("pop %s: %w", a.Queue, err)
+	}
+	defer rs.Close()
+	out := &PopOutcome{}
+	for rs.Next() {
+		var (
+			kind                           string
+			pname, pid, verdict, mid, txid *string
+			trace, payload, sub            *string
+			until, created                 *time.Time
+			drained                        *bool
+			off                            *int64
+			retry, delay, window           *int32
+		)
+		if err := rs.Scan(&kind, &pname, &pid, &verdict, &until, &drained, &off, &mid, &txid,
+			&trace, &payload, &created, &sub, &retry, &delay, &window); err != nil {
+			return nil, fmt.Errorf("pop %s: scan: %w", a.Queue, err)
+		}
+		switch kind {
+		case "meta":
+			out.QueueID = deref(pid)
+			out.Seeded = deref(verdict) == "seeded"
+			out.Delay, out.Window = int(derefInt(delay)), int(derefInt(window))
+		case "verdict":
+			v := Verdict{Name: deref(pname), PartitionID: deref(pid), Kind: deref(verdict)}
+			if until != nil {
+				v.Until = *until
+			}
+			if drained != nil {
+				v.Drained = *drained
+			}
+			out.Verdicts = append(out.Verdicts, v)
+		case "msg":
+			m := PopMessage{Partition: deref(pname), PartitionID: deref(pid), ID: deref(mid),
+				TxID: deref(txid), Trace: trace, Sub: sub, Retry: int(derefInt(retry))}
+			if off != nil {
+				m.Off = *off
+			}
+			if payload != nil {
+				m.Payload = []byte(*payload)
+			} else {
+				m.Payload = []byte("null")
+			}
+			if created != nil {
+				m.CreatedAt = *created
+			}
+			out.Messages = append(out.Messages, m)
+		}
+	}
+	if err := rs.Err(); err != nil {
+		return nil, fmt.Errorf("pop %s: %w", a.Queue, err)
+	}
+	return out, nil
+}
+
+// ReleaseLease drops a lease that was taken for a response that could not be
+// delivered, so the partition is claimable again at once.
+func (db *DB) ReleaseLease(ctx context.Context, leaseID string) error {
+	_, err := db.pool.Exec(ctx, `UPDATE queen.consumers
+		SET lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, batch_end = committed_offset
+		WHERE lease_id = $1`, leaseID)
+	if err != nil {
+		return fmt.Errorf("release lease: %w", err)
+	}
+	return nil
+}
+
+// AckRow is one acknowledgement.
+type AckRow struct {
+	Group, PartitionID, TxID, Status, LeaseID, Error string
+}
+
+// AckOutcome reports one AckRow.
+type AckOutcome struct {
+	Idx         int
+	Success     bool
+	Error       string
+	Queue       string
+	Partition   string
+	Released    bool // the (partition, group) lease ended with this call
+	DLQ         bool
+	Pending     bool // the partition still has messages after the group's cursor
+	PartitionID string
+	Group       string
+}
+
+// Ack applies acknowledgements in one round trip (queen.ack_v1). Outcomes
+// are returned in input order.
+func (db *DB) Ack(ctx context.Context, tenant string, rows []AckRow) ([]AckOutcome, error) {
+	return ack(ctx, db.pool, tenant, rows, false)
+}
+
+// Ack applies acknowledgements inside the transaction; a failed ack is
+// dead-lettered at once (transaction semantics).
+func (t *Tx) Ack(ctx context.Context, tenant string, rows []AckRow) ([]AckOutcome, error) {
+	return ack(ctx, t.tx, tenant, rows, true)
+}
+
+func ack(ctx context.Context, q querier, tenant string, rows []AckRow, txMode bool) ([]AckOutcome, error) {
+	n := len(rows)
+	groups, pids, txids, sts, leases, errs := make([]string, n), make([]string, n), make([]string, n),
+		make([]string, n), make([]string, n), make([]string, n)
+	for i, r := range rows {
+		groups[i], pids[i], txids[i], sts[i], leases[i], errs[i] = r.Group, r.PartitionID, r.TxID, r.Status, r.LeaseID, r.Error
+	}
+	rs, err := q.Query(ctx, `SELECT o_idx, o_success, o_error, o_queue, o_partition, o_released, o_dlq,
+			o_pending, o_pid, o_group
+		FROM queen.ack_v1($1, $2, $3::uuid[], $4, $5, $6, $7, $8)`,
+		tenant, groups, pids, txids, sts, leases, errs, txMode)
+	if err != nil {
+		return nil, fmt.Errorf("ack: %w", err)
+	}
+	defer rs.Close()
+	out := make([]AckOutcome, n)
+	for rs.Next() {
+		var o AckOutcome
+		var e, qn, pn, pid *string
+		if err := rs.Scan(&o.Idx, &o.Success, &e, &qn, &pn, &o.Released, &o.DLQ, &o.Pending, &pid, &o.Group); err != nil {
+			return nil, fmt.Errorf("ack: scan: %w", err)
+		}
+		o.Error, o.Queue, o.Partition, o.PartitionID = deref(e), deref(qn), deref(pn), deref(pid)
+		if o.Idx >= 0 && o.Idx < n {
+			out[o.Idx] = o
+		}
+	}
+	if err := rs.Err(); err != nil {
+		return nil, fmt.Errorf("ack: %w", err)
+	}
+	return out, nil
+}
+
+// CheckLeases tells whether every lease id is live, locking the consumer rows
+// it covers for the rest of the transaction.
+func (t *Tx) CheckLeases(ctx context.Context, tenant string, leaseIDs []string) (bool, error) {
+	if len(leaseIDs) == 0 {
+		return true, nil
+	}
+	var live int
+	err := t.tx.QueryRow(ctx, `SELECT count(DISTINCT x.lease_id) FROM (
+			SELECT c.lease_id FROM queen.consumers c
+			JOIN queen.partitions p ON p.id = c.partition_id
+			JOIN queen.queues q ON q.id = p.queue_id AND q.tenant = $1
+			WHERE c.lease_id = ANY($2) AND c.lease_expires_at > clock_timestamp()
+			FOR UPDATE OF c) x`, tenant, leaseIDs).Scan(&live)
+	if err != nil {
+		return false, fmt.Errorf("check leases: %w", err)
+	}
+	distinct := map[string]bool{}
+	for _, id := range leaseIDs {
+		distinct[id] = true
+	}
+	return live == len(distinct), nil
+}
+
+// ExtendLease pushes a live lease's expiry to max(current, now + seconds)
+// on every partition it holds. It returns the new expiry, or found=false
+// with expired telling why.
+func (db *DB) ExtendLease(ctx context.Context, tenant, leaseID string, seconds int) (until time.Time, found, expired bool, err error) {
+	rs, err := db.pool.Query(ctx, `UPDATE queen.consumers c
+		SET lease_expires_at = greatest(c.lease_expires_at, clock_timestamp() + make_interval(secs => $3))
+		FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id AND q.tenant = $1
+		WHERE c.partition_id = p.id AND c.lease_id = $2 AND c.lease_expires_at > clock_timestamp()
+		RETURNING c.lease_expires_at`, tenant, leaseID, seconds)
+	if err != nil {
+		return time.Time{}, false, false, fmt.Errorf("extend lease: %w", err)
+	}
+	ts, err := pgx.CollectRows(rs, pgx.RowTo[time.Time])
+	if err != nil {
+		return time.Time{}, false, false, fmt.Errorf("extend lease: %w", err)
+	}
+	for _, t := range ts {
+		if t.After(until) {
+			until = t
+		}
+	}
+	if len(ts) > 0 {
+		return until, true, false, nil
+	}
+	err = db.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM queen.consumers WHERE lease_id = $1)`, leaseID).Scan(&expired)
+	if err != nil {
+		return time.Time{}, false, false, fmt.Errorf("extend lease: %w", err)
+	}
+	return time.Time{}, false, expired, nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+func derefInt(i *int32) int32 {
+	if i == nil {
+		return 0
+	}
+	return *i
+}

@@ -1,0 +1,178 @@
+// Package pg is the only package that talks SQL: it holds the embedded
+// schema and its migration, and typed calls for every statement the broker
+// runs. PostgreSQL is the sole authority on claiming, leases, cursors and
+// visibility; the functions in sql/ implement those rules.
+package pg
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"sort"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+//go:embed sql/*.sql
+var sqlFiles embed.FS
+
+// migrationLock is the advisory lock key that serialises schema setup when
+// several nodes start at once against one empty database.
+const migrationLock int64 = 0x717565656e // "queen"
+
+// querier is what a pool and a transaction have in common.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// DB is a connection pool to the queen schema.
+type DB struct {
+	pool *pgxpool.Pool
+	log  hclog.Logger
+}
+
+// Open connects, applies the schema and returns a ready DB. An empty url
+// means the pgx/libpq PG* environment variables.
+func Open(ctx context.Context, url string, maxConns int32, log hclog.Logger) (*DB, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("parse PostgreSQL URL: %w", err)
+	}
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	// Fail fast on a dead server instead of hanging a request.
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open pool: %w", err)
+	}
+	db := &DB{pool: pool, log: log}
+	if err := db.Migrate(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return db, nil
+}
+
+// Close closes the pool.
+func (db *DB) Close() { db.pool.Close() }
+
+// Ping checks that PostgreSQL answers.
+func (db *DB) Ping(ctx context.Context) error {
+	var one int
+	if err := db.pool.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil {
+		return fmt.Errorf("ping: %w", err)
+	}
+	return nil
+}
+
+// Migrate applies every embedded SQL file in name order under an advisory
+// lock. Every file is idempotent, so re-running at each start is safe.
+func (db *DB) Migrate(ctx context.Context) error {
+	conn, err := db.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate: acquire: %w", err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", migrationLock); err != nil {
+		return fmt.Errorf("migrate: lock: %w", err)
+	}
+	defer func() {
+		// Use a fresh context: the caller's may be cancelled already.
+		uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, _ = conn.Exec(uctx, "SELECT pg_advisory_unlock($1)", migrationLock)
+	}()
+	names, err := fs.Glob(sqlFiles, "sql/*.sql")
+	if err != nil {
+		return fmt.Errorf("migrate: list: %w", err)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		body, err := sqlFiles.ReadFile(name)
+		if err != nil {
+			return fmt.Errorf("migrate: read %s: %w", name, err)
+		}
+		// Simple protocol: a file holds several statements.
+		if _, err := conn.Exec(ctx, string(body), pgx.QueryExecModeSimpleProtocol); err != nil {
+			return fmt.Errorf("migrate: apply %s: %w", name, err)
+		}
+	}
+	db.log.Debug("schema applied", "files", len(names))
+	return nil
+}
+
+// PoolStat are the pool figures the status endpoint reports.
+type PoolStat struct {
+	MaxConns      int32 `json:"max_conns"`
+	TotalConns    int32 `json:"total_conns"`
+	IdleConns     int32 `json:"idle_conns"`
+	AcquiredConns int32 `json:"acquired_conns"`
+	AcquireCount  int64 `json:"acquire_count"`
+	EmptyAcquire  int64 `json:"empty_acquire_count"`
+	NewConns      int64 `json:"new_conns_count"`
+}
+
+// Stat returns the pool figures without touching the database.
+func (db *DB) Stat() PoolStat {
+	s := db.pool.Stat()
+	return PoolStat{
+		MaxConns:      s.MaxConns(),
+		TotalConns:    s.TotalConns(),
+		IdleConns:     s.IdleConns(),
+		AcquiredConns: s.AcquiredConns(),
+		AcquireCount:  s.AcquireCount(),
+		EmptyAcquire:  s.EmptyAcquireCount(),
+		NewConns:      s.NewConnsCount(),
+	}
+}
+
+// Tx is an open transaction with the same typed calls as DB.
+type Tx struct{ tx pgx.Tx }
+
+// InTx runs fn in one transaction, committing when fn returns nil.
+func (db *DB) InTx(ctx context.Context, fn func(*Tx) error) error {
+	tx, err := db.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	if err := fn(&Tx{tx: tx}); err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// IsUnavailable tells whether err means PostgreSQL could not be reached (as
+// opposed to a statement failing), so callers can answer 503.
+func IsUnavailable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		// Class 08 is connection exceptions; 57P0x is shutdown.
+		return len(pgErr.Code) == 5 && (pgErr.Code[:2] == "08" || pgErr.Code[:4] == "57P0")
+	}
+	var connErr *pgconn.ConnectError
+	if errors.As(err, &connErr) {
+		return true
+	}
+	var netErr net.Error
+	return pgconn.SafeToRetry(err) || errors.As(err, &netErr)
+}

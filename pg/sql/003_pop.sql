@@ -1,0 +1,207 @@
+-- queen.pop_v1 is the claim core. Given a queue, a group and candidate
+-- partition names (or NULL for the SQL wildcard scan), it claims each
+-- candidate with FOR UPDATE SKIP LOCKED on the (partition, group) consumer
+-- row, reads up to the remaining budget, writes the lease (or commits at once
+-- for autoAck) and reports a verdict per candidate in the same round trip:
+--   took     frames delivered; o_drained = the served end reached the
+--            watermark read at claim time; o_until = lease expiry
+--   empty    nothing visible and no live lease (o_until = when a deferred
+--            message becomes visible, if known)
+--   leased   a live lease of this group until o_until
+--   busy     another transaction holds the consumer row right now
+--   requeue  not evaluated: the budget ran out first
+-- The first row is kind 'meta': whether the group marker already existed
+-- (o_verdict 'seeded') or was written by this call ('fresh'), and the queue's
+-- deferral options. The queue row and the group marker are provisioned on
+-- first contact (a subscription may precede the first push).
+CREATE OR REPLACE FUNCTION queen.pop_v1(
+    p_tenant        text,
+    p_queue         text,
+    p_group         text,
+    p_names         text[],
+    p_scan_limit    int,
+    p_budget        int,
+    p_max_parts     int,
+    p_lease_id      text,
+    p_lease_seconds int,
+    p_auto_ack      boolean,
+    p_owner         text,
+    p_sub_mode      text,
+    p_sub_from      timestamptz)
+RETURNS TABLE (o_kind text, o_pname text, o_pid uuid, o_verdict text, o_until timestamptz,
+               o_drained boolean, o_off bigint, o_mid uuid, o_txid text, o_trace uuid,
+               o_payload json, o_created timestamptz, o_sub text, o_retry int,
+               o_delay int, o_window int)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_q          queen.queues%ROWTYPE;
+    v_now        timestamptz := clock_timestamp();
+    v_from       timestamptz;
+    v_seeded     boolean := true;
+    v_names      text[];
+    v_budget     int := p_budget;
+    v_claimed    int := 0;
+    v_lease_secs int;
+    v_pid        uuid;
+    v_last       bigint;
+    v_lw         timestamptz;
+    v_c          record;
+    v_m          record;
+    v_count      int;
+    v_end        bigint;
+    v_seed       bigint;
+    v_until      timestamptz;
+    i            int;
+BEGIN
+    SELECT * INTO v_q FROM queen.queues q WHERE q.tenant = p_tenant AND q.name = p_queue;
+    IF NOT FOUND THEN
+        INSERT INTO queen.queues (id, tenant, name) VALUES (gen_random_uuid(), p_tenant, p_queue)
+        ON CONFLICT (tenant, name) DO NOTHING;
+        SELECT * INTO v_q FROM queen.queues q WHERE q.tenant = p_tenant AND q.name = p_queue;
+        IF NOT FOUND THEN
+            RETURN; -- deleted concurrently: nothing to serve
+        END IF;
+    END IF;
+
+    SELECT md.subscription_from INTO v_from
+    FROM queen.consumer_groups_metadata md
+    WHERE md.queue_id = v_q.id AND md.consumer_group = p_group;
+    IF NOT FOUND THEN
+        v_seeded := false;
+        INSERT INTO queen.consumer_groups_metadata (queue_id, consumer_group, subscription_from)
+        VALUES (v_q.id, p_group, CASE p_sub_mode WHEN 'new' THEN v_now WHEN 'from' THEN p_sub_from ELSE NULL END)
+        ON CONFLICT (queue_id, consumer_group) DO NOTHING;
+        SELECT md.subscription_from INTO v_from
+        FROM queen.consumer_groups_metadata md
+        WHERE md.queue_id = v_q.id AND md.consumer_group = p_group;
+    END IF;
+
+    o_kind := 'meta'; o_pid := v_q.id; o_verdict := CASE WHEN v_seeded THEN 'seeded' ELSE 'fresh' END;
+    o_delay := v_q.delayed_processing; o_window := v_q.window_buffer;
+    RETURN NEXT;
+    o_delay := NULL; o_window := NULL;
+
+    v_lease_secs := CASE WHEN p_lease_seconds > 0 THEN p_lease_seconds
+                         WHEN v_q.lease_time > 0 THEN v_q.lease_time ELSE 60 END;
+
+    IF p_names IS NULL THEN
+        SELECT array_agg(s.name) INTO v_names
+        FROM (SELECT p.name
+              FROM queen.partitions p
+              LEFT JOIN queen.consumers c ON c.partition_id = p.id AND c.consumer_group = p_group
+              WHERE p.queue_id = v_q.id
+                AND p.last_offset > COALESCE(c.committed_offset, 0)
+                AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= v_now)
+              ORDER BY random()
+              LIMIT p_scan_limit) s;
+    ELSE
+        v_names := p_names;
+    END IF;
+
+    FOR i IN 1 .. COALESCE(array_length(v_names, 1), 0) LOOP
+        o_kind := 'verdict'; o_pname := v_names[i]; o_pid := NULL; o_until := NULL; o_drained := NULL;
+        o_off := NULL; o_mid := NULL; o_txid := NULL; o_trace := NULL; o_payload := NULL;
+        o_created := NULL; o_sub := NULL; o_retry := NULL;
+
+        IF v_budget <= 0 OR v_claimed >= p_max_parts THEN
+            o_verdict := 'requeue'; RETURN NEXT; CONTINUE;
+        END IF;
+
+        SELECT p.id, p.last_offset, p.last_write_at INTO v_pid, v_last, v_lw
+        FROM queen.partitions p WHERE p.queue_id = v_q.id AND p.name = v_names[i];
+        IF NOT FOUND THEN
+            o_verdict := 'empty'; RETURN NEXT; CONTINUE;
+        END IF;
+        o_pid := v_pid;
+
+        SELECT c.* INTO v_c FROM queen.consumers c
+        WHERE c.partition_id = v_pid AND c.consumer_group = p_group
+        FOR UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            IF EXISTS (SELECT 1 FROM queen.consumers c WHERE c.partition_id = v_pid AND c.consumer_group = p_group) THEN
+                o_verdict := 'busy'; RETURN NEXT; CONTINUE;
+            END IF;
+            -- First sight of this partition by the group: seed the cursor from
+            -- the recorded subscription start.
+            v_seed := 0;
+            IF v_from IS NOT NULL THEN
+                SELECT COALESCE(max(m.off), 0) INTO v_seed
+                FROM queen.messages m WHERE m.partition_id = v_pid AND m.created_at <= v_from;
+            END IF;
+            INSERT INTO queen.consumers (partition_id, consumer_group, committed_offset, batch_end)
+            VALUES (v_pid, p_group, v_seed, v_seed)
+            ON CONFLICT (partition_id, consumer_group) DO NOTHING;
+            SELECT c.* INTO v_c FROM queen.consumers c
+            WHERE c.partition_id = v_pid AND c.consumer_group = p_group
+            FOR UPDATE SKIP LOCKED;
+            IF NOT FOUND THEN
+                o_verdict := 'busy'; RETURN NEXT; CONTINUE;
+            END IF;
+        END IF;
+
+        IF v_c.lease_expires_at IS NOT NULL AND v_c.lease_expires_at > v_now THEN
+            o_verdict := 'leased'; o_until := v_c.lease_expires_at; RETURN NEXT; CONTINUE;
+        END IF;
+
+        -- windowBuffer: the partition is served only once its newest message
+        -- is at least windowBuffer seconds old.
+        IF v_q.window_buffer > 0 AND v_last > v_c.committed_offset AND v_lw IS NOT NULL
+           AND v_lw > v_now - make_interval(secs => v_q.window_buffer) THEN
+            o_verdict := 'empty'; o_until := v_lw + make_interval(secs => v_q.window_buffer);
+            RETURN NEXT; CONTINUE;
+        END IF;
+
+        v_count := 0; v_end := v_c.committed_offset; v_until := NULL;
+        FOR v_m IN
+            SELECT m.off, m.id, m.transaction_id, m.trace_id, m.payload, m.created_at, m.producer_sub
+            FROM queen.messages m
+            WHERE m.partition_id = v_pid AND m.off > v_c.committed_offset AND m.off <= v_last
+            ORDER BY m.off
+            LIMIT v_budget
+        LOOP
+            IF v_q.delayed_processing > 0
+               AND v_m.created_at > v_now - make_interval(secs => v_q.delayed_processing) THEN
+                v_until := v_m.created_at + make_interval(secs => v_q.delayed_processing);
+                EXIT; -- later messages are younger still: keep partition order
+            END IF;
+            o_kind := 'msg'; o_verdict := NULL; o_until := NULL;
+            o_off := v_m.off; o_mid := v_m.id; o_txid := v_m.transaction_id; o_trace := v_m.trace_id;
+            o_payload := v_m.payload; o_created := v_m.created_at; o_sub := v_m.producer_sub;
+            o_retry := v_c.retry_count;
+            RETURN NEXT;
+            v_count := v_count + 1; v_end := v_m.off;
+        END LOOP;
+        o_kind := 'verdict'; o_off := NULL; o_mid := NULL; o_txid := NULL; o_trace := NULL;
+        o_payload := NULL; o_created := NULL; o_sub := NULL; o_retry := NULL;
+
+        IF v_count = 0 THEN
+            IF v_c.lease_id IS NOT NULL THEN
+                -- an expired lease with nothing left to redeliver
+                UPDATE queen.consumers c
+                SET lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL,
+                    batch_end = c.committed_offset, updated_at = v_now
+                WHERE c.partition_id = v_pid AND c.consumer_group = p_group;
+            END IF;
+            o_verdict := 'empty'; o_until := v_until; RETURN NEXT; CONTINUE;
+        END IF;
+
+        o_drained := v_end >= v_last;
+        IF p_auto_ack THEN
+            UPDATE queen.consumers c
+            SET committed_offset = v_end, batch_end = v_end, lease_id = NULL, lease_owner = NULL,
+                lease_expires_at = NULL, retry_count = 0, updated_at = v_now
+            WHERE c.partition_id = v_pid AND c.consumer_group = p_group;
+            o_until := NULL;
+        ELSE
+            o_until := v_now + make_interval(secs => v_lease_secs);
+            UPDATE queen.consumers c
+            SET batch_end = v_end, lease_id = p_lease_id, lease_owner = p_owner,
+                lease_expires_at = o_until, updated_at = v_now
+            WHERE c.partition_id = v_pid AND c.consumer_group = p_group;
+        END IF;
+        o_verdict := 'took'; RETURN NEXT;
+        v_budget := v_budget - v_count;
+        v_claimed := v_claimed + 1;
+    END LOOP;
+END;
+$$;

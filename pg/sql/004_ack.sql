@@ -1,0 +1,184 @@
+-- queen.ack_v1 resolves a batch of acknowledgements in one round trip.
+-- Items are applied per (partition, group) in message order, under the
+-- consumer row's lock (taken in partition id order, so concurrent acks cannot
+-- deadlock). The retry-or-dead-letter decision is taken once per
+-- (partition, group) per call, on its first 'failed' item. With p_tx_mode
+-- (POST /api/v1/transaction) a 'failed' item is dead-lettered at once.
+-- Rows come back in processing order; o_idx is the 0-based input position.
+CREATE OR REPLACE FUNCTION queen.ack_v1(
+    p_tenant   text,
+    p_groups   text[],
+    p_pids     uuid[],
+    p_txids    text[],
+    p_statuses text[],
+    p_leases   text[],
+    p_errors   text[],
+    p_tx_mode  boolean)
+RETURNS TABLE (o_idx int, o_success boolean, o_error text, o_queue text, o_partition text,
+               o_released boolean, o_dlq boolean, o_pending boolean, o_pid uuid, o_group text,
+               o_off bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now        timestamptz := clock_timestamp();
+    r            record;
+    v_c          record;
+    v_key        text := NULL;
+    v_pid        uuid;
+    v_group      text;
+    v_queue      text;
+    v_pname      text;
+    v_last       bigint;
+    v_committed  bigint;
+    v_start      bigint;
+    v_batch_end  bigint;
+    v_lease      text;
+    v_live       boolean;
+    v_retry      int;
+    v_decision   text;
+    v_release    boolean;
+    v_idx        int[];
+    v_ok         boolean[];
+    v_err        text[];
+    v_dlq        boolean[];
+    v_offs       bigint[];
+    v_released   boolean;
+    v_this_dlq   boolean;
+    j            int;
+BEGIN
+    FOR r IN
+        SELECT (a.ord - 1)::int AS idx,
+               COALESCE(NULLIF(a.grp, ''), '__QUEUE_MODE__') AS grp,
+               a.pid, a.txid,
+               COALESCE(NULLIF(lower(a.st), ''), 'completed') AS st,
+               NULLIF(a.lease, '') AS lease,
+               NULLIF(a.err, '') AS err,
+               m.off, q.name AS qname, p.name AS pname, q.retry_limit, p.last_offset
+        FROM unnest(p_groups, p_pids, p_txids, p_statuses, p_leases, p_errors)
+             WITH ORDINALITY AS a(grp, pid, txid, st, lease, err, ord)
+        LEFT JOIN queen.partitions p ON p.id = a.pid
+        LEFT JOIN queen.queues q ON q.id = p.queue_id AND q.tenant = p_tenant
+        LEFT JOIN queen.messages m ON q.id IS NOT NULL AND m.partition_id = a.pid AND m.transaction_id = a.txid
+        ORDER BY a.pid, 2, m.off NULLS FIRST, a.ord
+    LOOP
+        IF r.off IS NULL THEN
+            o_idx := r.idx; o_success := false; o_error := 'Message not found';
+            o_queue := r.qname; o_partition := r.pname; o_released := false; o_dlq := false;
+            o_pending := false; o_pid := r.pid; o_group := r.grp; o_off := NULL;
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
+
+        IF v_key IS DISTINCT FROM (r.pid::text || '/' || r.grp) THEN
+            IF v_key IS NOT NULL THEN
+                -- flush the previous (partition, group): see the same block after the loop
+                v_released := false;
+                IF v_release AND v_lease IS NOT NULL THEN
+                    v_released := v_live; v_lease := NULL; v_batch_end := v_committed;
+                ELSIF v_lease IS NOT NULL AND v_committed >= v_batch_end THEN
+                    v_released := v_live; v_lease := NULL;
+                END IF;
+                IF v_decision IS DISTINCT FROM 'retry' AND v_committed >= v_batch_end THEN
+                    v_retry := 0;
+                END IF;
+                UPDATE queen.consumers c
+                SET committed_offset = v_committed, batch_end = greatest(v_batch_end, v_committed),
+                    lease_id = v_lease,
+                    lease_owner = CASE WHEN v_lease IS NULL THEN NULL ELSE c.lease_owner END,
+                    lease_expires_at = CASE WHEN v_lease IS NULL THEN NULL ELSE c.lease_expires_at END,
+                    retry_count = v_retry, updated_at = v_now
+                WHERE c.partition_id = v_pid AND c.consumer_group = v_group;
+                FOR j IN 1 .. COALESCE(array_length(v_idx, 1), 0) LOOP
+                    o_idx := v_idx[j]; o_success := v_ok[j]; o_error := v_err[j];
+                    o_queue := v_queue; o_partition := v_pname; o_released := v_released AND v_ok[j];
+                    o_dlq := v_dlq[j]; o_pending := v_committed < v_last; o_pid := v_pid; o_group := v_group;
+                    o_off := v_offs[j];
+                    RETURN NEXT;
+                END LOOP;
+            END IF;
+
+            v_key := r.pid::text || '/' || r.grp;
+            v_pid := r.pid; v_group := r.grp; v_queue := r.qname; v_pname := r.pname;
+            INSERT INTO queen.consumers (partition_id, consumer_group) VALUES (r.pid, r.grp)
+            ON CONFLICT (partition_id, consumer_group) DO NOTHING;
+            SELECT c.* INTO v_c FROM queen.consumers c
+            WHERE c.partition_id = r.pid AND c.consumer_group = r.grp FOR UPDATE;
+            SELECT p.last_offset INTO v_last FROM queen.partitions p WHERE p.id = r.pid;
+            v_committed := v_c.committed_offset; v_start := v_c.committed_offset;
+            v_batch_end := v_c.batch_end; v_lease := v_c.lease_id;
+            v_live := v_c.lease_id IS NOT NULL AND v_c.lease_expires_at > v_now;
+            v_retry := v_c.retry_count; v_decision := NULL; v_release := false;
+            v_idx := '{}'; v_ok := '{}'; v_err := '{}'; v_dlq := '{}'; v_offs := '{}';
+        END IF;
+
+        v_this_dlq := false;
+        IF r.st NOT IN ('completed', 'success', 'failed', 'dlq', 'retry') THEN
+            v_idx := v_idx || r.idx; v_ok := v_ok || false; v_err := v_err || 'Invalid status'::text;
+            v_dlq := v_dlq || false; v_offs := v_offs || r.off;
+            CONTINUE;
+        END IF;
+        IF r.lease IS NOT NULL AND NOT (v_live AND r.lease = v_c.lease_id) THEN
+            v_idx := v_idx || r.idx; v_ok := v_ok || false; v_err := v_err || 'Invalid or expired lease'::text;
+            v_dlq := v_dlq || false; v_offs := v_offs || r.off;
+            CONTINUE;
+        END IF;
+
+        IF r.off <= v_start THEN
+            NULL; -- already resolved before this call: success, nothing changes
+        ELSIF r.st IN ('completed', 'success') THEN
+            v_committed := greatest(v_committed, r.off);
+        ELSIF r.st = 'retry' THEN
+            v_release := true;
+        ELSIF r.st = 'dlq' OR p_tx_mode THEN
+            v_this_dlq := true;
+            v_release := v_release OR (p_tx_mode AND r.st = 'failed');
+        ELSE -- failed
+            IF v_decision IS NULL THEN
+                IF v_retry < r.retry_limit THEN
+                    v_decision := 'retry'; v_retry := v_retry + 1; v_release := true;
+                ELSE
+                    v_decision := 'dlq';
+                END IF;
+            END IF;
+            v_this_dlq := v_decision = 'dlq';
+        END IF;
+
+        IF v_this_dlq THEN
+            INSERT INTO queen.dead_letters (partition_id, consumer_group, off, message_id, transaction_id,
+                                            payload, producer_sub, error_message, retry_count, created_at)
+            SELECT m.partition_id, r.grp, m.off, m.id, m.transaction_id, m.payload, m.producer_sub,
+                   COALESCE(r.err, CASE WHEN p_tx_mode OR r.st = 'dlq' THEN 'Unknown error' ELSE 'Retries exhausted' END),
+                   v_retry, m.created_at
+            FROM queen.messages m WHERE m.partition_id = r.pid AND m.off = r.off;
+            v_committed := greatest(v_committed, r.off);
+        END IF;
+        v_idx := v_idx || r.idx; v_ok := v_ok || true; v_err := v_err || NULL::text;
+        v_dlq := v_dlq || v_this_dlq; v_offs := v_offs || r.off;
+    END LOOP;
+
+    IF v_key IS NOT NULL THEN
+        v_released := false;
+        IF v_release AND v_lease IS NOT NULL THEN
+            v_released := v_live; v_lease := NULL; v_batch_end := v_committed;
+        ELSIF v_lease IS NOT NULL AND v_committed >= v_batch_end THEN
+            v_released := v_live; v_lease := NULL;
+        END IF;
+        IF v_decision IS DISTINCT FROM 'retry' AND v_committed >= v_batch_end THEN
+            v_retry := 0;
+        END IF;
+        UPDATE queen.consumers c
+        SET committed_offset = v_committed, batch_end = greatest(v_batch_end, v_committed),
+            lease_id = v_lease,
+            lease_owner = CASE WHEN v_lease IS NULL THEN NULL ELSE c.lease_owner END,
+            lease_expires_at = CASE WHEN v_lease IS NULL THEN NULL ELSE c.lease_expires_at END,
+            retry_count = v_retry, updated_at = v_now
+        WHERE c.partition_id = v_pid AND c.consumer_group = v_group;
+        FOR j IN 1 .. COALESCE(array_length(v_idx, 1), 0) LOOP
+            o_idx := v_idx[j]; o_success := v_ok[j]; o_error := v_err[j];
+            o_queue := v_queue; o_partition := v_pname; o_released := v_released AND v_ok[j];
+            o_dlq := v_dlq[j]; o_pending := v_committed < v_last; o_pid := v_pid; o_group := v_group;
+            o_off := v_offs[j];
+            RETURN NEXT;
+        END LOOP;
+    END IF;
+END;
+$$;
