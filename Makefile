@@ -1,0 +1,56 @@
+# queen-node build and test entry points. Tests that need PostgreSQL share
+# one disposable server started by cmd/pgtemp (see internal/pgtemp).
+
+GO ?= go
+SOAK_DURATION ?= 5m
+SOAK_TIMEOUT ?= 30m
+DEMO_ARGS ?=
+FUZZTIME ?= 60s
+
+# Fail loudly: abort a recipe on the first failing command, including
+# failures inside pipelines.
+SHELL := bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := build
+
+PGTEMP := $(GO) run ./cmd/pgtemp --
+
+.PHONY: build test test-short cluster-test soak bench demo fmt vet fuzz clean ensure-postgres
+
+build:
+	$(GO) build -o bin/ ./cmd/...
+
+ensure-postgres:
+	bash ./scripts/ensure-postgres.sh
+
+test: ensure-postgres vet
+	$(PGTEMP) $(GO) test -count=1 -timeout 20m ./...
+
+test-short: ensure-postgres vet
+	$(PGTEMP) $(GO) test -count=1 -short -timeout 10m ./...
+
+cluster-test: ensure-postgres
+	$(PGTEMP) $(GO) test -count=1 -timeout 15m -v ./cluster-test/...
+
+soak: ensure-postgres
+	QUEEN_SOAK=1 SOAK_DURATION=$(SOAK_DURATION) \
+		$(PGTEMP) $(GO) test -count=1 -timeout $(SOAK_TIMEOUT) -v -run TestSoak ./cluster-test/...
+
+bench: ensure-postgres
+	$(PGTEMP) $(GO) test -run '^$$' -bench . -benchtime 3s ./...
+
+# queen-demo starts its own PostgreSQL through internal/pgtemp.
+demo: ensure-postgres
+	$(GO) run ./cmd/queen-demo $(DEMO_ARGS)
+
+fmt:
+	$(GO) fmt ./...
+
+vet:
+	$(GO) vet ./...
+
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzDecodeFrame -fuzztime $(FUZZTIME) ./mesh/
+
+clean:
+	rm -rf bin/
