@@ -3,6 +3,8 @@ package broker
 import (
 	"context"
 
+	"github.com/google/uuid"
+
 	"queen-node/pg"
 )
 
@@ -32,7 +34,13 @@ func (b *Broker) Ack(ctx context.Context, tenant string, items []AckItem) ([]Ack
 func ackRows(items []AckItem) []pg.AckRow {
 	rows := make([]pg.AckRow, len(items))
 	for i, it := range items {
-		rows[i] = pg.AckRow{Group: it.Group, PartitionID: it.PartitionID, TxID: it.TransactionID,
+		pid := it.PartitionID
+		if _, err := uuid.Parse(pid); err != nil {
+			// Not an id we ever issued: it matches no partition, so the item
+			// reports "Message not found" instead of failing the whole call.
+			pid = uuid.Nil.String()
+		}
+		rows[i] = pg.AckRow{Group: it.Group, PartitionID: pid, TxID: it.TransactionID,
 			Status: it.Status, LeaseID: it.LeaseID, Error: it.Error}
 	}
 	return rows

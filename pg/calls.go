@@ -345,3 +345,27 @@ func derefInt(i *int32) int32 {
 	}
 	return *i
 }
+
+// ReseedRow is one probably-pending partition.
+type ReseedRow struct {
+	PartitionID, Name string
+}
+
+// ReseedPage returns up to limit probably-pending partitions of (queue,
+// group) with ids after `after` ("" = from the start), in id order.
+func (db *DB) ReseedPage(ctx context.Context, tenant, queue, group, after string, limit int) ([]ReseedRow, error) {
+	var afterArg any
+	if after != "" {
+		afterArg = after
+	}
+	rs, err := db.pool.Query(ctx, `SELECT o_pid::text, o_name FROM queen.hotlist_reseed_v1($1, $2, $3, $4::uuid, $5)`,
+		tenant, queue, group, afterArg, limit)
+	if err != nil {
+		return nil, fmt.Errorf("reseed %s/%s: %w", queue, group, err)
+	}
+	rows, err := pgx.CollectRows(rs, pgx.RowToStructByPos[ReseedRow])
+	if err != nil {
+		return nil, fmt.Errorf("reseed %s/%s: %w", queue, group, err)
+	}
+	return rows, nil
+}

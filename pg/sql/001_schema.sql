@@ -60,6 +60,9 @@ CREATE TABLE IF NOT EXISTS queen.messages (
 -- De-duplication and ack lookup by (partition, transaction id).
 CREATE UNIQUE INDEX IF NOT EXISTS messages_txid ON queen.messages (partition_id, transaction_id);
 
+-- Keyset pagination of the hot-list reseed walks a queue's partitions in id order.
+CREATE INDEX IF NOT EXISTS partitions_queue_id ON queen.partitions (queue_id, id);
+
 -- Per (partition, consumer group): the committed cursor and the lease.
 -- batch_end is the offset of the last message served under the live lease;
 -- the lease ends when committed_offset reaches it.

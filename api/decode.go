@@ -1,0 +1,256 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"queen-node/broker"
+)
+
+// Request bodies are decoded into maps of raw fields rather than structs:
+// API.md needs null == absent, unknown fields ignored, and per-field error
+// messages for wrong types, which struct decoding cannot give.
+
+// object is one decoded JSON object; values are raw and not yet validated.
+type object map[string]json.RawMessage
+
+// readObject reads the request body (bounded by MaxBodyBytes) as a JSON
+// object. An empty body is an empty object: clients send `{}` or nothing
+// on some POSTs, and the field checks then give the precise error.
+func (s *Server) readObject(w http.ResponseWriter, r *http.Request) (object, error) {
+	limit := s.cfg.MaxBodyBytes
+	if r.ContentLength > limit {
+		return nil, tooLarge(fmt.Sprintf("request body too large (limit %d bytes)", limit))
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, tooLarge(fmt.Sprintf("request body too large (limit %d bytes)", limit))
+		}
+		return nil, badRequest("cannot read request body: " + err.Error())
+	}
+	return parseObject(body, "request body")
+}
+
+// parseObject decodes raw as a JSON object; null and empty are empty.
+func parseObject(raw []byte, what string) (object, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return object{}, nil
+	}
+	if raw[0] != '{' {
+		if !json.Valid(raw) {
+			return nil, badRequest("invalid JSON in " + what)
+		}
+		return nil, badRequest(what + " must be a JSON object")
+	}
+	var o object
+	if err := json.Unmarshal(raw, &o); err != nil {
+		return nil, badRequest("invalid JSON in " + what + ": " + err.Error())
+	}
+	if o == nil {
+		o = object{}
+	}
+	return o, nil
+}
+
+// raw returns the field's raw JSON, or nil when absent or null.
+func (o object) raw(key string) json.RawMessage {
+	v, ok := o[key]
+	if !ok || isNull(v) {
+		return nil
+	}
+	return v
+}
+
+func isNull(v json.RawMessage) bool { return bytes.Equal(bytes.TrimSpace(v), []byte("null")) }
+
+// str returns a string field; ok is false when absent or null. A value of
+// another JSON type is an error.
+func (o object) str(key string) (val string, ok bool, err error) {
+	v := o.raw(key)
+	if v == nil {
+		return "", false, nil
+	}
+	if err := json.Unmarshal(v, &val); err != nil {
+		return "", false, badRequest(key + " must be a string")
+	}
+	return val, true, nil
+}
+
+// boolean returns a boolean field; ok is false when absent or null.
+func (o object) boolean(key string) (val bool, ok bool, err error) {
+	v := o.raw(key)
+	if v == nil {
+		return false, false, nil
+	}
+	if err := json.Unmarshal(v, &val); err != nil {
+		return false, false, badRequest(key + " must be a boolean")
+	}
+	return val, true, nil
+}
+
+// integer returns an integer field within [min, max]; ok is false when
+// absent or null. Integral floats (300.0, 3e2) are accepted because JSON
+// does not distinguish them.
+func (o object) integer(key string, min, max int64) (val int, ok bool, err error) {
+	v := o.raw(key)
+	if v == nil {
+		return 0, false, nil
+	}
+	want := badRequest(fmt.Sprintf("%s must be an integer from %d to %d", key, min, max))
+	// json.Number would also accept a quoted "300"; JSON types matter here.
+	if c := bytes.TrimSpace(v)[0]; c != '-' && (c < '0' || c > '9') {
+		return 0, false, want
+	}
+	var n json.Number
+	if err := json.Unmarshal(v, &n); err != nil {
+		return 0, false, want
+	}
+	i, err := strconv.ParseInt(n.String(), 10, 64)
+	if err != nil {
+		f, ferr := strconv.ParseFloat(n.String(), 64)
+		if ferr != nil || f != math.Trunc(f) || f < float64(min) || f > float64(max) {
+			return 0, false, want
+		}
+		i = int64(f)
+	}
+	if i < min || i > max {
+		return 0, false, want
+	}
+	return int(i), true, nil
+}
+
+// array returns an array field's elements; ok is false when absent or null.
+func (o object) array(key string) (elems []json.RawMessage, ok bool, err error) {
+	v := o.raw(key)
+	if v == nil {
+		return nil, false, nil
+	}
+	if err := json.Unmarshal(v, &elems); err != nil {
+		return nil, false, badRequest(key + " must be an array")
+	}
+	if elems == nil {
+		elems = []json.RawMessage{}
+	}
+	return elems, true, nil
+}
+
+// checkName enforces API.md 1.5: non-empty, at most 255 bytes.
+func checkName(kind, name string) error {
+	if name == "" {
+		return badRequest(kind + " must not be empty")
+	}
+	if len(name) > broker.MaxNameBytes {
+		return badRequest(fmt.Sprintf("%s is too long (%d bytes, max %d)", kind, len(name), broker.MaxNameBytes))
+	}
+	return nil
+}
+
+// optName reads an optional string field that, when non-empty, must be a
+// valid name. "" or absent returns "".
+func (o object) optName(key string) (string, error) {
+	v, _, err := o.str(key)
+	if err != nil {
+		return "", err
+	}
+	if v == "" {
+		return "", nil
+	}
+	return v, checkName(key, v)
+}
+
+// group reads a consumerGroup field; absent, null or "" is QueueMode.
+func (o object) group(key string) (string, error) {
+	g, err := o.optName(key)
+	if err != nil || g != "" {
+		return g, err
+	}
+	return broker.QueueMode, nil
+}
+
+// maxErrorText bounds the failure text an ack stores in the DLQ.
+const maxErrorText = 4096
+
+// errorText reads an ack's `error`. Any non-string JSON is kept as its JSON
+// text rather than refused: it is informational only.
+func (o object) errorText(key string) string {
+	v := o.raw(key)
+	if v == nil {
+		return ""
+	}
+	var s string
+	if err := json.Unmarshal(v, &s); err != nil {
+		s = string(bytes.TrimSpace(v))
+	}
+	return truncate(s, maxErrorText)
+}
+
+// parseTime accepts RFC 3339 / ISO-8601 with or without fractional seconds,
+// with Z or an offset. A space instead of '+' is repaired: an unencoded
+// '+' in a query string decodes as a space.
+func parseTime(s string) (time.Time, bool) {
+	s = strings.TrimSpace(s)
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil && strings.Contains(s, " ") {
+		t, err = time.Parse(time.RFC3339Nano, strings.Replace(s, " ", "+", 1))
+	}
+	return t, err == nil
+}
+
+// queryBool is API.md 1.1: true for "true" or "1", false otherwise.
+func queryBool(q url.Values, key string, def bool) bool {
+	if !q.Has(key) {
+		return def
+	}
+	v := q.Get(key)
+	return v == "true" || v == "1"
+}
+
+// queryInt falls back to def when absent or unparseable (reference behaviour).
+func queryInt(q url.Values, key string, def int) int {
+	v := q.Get(key)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil {
+		return def
+	}
+	return n
+}
+
+func clamp(v, lo, hi int) int {
+	return max(lo, min(v, hi))
+}
+
+// canonicalUUID validates a trace id; the stored form is canonical.
+func canonicalUUID(s string) (string, bool) {
+	u, err := uuid.Parse(s)
+	if err != nil {
+		return "", false
+	}
+	return u.String(), true
+}
+
+// compactJSON returns the canonical compact form of a payload; numbers and
+// strings keep their exact text.
+func compactJSON(raw json.RawMessage) (json.RawMessage, error) {
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, raw); err != nil {
+		return nil, err
+	}
+	return json.RawMessage(buf.Bytes()), nil
+}

@@ -1,0 +1,182 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"time"
+
+	"queen-node/broker"
+)
+
+// maxLeaseSeconds bounds client-chosen lease lengths (pop leaseSeconds,
+// lease extend seconds) so interval arithmetic stays sane.
+const maxLeaseSeconds = 31 * 24 * 3600
+
+// popMessage is one message of API.md 4.4; partitionId and leaseId are on
+// every message because the Go client reads nothing else.
+type popMessage struct {
+	ID            string          `json:"id"`
+	TransactionID string          `json:"transactionId"`
+	TraceID       *string         `json:"traceId"`
+	Data          json.RawMessage `json:"data"`
+	CreatedAt     string          `json:"createdAt"`
+	Queue         string          `json:"queue"`
+	Partition     string          `json:"partition"`
+	PartitionID   string          `json:"partitionId"`
+	LeaseID       string          `json:"leaseId"`
+	ConsumerGroup string          `json:"consumerGroup"`
+	ProducerSub   *string         `json:"producerSub"`
+	RetryCount    int             `json:"retryCount"`
+}
+
+type popResponse struct {
+	Success           bool         `json:"success"`
+	Queue             string       `json:"queue"`
+	Partition         string       `json:"partition"`
+	PartitionID       string       `json:"partitionId"`
+	LeaseID           string       `json:"leaseId"`
+	ConsumerGroup     string       `json:"consumerGroup"`
+	PartitionsClaimed int          `json:"partitionsClaimed"`
+	Messages          []popMessage `json:"messages"`
+}
+
+// GET /api/v1/pop/queue/{queue}[/partition/{partition}]
+func (s *Server) handlePop(w http.ResponseWriter, r *http.Request, _ *string) {
+	req, err := s.parsePop(r)
+	if err != nil {
+		writeReqError(w, err)
+		return
+	}
+
+	// The request context ends the long-poll when the client disconnects;
+	// Drain ends it when the node shuts down.
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	stop := context.AfterFunc(s.drainCtx, cancel)
+	defer stop()
+
+	res, err := s.b.Pop(ctx, s.cfg.Tenant, req)
+	if err != nil {
+		if s.drainCtx.Err() != nil && r.Context().Err() == nil {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		s.brokerError(w, r, "pop", err)
+		return
+	}
+	if res == nil || len(res.Messages) == 0 {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	msgs := make([]popMessage, 0, len(res.Messages))
+	for _, m := range res.Messages {
+		data := m.Data
+		if data == nil {
+			data = json.RawMessage("null")
+		}
+		msgs = append(msgs, popMessage{
+			ID:            m.ID,
+			TransactionID: m.TransactionID,
+			TraceID:       m.TraceID,
+			Data:          data,
+			CreatedAt:     fmtMicro(m.CreatedAt),
+			Queue:         m.Queue,
+			Partition:     m.Partition,
+			PartitionID:   m.PartitionID,
+			LeaseID:       m.LeaseID,
+			ConsumerGroup: m.ConsumerGroup,
+			ProducerSub:   m.ProducerSub,
+			RetryCount:    m.RetryCount,
+		})
+	}
+	// A client that left while the claim ran must not keep the lease until
+	// it expires (API.md 2.10).
+	if r.Context().Err() != nil {
+		s.releaseUndelivered(res)
+		return
+	}
+	writeJSON(w, http.StatusOK, popResponse{
+		Success:           true,
+		Queue:             res.Queue,
+		Partition:         res.Partition,
+		PartitionID:       res.PartitionID,
+		LeaseID:           res.LeaseID,
+		ConsumerGroup:     res.ConsumerGroup,
+		PartitionsClaimed: res.PartitionsClaimed,
+		Messages:          msgs,
+	})
+	if err := http.NewResponseController(w).Flush(); err != nil {
+		s.releaseUndelivered(res)
+	}
+}
+
+// undeliveredReleaser is implemented by brokers that can hand back the
+// lease of a pop whose response never reached the client (*broker.Broker
+// does). It is optional so test brokers need not implement it.
+type undeliveredReleaser interface {
+	ReleaseUndelivered(res *broker.PopResult)
+}
+
+func (s *Server) releaseUndelivered(res *broker.PopResult) {
+	if rel, ok := s.b.(undeliveredReleaser); ok && res.LeaseID != "" {
+		s.log.Debug("releasing lease of undelivered pop", "lease", res.LeaseID)
+		rel.ReleaseUndelivered(res)
+	}
+}
+
+// parsePop reads the path and query of a pop (API.md 4.4 parameter table).
+func (s *Server) parsePop(r *http.Request) (broker.PopRequest, error) {
+	q := r.URL.Query()
+	req := broker.PopRequest{
+		Queue:            r.PathValue("queue"),
+		Partition:        r.PathValue("partition"),
+		Batch:            clamp(queryInt(q, "batch", 1), 1, s.cfg.MaxPopBatch),
+		Wait:             queryBool(q, "wait", false),
+		AutoAck:          queryBool(q, "autoAck", false),
+		SubscriptionMode: q.Get("subscriptionMode"),
+		Partitions:       clamp(queryInt(q, "partitions", 1), 1, s.cfg.MaxPopBatch),
+		LeaseSeconds:     clamp(queryInt(q, "leaseSeconds", 0), 0, maxLeaseSeconds),
+	}
+	if err := checkName("queue", req.Queue); err != nil {
+		return req, err
+	}
+	if strings.Contains(r.Pattern, "{partition}") {
+		if err := checkName("partition", req.Partition); err != nil {
+			return req, err
+		}
+	}
+	req.Group = q.Get("consumerGroup")
+	if req.Group == "" {
+		req.Group = broker.QueueMode
+	} else if err := checkName("consumerGroup", req.Group); err != nil {
+		return req, err
+	}
+	if len(req.SubscriptionMode) > broker.MaxNameBytes {
+		return req, badRequest("subscriptionMode is too long")
+	}
+	if from := q.Get("subscriptionFrom"); from != "" {
+		if strings.EqualFold(from, "now") {
+			req.SubscriptionFrom = "now"
+		} else {
+			t, ok := parseTime(from)
+			if !ok {
+				return req, badRequest(`subscriptionFrom must be "now" or an ISO-8601 timestamp`)
+			}
+			req.SubscriptionFrom = t.UTC().Format(time.RFC3339Nano)
+		}
+	}
+	// timeout only matters for a long-poll (API.md 2.10).
+	if req.Wait {
+		def := int(s.cfg.DefaultPopTimeout / time.Millisecond)
+		ms := queryInt(q, "timeout", def)
+		if ms < 0 {
+			ms = def
+		}
+		// Clamp in milliseconds first: a huge value would overflow Duration.
+		ms = min(ms, int(s.cfg.MaxPopTimeout/time.Millisecond))
+		req.Timeout = time.Duration(ms) * time.Millisecond
+	}
+	return req, nil
+}

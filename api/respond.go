@@ -1,0 +1,123 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"time"
+	"unicode/utf8"
+
+	"queen-node/broker"
+)
+
+// Timestamp layouts of responses (API.md 1.5): UTC with Z; microseconds for
+// message createdAt, milliseconds elsewhere.
+const (
+	layoutMicro = "2006-01-02T15:04:05.000000Z"
+	layoutMilli = "2006-01-02T15:04:05.000Z"
+)
+
+func fmtMicro(t time.Time) string { return t.UTC().Format(layoutMicro) }
+func fmtMilli(t time.Time) string { return t.UTC().Format(layoutMilli) }
+
+// fmtMilliOrNull renders the zero time as JSON null.
+func fmtMilliOrNull(t time.Time) *string {
+	if t.IsZero() {
+		return nil
+	}
+	s := fmtMilli(t)
+	return &s
+}
+
+// nullable renders "" as JSON null.
+func nullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// writeJSON encodes v fully before writing, so an encoding failure is a
+// clean 500 rather than a truncated body. HTML escaping is off so payloads
+// come back byte-for-byte as stored.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		status = http.StatusInternalServerError
+		buf.Reset()
+		buf.WriteString(`{"error":"internal error: encode response"}` + "\n")
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+type errorBody struct {
+	Error string `json:"error"`
+}
+
+// writeError writes the API.md 1.4 error body.
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, errorBody{Error: msg})
+}
+
+// reqError is a validation failure found by this package.
+type reqError struct {
+	status int
+	msg    string
+}
+
+func (e *reqError) Error() string { return e.msg }
+
+func badRequest(msg string) error { return &reqError{status: http.StatusBadRequest, msg: msg} }
+func tooLarge(msg string) error   { return &reqError{status: http.StatusRequestEntityTooLarge, msg: msg} }
+
+// writeReqError answers a validation error from this package.
+func writeReqError(w http.ResponseWriter, err error) {
+	var re *reqError
+	if errors.As(err, &re) {
+		writeError(w, re.status, re.msg)
+		return
+	}
+	writeError(w, http.StatusBadRequest, err.Error())
+}
+
+// brokerError answers an error returned by the Broker: user errors keep
+// their status, an unreachable database is 503, the rest is a logged 500.
+func (s *Server) brokerError(w http.ResponseWriter, r *http.Request, op string, err error) {
+	var ue *broker.UserError
+	switch {
+	case errors.As(err, &ue):
+		status := ue.Status
+		if status < 400 || status > 599 {
+			status = http.StatusBadRequest
+		}
+		writeError(w, status, ue.Msg)
+	case errors.Is(err, broker.ErrUnavailable):
+		// The broker reports the outage itself; per request this is noise.
+		s.log.Debug("database unavailable", "op", op, "error", err)
+		writeError(w, http.StatusServiceUnavailable, "database unavailable")
+	case r.Context().Err() != nil && errors.Is(err, context.Canceled):
+		// The client went away; nobody reads this answer.
+		s.log.Debug("request canceled", "op", op, "path", r.URL.Path)
+		writeError(w, http.StatusServiceUnavailable, "request canceled")
+	default:
+		s.log.Error("request failed", "op", op, "method", r.Method, "path", r.URL.Path, "error", err)
+		writeError(w, http.StatusInternalServerError, "internal error: "+truncate(err.Error(), 200))
+	}
+}
+
+// truncate cuts s to at most n bytes without splitting a UTF-8 sequence.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}

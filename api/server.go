@@ -1,0 +1,297 @@
+// Package api serves the Queen MQ HTTP API (see API.md) on top of a Broker.
+//
+// It owns everything HTTP: routing, CORS, body limits, request parsing and
+// validation, and the exact response shapes the Queen client libraries read.
+// It holds no queue state; every accepted request becomes one Broker call.
+package api
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"queen-node/broker"
+)
+
+// Broker is the node core as the HTTP layer sees it; *broker.Broker
+// implements it. ctx is the request context, so a client disconnect cancels
+// the call (this is what ends a parked long-poll).
+type Broker interface {
+	Configure(ctx context.Context, tenant string, req broker.ConfigureRequest) (broker.ConfigureResult, error)
+	DeleteQueue(ctx context.Context, tenant, queue string) (existed bool, err error)
+	Push(ctx context.Context, tenant string, producerSub *string, items []broker.PushItem) ([]broker.PushResult, error)
+	Pop(ctx context.Context, tenant string, req broker.PopRequest) (*broker.PopResult, error) // nil or no messages => 204
+	Ack(ctx context.Context, tenant string, items []broker.AckItem) ([]broker.AckResult, error)
+	ExtendLease(ctx context.Context, tenant, leaseID string, seconds int) (broker.LeaseResult, error)
+	Transaction(ctx context.Context, tenant string, producerSub *string, ops []broker.TxOp, requiredLeases []string) (broker.TxResult, error)
+	ListDLQ(ctx context.Context, tenant string, q broker.DLQQuery) ([]broker.DLQEntry, int, error)
+	DeleteConsumerGroup(ctx context.Context, tenant, group, queue string, deleteMetadata bool) (deletedPartitions int, err error) // queue "" = all queues
+	Seek(ctx context.Context, tenant, group, queue string, toEnd bool, ts *time.Time) (partitionsUpdated int, err error)
+	Health(ctx context.Context) error
+}
+
+// Defaults of Config.
+const (
+	DefaultMaxBodyBytes       = 10 << 20 // API.md 1.1: at least 10 MiB must be accepted
+	DefaultMaxPushItems       = 10000
+	DefaultMaxAckItems        = 10000
+	DefaultMaxTxOps           = 10000
+	DefaultPopTimeout         = 30 * time.Second
+	DefaultMaxPopTimeout      = 10 * time.Minute
+	DefaultLeaseExtendSeconds = 60 // API.md 4.7: `seconds` defaults to 60
+)
+
+// Config tunes the HTTP layer. Zero fields take their defaults in New.
+type Config struct {
+	Tenant            string        // tenant of every request (clients never send one); default broker.DefaultTenant
+	MaxBodyBytes      int64         // request body limit, larger → 413; default 10 MiB
+	MaxPushItems      int           // items per push, and pushed items per transaction; default 10000
+	MaxAckItems       int           // acknowledgments per batch ack; default 10000
+	MaxTxOps          int           // operations (and requiredLeases) per transaction; default 10000
+	MaxPopBatch       int           // pop `batch` is clamped to [1, MaxPopBatch]; default broker.DefaultMaxPopBatch
+	DefaultPopTimeout time.Duration // long-poll `timeout` when absent or unparseable; default 30 s
+	MaxPopTimeout     time.Duration // long-poll `timeout` cap; default 10 minutes
+	Version           string        // reported by /health; default "dev"
+
+	// Auth, when non-nil, guards every API route except /health and routes
+	// added with Handle. nil = authentication off (the default).
+	Auth Authenticator
+}
+
+// DefaultConfig returns a Config with every default filled in.
+func DefaultConfig() Config {
+	return Config{
+		Tenant:            broker.DefaultTenant,
+		MaxBodyBytes:      DefaultMaxBodyBytes,
+		MaxPushItems:      DefaultMaxPushItems,
+		MaxAckItems:       DefaultMaxAckItems,
+		MaxTxOps:          DefaultMaxTxOps,
+		MaxPopBatch:       broker.DefaultMaxPopBatch,
+		DefaultPopTimeout: DefaultPopTimeout,
+		MaxPopTimeout:     DefaultMaxPopTimeout,
+		Version:           "dev",
+	}
+}
+
+// withDefaults fills zero (or nonsensical) fields, so New is the one place
+// that decides defaults.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.Tenant == "" {
+		c.Tenant = d.Tenant
+	}
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = d.MaxBodyBytes
+	}
+	if c.MaxPushItems <= 0 {
+		c.MaxPushItems = d.MaxPushItems
+	}
+	if c.MaxAckItems <= 0 {
+		c.MaxAckItems = d.MaxAckItems
+	}
+	if c.MaxTxOps <= 0 {
+		c.MaxTxOps = d.MaxTxOps
+	}
+	if c.MaxPopBatch <= 0 {
+		c.MaxPopBatch = d.MaxPopBatch
+	}
+	if c.MaxPopTimeout <= 0 {
+		c.MaxPopTimeout = d.MaxPopTimeout
+	}
+	if c.DefaultPopTimeout <= 0 {
+		c.DefaultPopTimeout = d.DefaultPopTimeout
+	}
+	if c.DefaultPopTimeout > c.MaxPopTimeout {
+		c.DefaultPopTimeout = c.MaxPopTimeout
+	}
+	if c.Version == "" {
+		c.Version = d.Version
+	}
+	return c
+}
+
+// Access is the role a route needs when authentication is on (API.md 3).
+type Access int
+
+// Access levels, lowest first; a higher level includes the lower ones.
+const (
+	AccessPublic Access = iota // no authentication (e.g. /health)
+	AccessReadOnly
+	AccessReadWrite
+	AccessAdmin
+)
+
+// Authenticator is the JWT seam. It is called before every guarded route
+// with the level that route needs. It returns the caller's subject ("" =
+// none), which is stamped as producerSub on pushed messages, or an error: a
+// *broker.UserError (401/403) is answered as is, anything else as 401.
+type Authenticator func(r *http.Request, need Access) (subject string, err error)
+
+// Server is the HTTP front of one node.
+type Server struct {
+	b       Broker
+	cfg     Config
+	log     hclog.Logger
+	mux     *http.ServeMux
+	handler http.Handler
+
+	// drainCtx is canceled by Drain so parked long-polls answer 204 at once
+	// instead of holding a graceful shutdown for their whole timeout.
+	drainOnce sync.Once
+	drainCtx  context.Context
+	drain     context.CancelFunc
+}
+
+// New returns a Server with every Queen route registered.
+func New(b Broker, cfg Config, logger hclog.Logger) *Server {
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	s := &Server{b: b, cfg: cfg.withDefaults(), log: logger, mux: http.NewServeMux()}
+	s.drainCtx, s.drain = context.WithCancel(context.Background())
+
+	s.route("POST", "/api/v1/configure", AccessReadWrite, s.handleConfigure)
+	s.route("DELETE", "/api/v1/resources/queues/{queue}", AccessAdmin, s.handleDeleteQueue)
+	s.route("POST", "/api/v1/push", AccessReadWrite, s.handlePush)
+	s.route("GET", "/api/v1/pop/queue/{queue}", AccessReadWrite, s.handlePop)
+	s.route("GET", "/api/v1/pop/queue/{queue}/partition/{partition}", AccessReadWrite, s.handlePop)
+	s.route("POST", "/api/v1/ack", AccessReadWrite, s.handleAck)
+	s.route("POST", "/api/v1/ack/batch", AccessReadWrite, s.handleAckBatch)
+	s.route("POST", "/api/v1/lease/{leaseId}/extend", AccessReadWrite, s.handleLeaseExtend)
+	s.route("POST", "/api/v1/transaction", AccessReadWrite, s.handleTransaction)
+	s.route("GET", "/api/v1/dlq", AccessReadOnly, s.handleDLQ)
+	s.route("DELETE", "/api/v1/consumer-groups/{group}", AccessAdmin, s.handleDeleteGroup)
+	s.route("DELETE", "/api/v1/consumer-groups/{group}/queues/{queue}", AccessAdmin, s.handleDeleteGroup)
+	s.route("POST", "/api/v1/consumer-groups/{group}/queues/{queue}/seek", AccessReadWrite, s.handleSeek)
+	s.route("GET", "/health", AccessPublic, s.handleHealth)
+
+	s.handler = s.recoverPanics(s.cors(http.HandlerFunc(s.dispatch)))
+	return s
+}
+
+// Handler returns the root handler (CORS, panics, 404/405 as JSON, routes).
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Handle registers an extra route (e.g. "GET /status", "GET /metrics") on
+// the same mux. It gets CORS and JSON 404/405 handling but no
+// authentication: the routes added this way are public by API.md 3.
+func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
+
+// Drain makes parked and future long-polls answer 204 immediately. Call it
+// when a graceful shutdown starts (http.Server.RegisterOnShutdown).
+func (s *Server) Drain() { s.drainOnce.Do(s.drain) }
+
+// route registers an API handler with its method and access level.
+func (s *Server) route(method, path string, need Access, h func(w http.ResponseWriter, r *http.Request, sub *string)) {
+	s.mux.HandleFunc(method+" "+path, func(w http.ResponseWriter, r *http.Request) {
+		// ServeMux lets HEAD reach GET routes; a HEAD pop would lease
+		// messages nobody receives.
+		if r.Method != method {
+			w.Header().Set("Allow", method)
+			writeError(w, http.StatusMethodNotAllowed, "method not allowed")
+			return
+		}
+		var sub *string
+		if s.cfg.Auth != nil && need != AccessPublic {
+			subject, err := s.cfg.Auth(r, need)
+			if err != nil {
+				var ue *broker.UserError
+				if errors.As(err, &ue) {
+					writeError(w, ue.Status, ue.Msg)
+				} else {
+					writeError(w, http.StatusUnauthorized, "Authentication required")
+				}
+				return
+			}
+			if subject != "" {
+				sub = &subject
+			}
+		}
+		h(w, r, sub)
+	})
+}
+
+// dispatch routes through the mux but answers unknown routes and wrong
+// methods with JSON errors instead of ServeMux's plain text.
+func (s *Server) dispatch(w http.ResponseWriter, r *http.Request) {
+	h, pattern := s.mux.Handler(r)
+	if pattern != "" {
+		s.mux.ServeHTTP(w, r)
+		return
+	}
+	// pattern "" is ServeMux's own 404, 405 or a path-cleaning redirect:
+	// find out which by running it against a recorder.
+	rec := &statusRecorder{header: http.Header{}}
+	h.ServeHTTP(rec, r)
+	switch rec.status {
+	case http.StatusMethodNotAllowed:
+		w.Header().Set("Allow", rec.header.Get("Allow"))
+		writeError(w, http.StatusMethodNotAllowed, "method not allowed")
+	case http.StatusNotFound, 0:
+		writeError(w, http.StatusNotFound, "not found: "+r.Method+" "+r.URL.Path)
+	default:
+		for k, v := range rec.header {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(rec.status)
+	}
+}
+
+// statusRecorder captures the status and headers of ServeMux's fallback
+// handlers; their plain-text bodies are discarded.
+type statusRecorder struct {
+	header http.Header
+	status int
+}
+
+func (r *statusRecorder) Header() http.Header { return r.header }
+func (r *statusRecorder) Write(p []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return len(p), nil
+}
+func (r *statusRecorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+}
+
+// cors adds the API.md 1.1 CORS headers to every response and answers
+// every OPTIONS preflight with 204.
+func (s *Server) cors(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Access-Control-Allow-Origin", "*")
+		h.Set("Access-Control-Allow-Methods", "GET, POST, PUT, DELETE, OPTIONS")
+		h.Set("Access-Control-Allow-Headers", "Content-Type, Authorization")
+		if r.Method == http.MethodOptions {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// recoverPanics turns a handler panic into a logged 500 instead of a
+// dropped connection. http.ErrAbortHandler keeps its meaning.
+func (s *Server) recoverPanics(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			v := recover()
+			if v == nil {
+				return
+			}
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			s.log.Error("handler panic", "method", r.Method, "path", r.URL.Path, "panic", v)
+			writeError(w, http.StatusInternalServerError, "internal error: panic")
+		}()
+		next.ServeHTTP(w, r)
+	})
+}

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"queen-node/broker"
+)
+
+func envOf(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestLoadConfigDefaults(t *testing.T) {
+	cfg, err := loadConfig(nil, envOf(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, _ := os.Hostname()
+	want := broker.DefaultConfig()
+	want.NodeName = host
+	if cfg.Broker != want {
+		t.Fatalf("broker config %+v, want %+v", cfg.Broker, want)
+	}
+	if cfg.HTTPAddr != ":6632" || cfg.Tenant != "default" || cfg.PprofAddr != "" || cfg.LogLevel != hclog.Info || cfg.LogJSON {
+		t.Fatalf("%+v", cfg)
+	}
+	m := cfg.Mesh
+	if !m.Enabled || m.Bind != "0.0.0.0:7946" || m.Advertise != "" || m.Join != nil || m.Secret != nil ||
+		m.FlushInterval != 20*time.Millisecond || m.HintCap != 200000 || m.DropRate != 0 {
+		t.Fatalf("mesh %+v", m)
+	}
+}
+
+func TestLoadConfigValues(t *testing.T) {
+	env := map[string]string{
+		"QUEEN_PG_URL":                    "postgres://u:p@h/db",
+		"QUEEN_HTTP_ADDR":                 "127.0.0.1:7000",
+		"QUEEN_NODE_NAME":                 "n1",
+		"QUEEN_TENANT":                    "acme",
+		"QUEEN_PG_MAX_CONNS":              "8",
+		"QUEEN_POP_BACKOFF_MAX_MS":        "500",
+		"QUEEN_DEFAULT_SUBSCRIPTION_MODE": "new-only",
+		"QUEEN_PPROF_ADDR":                "localhost:6060",
+		"QUEEN_LOG_LEVEL":                 "DEBUG",
+		"QUEEN_LOG_JSON":                  "1",
+		"QUEEN_LOG_TOPN_QUEUES":           "0",
+		"QUEEN_HOTLIST":                   "0",
+		"QUEEN_HOTLIST_SHARDS":            "16",
+		"QUEEN_HOTLIST_RESEED_MS":         "2000",
+		"QUEEN_HOTLIST_IDLE_SWEEP_MS":     "0",
+		"QUEEN_HOTLIST_WINDOW_BATCH":      "5",
+		"QUEEN_HOTLIST_TRACE":             "trace-",
+		"QUEEN_MESH":                      "0",
+		"QUEEN_MESH_BIND":                 "127.0.0.1:7947",
+		"QUEEN_MESH_ADVERTISE":            "10.0.0.1:7947",
+		"QUEEN_MESH_JOIN":                 " a:1, ,b:2 ",
+		"QUEEN_MESH_SECRET":               "MDEyMzQ1Njc4OWFiY2RlZg==", // 16 bytes
+		"QUEEN_MESH_FLUSH_MS":             "5",
+		"QUEEN_MESH_HINT_CAP":             "100",
+		"QUEEN_MESH_DROP_RATE":            "0.25",
+	}
+	cfg, err := loadConfig(nil, envOf(env))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := cfg.Broker
+	if b.PGURL != "postgres://u:p@h/db" || b.NodeName != "n1" || b.PoolMaxConns != 8 || b.PopBackoffMax != 500*time.Millisecond ||
+		b.DefaultSubscription != "new" || b.LogTopNQueues != 0 || b.Hotlist || b.HotlistShards != 16 ||
+		b.HotlistReseed != 2*time.Second || b.HotlistIdleSweep != 0 || b.HotlistWindowBatch != 5 || b.HotlistTrace != "trace-" {
+		t.Fatalf("broker %+v", b)
+	}
+	if cfg.HTTPAddr != "127.0.0.1:7000" || cfg.Tenant != "acme" || cfg.PprofAddr != "localhost:6060" ||
+		cfg.LogLevel != hclog.Debug || !cfg.LogJSON {
+		t.Fatalf("%+v", cfg)
+	}
+	m := cfg.Mesh
+	if m.Enabled || m.Bind != "127.0.0.1:7947" || m.Advertise != "10.0.0.1:7947" || strings.Join(m.Join, ";") != "a:1;b:2" ||
+		string(m.Secret) != "0123456789abcdef" || m.FlushInterval != 5*time.Millisecond || m.HintCap != 100 || m.DropRate != 0.25 {
+		t.Fatalf("mesh %+v", m)
+	}
+}
+
+func TestLoadConfigFlagsWin(t *testing.T) {
+	env := map[string]string{"QUEEN_HTTP_ADDR": ":1", "QUEEN_HOTLIST": "1", "QUEEN_HOTLIST_SHARDS": "bad", "QUEEN_LOG_JSON": "0"}
+	cfg, err := loadConfig([]string{"-http-addr", ":2", "-hotlist=0", "--hotlist-shards=4", "-log-json"}, envOf(env))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.HTTPAddr != ":2" || cfg.Broker.Hotlist || cfg.Broker.HotlistShards != 4 || !cfg.LogJSON {
+		t.Fatalf("%+v", cfg)
+	}
+}
+
+func TestLoadConfigErrors(t *testing.T) {
+	cases := []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{nil, map[string]string{"QUEEN_HOTLIST_SHARDS": "x"}, `invalid QUEEN_HOTLIST_SHARDS="x": want an integer from 1 to 256`},
+		{nil, map[string]string{"QUEEN_HOTLIST_SHARDS": "0"}, `invalid QUEEN_HOTLIST_SHARDS="0": want an integer from 1 to 256`},
+		{[]string{"-hotlist-shards=300"}, nil, `invalid -hotlist-shards="300": want an integer from 1 to 256`},
+		{nil, map[string]string{"QUEEN_HOTLIST": "yes"}, `invalid QUEEN_HOTLIST="yes": want 0 or 1`},
+		{nil, map[string]string{"QUEEN_MESH": "2"}, `invalid QUEEN_MESH="2": want 0 or 1`},
+		{nil, map[string]string{"QUEEN_LOG_LEVEL": "loud"}, `invalid QUEEN_LOG_LEVEL="loud": want one of trace, debug, info, warn, error`},
+		{nil, map[string]string{"QUEEN_LOG_JSON": "json"}, `invalid QUEEN_LOG_JSON="json": want 0 or 1`},
+		{nil, map[string]string{"QUEEN_HTTP_ADDR": "6632"}, `invalid QUEEN_HTTP_ADDR="6632": want host:port or :port, e.g. :6632`},
+		{nil, map[string]string{"QUEEN_PPROF_ADDR": "x:y"}, `invalid QUEEN_PPROF_ADDR="x:y": want host:port or :port, e.g. :6632`},
+		{nil, map[string]string{"QUEEN_PG_MAX_CONNS": "0"}, `invalid QUEEN_PG_MAX_CONNS="0": want an integer from 1 to 10000`},
+		{nil, map[string]string{"QUEEN_POP_BACKOFF_MAX_MS": "1"}, `invalid QUEEN_POP_BACKOFF_MAX_MS="1": want an integer number of milliseconds from 25 to 60000`},
+		{nil, map[string]string{"QUEEN_DEFAULT_SUBSCRIPTION_MODE": "latest"}, `invalid QUEEN_DEFAULT_SUBSCRIPTION_MODE="latest": want one of all, new, new-only (or empty)`},
+		{nil, map[string]string{"QUEEN_HOTLIST_RESEED_MS": "-1"}, `invalid QUEEN_HOTLIST_RESEED_MS="-1": want an integer number of milliseconds from 10 to 86400000`},
+		{nil, map[string]string{"QUEEN_HOTLIST_IDLE_SWEEP_MS": "1.5"}, `invalid QUEEN_HOTLIST_IDLE_SWEEP_MS="1.5": want an integer number of milliseconds from 0 to 86400000`},
+		{nil, map[string]string{"QUEEN_HOTLIST_WINDOW_BATCH": "0"}, `invalid QUEEN_HOTLIST_WINDOW_BATCH="0": want an integer from 1 to 1000000`},
+		{nil, map[string]string{"QUEEN_HOTLIST_TRACE": strings.Repeat("t", 256)}, `want at most 255 bytes`},
+		{nil, map[string]string{"QUEEN_LOG_TOPN_QUEUES": "-1"}, `invalid QUEEN_LOG_TOPN_QUEUES="-1": want an integer from 0 to 1000`},
+		{nil, map[string]string{"QUEEN_NODE_NAME": "has space"}, `invalid QUEEN_NODE_NAME="has space": want 1 to 255 bytes without spaces`},
+		{nil, map[string]string{"QUEEN_TENANT": strings.Repeat("t", 256)}, `want 1 to 255 bytes without spaces`},
+		{nil, map[string]string{"QUEEN_MESH_BIND": "nohost"}, `invalid QUEEN_MESH_BIND="nohost": want host:port`},
+		{nil, map[string]string{"QUEEN_MESH_ADVERTISE": "h:99999"}, `invalid QUEEN_MESH_ADVERTISE="h:99999": want host:port with a port from 0 to 65535`},
+		{nil, map[string]string{"QUEEN_MESH_JOIN": "a:1,b"}, `invalid QUEEN_MESH_JOIN="a:1,b": want comma-separated host:port seeds`},
+		{nil, map[string]string{"QUEEN_MESH_SECRET": "c2hvcnQ="}, `invalid QUEEN_MESH_SECRET: want base64 of a 16, 24 or 32-byte key`},
+		{nil, map[string]string{"QUEEN_MESH_SECRET": "!!!"}, `invalid QUEEN_MESH_SECRET: want base64 of a 16, 24 or 32-byte key`},
+		{nil, map[string]string{"QUEEN_MESH_FLUSH_MS": "0"}, `invalid QUEEN_MESH_FLUSH_MS="0": want an integer number of milliseconds from 1 to 10000`},
+		{nil, map[string]string{"QUEEN_MESH_HINT_CAP": "0"}, `invalid QUEEN_MESH_HINT_CAP="0": want an integer from 1 to 100000000`},
+		{nil, map[string]string{"QUEEN_MESH_DROP_RATE": "1.5"}, `invalid QUEEN_MESH_DROP_RATE="1.5": want a number from 0 to 1`},
+		{nil, map[string]string{"QUEEN_MESH_DROP_RATE": "NaN"}, `invalid QUEEN_MESH_DROP_RATE="NaN": want a number from 0 to 1`},
+		{[]string{"-no-such-flag"}, nil, `flag provided but not defined: -no-such-flag`},
+		{[]string{"stray"}, nil, `unexpected argument "stray"`},
+	}
+	for _, c := range cases {
+		_, err := loadConfig(c.args, envOf(c.env))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("args %v env %v: error %v, want %q", c.args, c.env, err, c.want)
+			continue
+		}
+		if strings.Contains(err.Error(), "\n") {
+			t.Errorf("error must be one line: %q", err)
+		}
+	}
+}
+
+func TestLoadConfigSecretsNotEchoed(t *testing.T) {
+	_, err := loadConfig(nil, envOf(map[string]string{"QUEEN_MESH_SECRET": "c2VjcmV0LXZhbHVl"}))
+	if err == nil || strings.Contains(err.Error(), "c2VjcmV0LXZhbHVl") {
+		t.Fatalf("%v", err)
+	}
+}
+
+func TestLoadConfigHelp(t *testing.T) {
+	if _, err := loadConfig([]string{"-h"}, envOf(nil)); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("%v", err)
+	}
+	var sb strings.Builder
+	printUsage(&sb)
+	for _, s := range settings() {
+		if !strings.Contains(sb.String(), s.env) || !strings.Contains(sb.String(), "-"+s.flag) {
+			t.Fatalf("usage lacks %s / -%s", s.env, s.flag)
+		}
+	}
+}

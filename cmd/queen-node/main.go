@@ -1,0 +1,189 @@
+// Command queen-node is one broker node of a PostgreSQL-backed Queen MQ
+// cluster: it serves the Queen HTTP API on top of package broker.
+//
+//	queen-node [serve] [flags]   run the node (default)
+//	queen-node version           print the version
+//
+// Every flag has a QUEEN_* environment variable; see -h.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"queen-node/api"
+	"queen-node/broker"
+)
+
+// version is set at build time: -ldflags "-X main.version=1.2.3".
+var version = "dev"
+
+// shutdownGrace is how long in-flight requests get after SIGINT/SIGTERM.
+const shutdownGrace = 10 * time.Second
+
+// Exit codes: 2 = bad usage or configuration, 1 = runtime failure.
+const (
+	exitFailure = 1
+	exitUsage   = 2
+)
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	cmd := "serve"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		cmd, args = args[0], args[1:]
+	}
+	switch cmd {
+	case "serve":
+		return serve(args)
+	case "version":
+		fmt.Println("queen-node", version)
+		return 0
+	case "help":
+		printUsage(os.Stdout)
+		return 0
+	default:
+		fmt.Fprintf(os.Stderr, "queen-node: unknown command %q: want serve or version\n", cmd)
+		return exitUsage
+	}
+}
+
+func serve(args []string) int {
+	cfg, err := loadConfig(args, os.Getenv)
+	if errors.Is(err, flag.ErrHelp) {
+		printUsage(os.Stderr)
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "queen-node: %v\n", err)
+		return exitUsage
+	}
+
+	logger := hclog.New(&hclog.LoggerOptions{
+		Name:       "queen-node",
+		Level:      cfg.LogLevel,
+		JSONFormat: cfg.LogJSON,
+		Output:     os.Stderr,
+	})
+	if err := runNode(cfg, logger); err != nil {
+		logger.Error("node failed", "error", err)
+		return exitFailure
+	}
+	return 0
+}
+
+// runNode starts the broker and the HTTP server and blocks until a signal
+// or a fatal server error, then shuts down in order: stop accepting, drain
+// in-flight requests, close the broker.
+func runNode(cfg Config, logger hclog.Logger) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	// Listen before connecting so a taken port fails fast, not after a
+	// database wait.
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
+	}
+	defer ln.Close()
+
+	// ctx bounds startup: a signal while PostgreSQL is still unreachable
+	// aborts the connect retries.
+	b, err := broker.New(ctx, cfg.Broker, logger.Named("broker"))
+	if err != nil {
+		return fmt.Errorf("start broker: %w", err)
+	}
+	defer b.Close()
+
+	acfg := api.DefaultConfig()
+	acfg.Tenant = cfg.Tenant
+	acfg.Version = version
+	srv := api.New(b, acfg, logger.Named("api"))
+
+	httpSrv := &http.Server{
+		Handler:           srv.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		// No ReadTimeout/WriteTimeout: long-polls legitimately hold a
+		// request for up to the pop timeout.
+		ErrorLog: logger.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
+	}
+	// Parked long-polls answer 204 as soon as shutdown starts instead of
+	// holding the grace period for their whole timeout.
+	httpSrv.RegisterOnShutdown(srv.Drain)
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- httpSrv.Serve(ln) }()
+
+	if cfg.PprofAddr != "" {
+		pp := startPprof(cfg.PprofAddr, logger.Named("pprof"))
+		defer pp.Close()
+	}
+
+	// The mesh package does not exist yet; cfg.Mesh is validated so a bad
+	// setting already fails at start.
+	logger.Info("queen-node started",
+		"node", cfg.Broker.NodeName,
+		"http_addr", ln.Addr().String(),
+		"version", version,
+		"hotlist", onOff(cfg.Broker.Hotlist),
+	)
+
+	select {
+	case err := <-serveErr:
+		return fmt.Errorf("http server: %w", err)
+	case <-ctx.Done():
+	}
+	stop() // a second signal kills the process the default way
+	logger.Info("shutting down", "grace", shutdownGrace)
+
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer cancel()
+	if err := httpSrv.Shutdown(shutdownCtx); err != nil {
+		logger.Warn("in-flight requests did not finish in time; closing connections", "error", err)
+		_ = httpSrv.Close()
+	}
+	// b.Close runs via defer, after every handler has returned.
+	logger.Info("stopped")
+	return nil
+}
+
+// startPprof serves net/http/pprof on its own listener, never on the API port.
+func startPprof(addr string, logger hclog.Logger) *http.Server {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	s := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := s.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error("pprof server failed", "addr", addr, "error", err)
+		}
+	}()
+	logger.Info("pprof listening", "addr", addr)
+	return s
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}

@@ -1,0 +1,24 @@
+-- queen.hotlist_reseed_v1 enumerates a (queue, group)'s probably-pending
+-- partitions with the same test as the SQL candidate scan (last_offset past
+-- the group's cursor, or no consumer row yet), keyset-paginated in id order
+-- so the broker walks a large set in bounded chunks. It deliberately
+-- over-includes lease-held partitions: they are still pending, the ring must
+-- hold them, and the claim core will answer 'leased'.
+CREATE OR REPLACE FUNCTION queen.hotlist_reseed_v1(
+    p_tenant text,
+    p_queue  text,
+    p_group  text,
+    p_after  uuid,
+    p_limit  int)
+RETURNS TABLE (o_pid uuid, o_name text)
+LANGUAGE sql STABLE AS $$
+    SELECT p.id, p.name
+    FROM queen.queues q
+    JOIN queen.partitions p ON p.queue_id = q.id
+    LEFT JOIN queen.consumers c ON c.partition_id = p.id AND c.consumer_group = p_group
+    WHERE q.tenant = p_tenant AND q.name = p_queue
+      AND (p_after IS NULL OR p.id > p_after)
+      AND p.last_offset > COALESCE(c.committed_offset, 0)
+    ORDER BY p.id
+    LIMIT p_limit
+$$;
