@@ -29,6 +29,15 @@ type object map[string]json.RawMessage
 // object. An empty body is an empty object: clients send `{}` or nothing
 // on some POSTs, and the field checks then give the precise error.
 func (s *Server) readObject(w http.ResponseWriter, r *http.Request) (object, error) {
+	body, err := s.readBody(w, r)
+	if err != nil {
+		return nil, err
+	}
+	return parseObject(body, "request body")
+}
+
+// readBody reads the request body, bounded by MaxBodyBytes.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	limit := s.cfg.MaxBodyBytes
 	if r.ContentLength > limit {
 		return nil, tooLarge(fmt.Sprintf("request body too large (limit %d bytes)", limit))
@@ -41,7 +50,7 @@ func (s *Server) readObject(w http.ResponseWriter, r *http.Request) (object, err
 		}
 		return nil, badRequest("cannot read request body: " + err.Error())
 	}
-	return parseObject(body, "request body")
+	return body, nil
 }
 
 // parseObject decodes raw as a JSON object; null and empty are empty.

@@ -611,3 +611,15 @@ func TestAckUnknownIdsAreItemErrors(t *testing.T) {
 		t.Fatalf("unknown partition: %v", a[0])
 	}
 }
+
+func TestDeleteQueueRemovesMessages(t *testing.T) {
+	t.Parallel()
+	n := nodetest.Start(t)
+	push(t, n, "gone-q", "Default", "old")
+	n.Do(t, "DELETE", "/api/v1/resources/queues/gone-q", nil)
+	push(t, n, "gone-q", "Default", "new")
+	ms, _ := pop(t, n, "gone-q", "batch=10")
+	if len(ms) != 1 || ms[0]["data"] != "new" {
+		t.Fatalf("a re-created queue must hold only new messages: %v", payloads(ms))
+	}
+}

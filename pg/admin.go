@@ -93,11 +93,29 @@ func (db *DB) LookupQueue(ctx context.Context, tenant, queue string) (QueueInfo,
 // DeleteQueue deletes a queue with everything below it (partitions,
 // messages, cursors, leases, dead letters, group markers).
 func (db *DB) DeleteQueue(ctx context.Context, tenant, queue string) (existed bool, err error) {
-	tag, err := db.pool.Exec(ctx, `DELETE FROM queen.queues WHERE tenant = $1 AND name = $2`, tenant, queue)
-	if err != nil {
-		return false, fmt.Errorf("delete queue %s: %w", queue, err)
-	}
-	return tag.RowsAffected() > 0, nil
+	err = db.InTx(ctx, func(t *Tx) error {
+		// Deleting the partitions first waits for in-flight pushes (they
+		// hold the partition rows), so the message delete below sees them.
+		rs, err := t.tx.Query(ctx, `DELETE FROM queen.partitions p USING queen.queues q
+			WHERE p.queue_id = q.id AND q.tenant = $1 AND q.name = $2 RETURNING p.id`, tenant, queue)
+		if err != nil {
+			return fmt.Errorf("delete queue %s: %w", queue, err)
+		}
+		ids, err := pgx.CollectRows(rs, pgx.RowTo[[16]byte])
+		if err != nil {
+			return fmt.Errorf("delete queue %s: %w", queue, err)
+		}
+		if _, err := t.tx.Exec(ctx, `DELETE FROM queen.messages WHERE partition_id = ANY($1)`, ids); err != nil {
+			return fmt.Errorf("delete queue %s messages: %w", queue, err)
+		}
+		tag, err := t.tx.Exec(ctx, `DELETE FROM queen.queues WHERE tenant = $1 AND name = $2`, tenant, queue)
+		if err != nil {
+			return fmt.Errorf("delete queue %s: %w", queue, err)
+		}
+		existed = tag.RowsAffected() > 0
+		return nil
+	})
+	return existed, err
 }
 
 // DLQFilter selects dead letters; empty strings and nil times match all.

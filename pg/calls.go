@@ -37,37 +37,69 @@ func (t *Tx) Push(ctx context.Context, tenant string, rows []PushRow) ([]PushOut
 }
 
 func push(ctx context.Context, q querier, tenant string, rows []PushRow) ([]PushOutcome, error) {
-	n := len(rows)
-	queues, parts, txids, ids := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	traces, payloads, subs := make([]*string, n), make([]string, n), make([]*string, n)
+	// Remove in-batch duplicates (the first occurrence wins) and number the
+	// unique items within their partition, so the SQL side needs no window
+	// functions.
+	type pkey struct{ q, p string }
+	type tkey struct{ q, p, tx string }
+	first := make(map[tkey]int, len(rows))
+	seq := make(map[pkey]int32, 4)
+	uniq := make([]int, 0, len(rows)) // positions in rows
+	dupOf := make([]int, len(rows))   // -1 or the position of the first occurrence
 	for i, r := range rows {
-		queues[i], parts[i], txids[i], ids[i] = r.Queue, r.Partition, r.TxID, r.ID
-		traces[i], payloads[i], subs[i] = r.Trace, r.Payload, r.Sub
+		k := tkey{r.Queue, r.Partition, r.TxID}
+		if j, ok := first[k]; ok {
+			dupOf[i] = j
+			continue
+		}
+		first[k] = i
+		dupOf[i] = -1
+		uniq = append(uniq, i)
 	}
-	rs, err := q.Query(ctx, `SELECT idx, status, message_id, partition_id, transaction_id
-		FROM queen.push_v1($1, $2, $3, $4, $5::uuid[], $6::uuid[], $7, $8)`,
-		tenant, queues, parts, txids, ids, traces, payloads, subs)
+	n := len(uniq)
+	queues, parts, txids, ids := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	seqs, traces, payloads, subs := make([]int32, n), make([]*string, n), make([]string, n), make([]*string, n)
+	for j, i := range uniq {
+		r := rows[i]
+		pk := pkey{r.Queue, r.Partition}
+		seq[pk]++
+		queues[j], parts[j], seqs[j], txids[j], ids[j] = r.Queue, r.Partition, seq[pk], r.TxID, r.ID
+		traces[j], payloads[j], subs[j] = r.Trace, r.Payload, r.Sub
+	}
+	rs, err := q.Query(ctx, `SELECT o_idx, o_status, o_mid::text, o_pid::text
+		FROM queen.push_v2($1, $2, $3, $4, $5, $6::uuid[], $7::uuid[], $8, $9)`,
+		tenant, queues, parts, seqs, txids, ids, traces, payloads, subs)
 	if err != nil {
 		return nil, fmt.Errorf("push: %w", err)
 	}
-	out := make([]PushOutcome, 0, n)
+	out := make([]PushOutcome, len(rows))
 	for rs.Next() {
-		var o PushOutcome
+		var j int
+		var st string
 		var mid, pid *string
-		if err := rs.Scan(&o.Idx, &o.Status, &mid, &pid, &o.TxID); err != nil {
+		if err := rs.Scan(&j, &st, &mid, &pid); err != nil {
 			rs.Close()
 			return nil, fmt.Errorf("push: scan: %w", err)
 		}
-		if mid != nil {
-			o.MessageID = *mid
+		if j < 0 || j >= n {
+			continue
 		}
-		if pid != nil {
-			o.PartitionID = *pid
-		}
-		out = append(out, o)
+		i := uniq[j]
+		out[i] = PushOutcome{Idx: i, Status: st, MessageID: deref(mid), PartitionID: deref(pid), TxID: rows[i].TxID}
 	}
 	if err := rs.Err(); err != nil {
 		return nil, fmt.Errorf("push: %w", err)
+	}
+	for i, j := range dupOf {
+		if j < 0 {
+			continue
+		}
+		o := out[j]
+		if o.Status != "failed" {
+			o.Status = "duplicate"
+		}
+		o.Idx, o.TxID = i, rows[i].TxID
+		out[i] = o
 	}
 	return out, nil
 }

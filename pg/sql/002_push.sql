@@ -1,31 +1,30 @@
--- queen.push_v1 appends a batch in one round trip. Queues and partitions are
--- created on demand; the touched partitions are row-locked in id order (so
--- concurrent pushes cannot deadlock), which serialises offset allocation and
--- makes the (partition, transaction id) duplicate check race-free.
-CREATE OR REPLACE FUNCTION queen.push_v1(
+-- queen.push_v2 appends a batch in one round trip. The caller removes
+-- in-batch duplicates and numbers each item within its partition (p_seqs,
+-- 1..n). Queues and partitions are created on demand; the touched partitions
+-- are row-locked in id order (so concurrent pushes cannot deadlock), which
+-- serialises offset allocation: offsets increase in commit order. The
+-- duplicate check runs under those locks; a duplicate leaves a hole in the
+-- offsets, which readers tolerate.
+DROP FUNCTION IF EXISTS queen.push_v1(text, text[], text[], text[], uuid[], uuid[], text[], text[]);
+
+CREATE OR REPLACE FUNCTION queen.push_v2(
     p_tenant     text,
     p_queues     text[],
     p_partitions text[],
+    p_seqs       int[],
     p_txids      text[],
     p_ids        uuid[],
     p_traces     uuid[],
     p_payloads   text[],
     p_subs       text[])
-RETURNS TABLE (idx int, status text, message_id uuid, partition_id uuid, transaction_id text)
+RETURNS TABLE (o_idx int, o_status text, o_mid uuid, o_pid uuid)
 LANGUAGE plpgsql AS $$
+DECLARE
+    v_want int;
+    v_have int;
 BEGIN
-    INSERT INTO queen.queues (id, tenant, name)
-    SELECT gen_random_uuid(), p_tenant, s.qn
-    FROM (SELECT DISTINCT u.qn FROM unnest(p_queues) AS u(qn)) s
-    WHERE NOT EXISTS (SELECT 1 FROM queen.queues q WHERE q.tenant = p_tenant AND q.name = s.qn)
-    ON CONFLICT (tenant, name) DO NOTHING;
-
-    INSERT INTO queen.partitions (id, queue_id, name)
-    SELECT gen_random_uuid(), q.id, s.pn
-    FROM (SELECT DISTINCT t.qn, t.pn FROM unnest(p_queues, p_partitions) AS t(qn, pn)) s
-    JOIN queen.queues q ON q.tenant = p_tenant AND q.name = s.qn
-    WHERE NOT EXISTS (SELECT 1 FROM queen.partitions p WHERE p.queue_id = q.id AND p.name = s.pn)
-    ON CONFLICT (queue_id, name) DO NOTHING;
+    SELECT count(*) INTO v_want
+    FROM (SELECT DISTINCT t.qn, t.pn FROM unnest(p_queues, p_partitions) AS t(qn, pn)) s;
 
     PERFORM 1
     FROM queen.partitions p
@@ -34,60 +33,78 @@ BEGIN
       ON q.tenant = p_tenant AND q.name = s.qn AND p.name = s.pn
     ORDER BY p.id
     FOR UPDATE OF p;
+    GET DIAGNOSTICS v_have = ROW_COUNT;
+
+    IF v_have < v_want THEN
+        INSERT INTO queen.queues (id, tenant, name)
+        SELECT gen_random_uuid(), p_tenant, s.qn
+        FROM (SELECT DISTINCT u.qn FROM unnest(p_queues) AS u(qn)) s
+        ON CONFLICT (tenant, name) DO NOTHING;
+
+        INSERT INTO queen.partitions (id, queue_id, name)
+        SELECT gen_random_uuid(), q.id, s.pn
+        FROM (SELECT DISTINCT t.qn, t.pn FROM unnest(p_queues, p_partitions) AS t(qn, pn)) s
+        JOIN queen.queues q ON q.tenant = p_tenant AND q.name = s.qn
+        ON CONFLICT (queue_id, name) DO NOTHING;
+
+        PERFORM 1
+        FROM queen.partitions p
+        JOIN queen.queues q ON q.id = p.queue_id
+        JOIN (SELECT DISTINCT t.qn, t.pn FROM unnest(p_queues, p_partitions) AS t(qn, pn)) s
+          ON q.tenant = p_tenant AND q.name = s.qn AND p.name = s.pn
+        ORDER BY p.id
+        FOR UPDATE OF p;
+    END IF;
 
     -- A new statement: its snapshot sees every push that committed before
-    -- we obtained the locks, so last_offset and the duplicate check are current.
+    -- we obtained the locks, so last_offset is current.
     RETURN QUERY
     WITH items AS (
-        SELECT i.ord::int AS ord, i.txid, i.mid, i.trace, i.payload, i.sub,
-               p.id AS pid, p.last_offset
-        FROM unnest(p_queues, p_partitions, p_txids, p_ids, p_traces, p_payloads, p_subs)
-             WITH ORDINALITY AS i(qn, pn, txid, mid, trace, payload, sub, ord)
-        JOIN queen.queues q ON q.tenant = p_tenant AND q.name = i.qn
-        JOIN queen.partitions p ON p.queue_id = q.id AND p.name = i.pn
+        SELECT i.ord::int AS ord, i.qn, i.pn, i.seq, i.txid, i.mid, i.trace, i.payload, i.sub
+        FROM unnest(p_queues, p_partitions, p_seqs, p_txids, p_ids, p_traces, p_payloads, p_subs)
+             WITH ORDINALITY AS i(qn, pn, seq, txid, mid, trace, payload, sub, ord)
     ),
-    ex AS (
-        SELECT it.ord, m.id AS mid
+    parts AS (
+        SELECT p.id, s.qn, s.pn, p.last_offset AS base, s.n
+        FROM (SELECT it.qn, it.pn, max(it.seq) AS n FROM items it GROUP BY it.qn, it.pn) s
+        JOIN queen.queues q ON q.tenant = p_tenant AND q.name = s.qn
+        JOIN queen.partitions p ON p.queue_id = q.id AND p.name = s.pn
+    ),
+    -- Duplicates by index probe (a LATERAL LIMIT 1 keeps the planner from a
+    -- merge anti-join that reads the whole partition while its statistics
+    -- are young). The partition locks make the probe race-free; the unique
+    -- index remains the last word.
+    checked AS (
+        SELECT it.*, parts.id AS pid, parts.base, ex.id AS existing
         FROM items it
-        JOIN queen.messages m ON m.partition_id = it.pid AND m.transaction_id = it.txid
-    ),
-    fresh AS (
-        SELECT it.*, row_number() OVER (PARTITION BY it.pid, it.txid ORDER BY it.ord) AS rn
-        FROM items it
-        WHERE NOT EXISTS (SELECT 1 FROM ex WHERE ex.ord = it.ord)
-    ),
-    numbered AS (
-        SELECT f.ord, f.pid, f.txid, f.mid, f.trace, f.payload, f.sub,
-               f.last_offset + row_number() OVER (PARTITION BY f.pid ORDER BY f.ord) AS newoff
-        FROM fresh f
-        WHERE f.rn = 1
-    ),
-    ins AS (
-        INSERT INTO queen.messages (partition_id, off, id, transaction_id, trace_id, payload, producer_sub, created_at)
-        SELECT n.pid, n.newoff, n.mid, n.txid, n.trace, n.payload::json, n.sub, clock_timestamp()
-        FROM numbered n
-        ORDER BY n.pid, n.newoff
-        RETURNING 1
+        LEFT JOIN parts ON parts.qn = it.qn AND parts.pn = it.pn
+        LEFT JOIN LATERAL (
+            SELECT m.id FROM queen.messages m
+            WHERE m.partition_id = parts.id AND m.transaction_id = it.txid
+            LIMIT 1) ex ON true
     ),
     upd AS (
         UPDATE queen.partitions p
-        SET last_offset = x.maxoff, last_write_at = clock_timestamp()
-        FROM (SELECT n.pid, max(n.newoff) AS maxoff FROM numbered n GROUP BY n.pid) x
-        WHERE p.id = x.pid
+        SET last_offset = parts.base + parts.n, last_write_at = clock_timestamp()
+        FROM parts
+        WHERE p.id = parts.id
+        RETURNING 1
+    ),
+    ins AS (
+        INSERT INTO queen.messages (partition_id, off, id, transaction_id, trace_id, payload, producer_sub, created_at)
+        SELECT c.pid, c.base + c.seq, c.mid, c.txid, c.trace, c.payload::json, c.sub, clock_timestamp()
+        FROM checked c
+        WHERE c.pid IS NOT NULL AND c.existing IS NULL
+        ORDER BY c.pid, c.seq
         RETURNING 1
     )
-    SELECT a.ord::int - 1,
-           CASE WHEN it.pid IS NULL THEN 'failed'
-                WHEN ex.mid IS NOT NULL THEN 'duplicate'
-                WHEN n.ord = a.ord THEN 'queued'
+    SELECT c.ord - 1,
+           CASE WHEN c.pid IS NULL THEN 'failed'
+                WHEN c.existing IS NULL THEN 'queued'
                 ELSE 'duplicate' END,
-           COALESCE(ex.mid, n.mid),
-           it.pid,
-           a.txid
-    FROM unnest(p_txids) WITH ORDINALITY AS a(txid, ord)
-    LEFT JOIN items it ON it.ord = a.ord
-    LEFT JOIN ex ON ex.ord = a.ord
-    LEFT JOIN numbered n ON n.pid = it.pid AND n.txid = it.txid
-    ORDER BY a.ord;
+           COALESCE(c.existing, c.mid),
+           c.pid
+    FROM checked c
+    ORDER BY c.ord;
 END;
 $$;
