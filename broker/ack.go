@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -59,7 +60,16 @@ func (b *Broker) afterAck(tenant string, outs []pg.AckOutcome) {
 		if o.DLQ {
 			b.stats.DeadLettered.Add(1)
 		}
-		if !o.Released || !o.Pending || o.Queue == "" {
+		if !o.Released || o.Queue == "" {
+			continue
+		}
+		if b.hot != nil {
+			// Promote on ack: ready again if the partition is still pending,
+			// cleared only if the claim drained it and nothing was marked since.
+			if !b.hot.AckRelease(queueKey(tenant, o.Queue), o.Group, o.PartitionID, o.Pending, time.Now()) {
+				continue
+			}
+		} else if !o.Pending {
 			continue
 		}
 		if _, ok := woken[o.Queue]; ok {

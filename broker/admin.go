@@ -34,6 +34,9 @@ func (b *Broker) DeleteQueue(ctx context.Context, tenant, queue string) (bool, e
 	if err != nil {
 		return false, wrap(err)
 	}
+	if b.hot != nil {
+		b.hot.DropQueue(queueKey(tenant, queue))
+	}
 	b.gates.markDeleted(queueKey(tenant, queue))
 	return existed, nil
 }
@@ -80,6 +83,12 @@ func (b *Broker) DeleteConsumerGroup(ctx context.Context, tenant, group, queue s
 	if err != nil {
 		return 0, wrap(err)
 	}
+	if b.hot != nil {
+		// Over-forgetting is a harmless cold start; a stale ring that hides
+		// the re-consume until the next floor is the real danger. Only this
+		// tenant's rings: group names are shared across tenants.
+		b.hot.DropGroup(tenant, queue, group)
+	}
 	if queue != "" {
 		b.gates.notify(queueKey(tenant, queue))
 	}
@@ -92,6 +101,15 @@ func (b *Broker) Seek(ctx context.Context, tenant, group, queue string, toEnd bo
 	n, err := b.db.Seek(ctx, tenant, group, queue, toEnd, ts)
 	if err != nil {
 		return 0, wrap(err)
+	}
+	if b.hot != nil {
+		// A backwards seek makes partitions pending that the ring cleared:
+		// re-derive the ring now rather than at the next floor.
+		if r := b.hot.Lookup(queueKey(tenant, queue), group); r != nil && b.hot.BeginReseed(r, time.Now(), true) {
+			if err := b.reseed(ctx, r); err != nil {
+				return n, wrap(err)
+			}
+		}
 	}
 	b.gates.notify(queueKey(tenant, queue))
 	return n, nil

@@ -24,6 +24,13 @@ type Broker struct {
 	db    *pg.DB
 	gates *gates
 
+	hot        *hotlist.Hotlist // nil with QUEEN_HOTLIST=0: every hook is one branch on it
+	hotLog     hclog.Logger
+	lastReport struct {
+		at    time.Time
+		added int64
+	}
+
 	stats Stats
 
 	closeOnce sync.Once
@@ -77,11 +84,19 @@ func New(ctx context.Context, cfg Config, log hclog.Logger) (*Broker, error) {
 		backoff = min(backoff*2, 5*time.Second)
 	}
 	b := &Broker{
-		cfg:   cfg,
-		log:   log,
-		db:    db,
-		gates: newGates(),
-		stop:  make(chan struct{}),
+		cfg:    cfg,
+		log:    log,
+		db:     db,
+		gates:  newGates(),
+		stop:   make(chan struct{}),
+		hotLog: log.Named("hotlist"),
+	}
+	b.lastReport.at = time.Now()
+	if cfg.Hotlist {
+		b.hot = newHotlist(cfg, func(key, event string, kv ...any) {
+			b.hotLog.Debug("trace "+event, append([]any{"queue", queueName(key)}, kv...)...)
+		})
+		b.startHotLoops()
 	}
 	return b, nil
 }
@@ -128,6 +143,9 @@ func (b *Broker) Health(ctx context.Context) error {
 	}
 	return nil
 }
+
+// Hotlist returns the hot-list, or nil when it is off.
+func (b *Broker) Hotlist() *hotlist.Hotlist { return b.hot }
 
 // Stats returns the live counters.
 func (b *Broker) Stats() *Stats { return &b.stats }

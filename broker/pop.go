@@ -54,7 +54,7 @@ func (b *Broker) Pop(ctx context.Context, tenant string, req PopRequest) (*PopRe
 			// our query runs then still wakes us.
 			wake, gen, release = b.gates.subscribe(key)
 		}
-		res, err := b.popOnce(ctx, args)
+		res, err := b.popOnce(ctx, args, req.Wait)
 		if err != nil || res != nil || !req.Wait {
 			release()
 			if err == nil && res == nil {
@@ -115,25 +115,37 @@ func (b *Broker) subscription(req PopRequest) (string, *time.Time) {
 	return pg.SubAll, nil
 }
 
-// popOnce is one claim attempt: one round trip to the claim core.
-func (b *Broker) popOnce(ctx context.Context, args pg.PopArgs) (*PopResult, error) {
+// popOnce is one claim attempt. A wildcard pop with the hot-list on asks
+// the ring first; everything else is one round trip to the claim core.
+func (b *Broker) popOnce(ctx context.Context, args pg.PopArgs, wait bool) (*PopResult, error) {
+	if b.hot != nil && args.Names == nil {
+		res, _, err := b.hotPop(ctx, args, wait)
+		return res, err
+	}
+	res, _, err := b.sqlPop(ctx, args)
+	return res, err
+}
+
+// sqlPop runs the claim core on args.Names, or on the SQL candidate scan
+// when Names is nil.
+func (b *Broker) sqlPop(ctx context.Context, args pg.PopArgs) (*PopResult, *pg.PopOutcome, error) {
 	b.stats.PopSQLCalls.Add(1)
 	out, err := b.db.Pop(ctx, args)
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, ctx.Err()
+			return nil, nil, ctx.Err()
 		}
-		return nil, wrap(err)
+		return nil, nil, wrap(err)
 	}
 	if len(out.Messages) == 0 {
-		return nil, nil
+		return nil, out, nil
 	}
 	if ctx.Err() != nil && !args.AutoAck {
 		// The client is gone: never leave a lease on a response nobody reads.
 		b.dropLease(args.LeaseID)
-		return nil, ctx.Err()
+		return nil, out, ctx.Err()
 	}
-	return b.popResult(args, out), nil
+	return b.popResult(args, out), out, nil
 }
 
 func (b *Broker) popResult(args pg.PopArgs, out *pg.PopOutcome) *PopResult {

@@ -3,9 +3,11 @@ package broker
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 
+	"queen-node/hotlist"
 	"queen-node/pg"
 )
 
@@ -26,7 +28,7 @@ func (b *Broker) Push(ctx context.Context, tenant string, producerSub *string, i
 		return nil, wrap(err)
 	}
 	res := pushResults(items, rows, outs)
-	b.afterPush(tenant, res)
+	b.afterPush(tenant, res, hotlist.SourceLocal)
 	return res, nil
 }
 
@@ -60,7 +62,7 @@ func pushResults(items []PushItem, rows []pg.PushRow, outs []pg.PushOutcome) []P
 	res := make([]PushResult, len(items))
 	for i := range items {
 		res[i] = PushResult{Index: i, Status: "failed", TransactionID: rows[i].TxID,
-			TraceID: items[i].TraceID, Queue: items[i].Queue, Error: "not stored"}
+			TraceID: items[i].TraceID, Queue: items[i].Queue, Error: "not stored", partition: rows[i].Partition}
 	}
 	for _, o := range outs {
 		if o.Idx < 0 || o.Idx >= len(res) {
@@ -77,24 +79,41 @@ func pushResults(items []PushItem, rows []pg.PushRow, outs []pg.PushOutcome) []P
 	return res
 }
 
-// afterPush runs once the push committed: count, then wake each touched
-// queue once.
-func (b *Broker) afterPush(tenant string, res []PushResult) {
-	seen := make(map[string]struct{}, 1)
+// afterPush runs once the push committed. Without the hot-list it wakes
+// each touched queue once. With it, it marks each touched partition on every
+// group ring of its queue: a local push marks quietly (the wake tick wakes
+// parked pops), a transaction commit wakes at once.
+func (b *Broker) afterPush(tenant string, res []PushResult, src hotlist.Source) {
+	type part struct{ queue, partition string }
+	counts := make(map[part]int, 1)
 	for _, r := range res {
 		switch r.Status {
 		case "queued":
 			b.stats.PushedItems.Add(1)
+			counts[part{r.Queue, r.partition}]++
 		case "duplicate":
 			b.stats.Duplicates.Add(1)
-			continue
-		default:
-			continue
 		}
-		if _, ok := seen[r.Queue]; ok {
-			continue
+	}
+	if b.hot == nil {
+		woken := make(map[string]struct{}, 1)
+		for p := range counts {
+			if _, ok := woken[p.queue]; !ok {
+				woken[p.queue] = struct{}{}
+				b.gates.notify(queueKey(tenant, p.queue))
+			}
 		}
-		seen[r.Queue] = struct{}{}
-		b.gates.notify(queueKey(tenant, r.Queue))
+		return
+	}
+	byQueue := make(map[string][]hotlist.PartMark, 1)
+	for p, n := range counts {
+		byQueue[p.queue] = append(byQueue[p.queue], hotlist.PartMark{Name: p.partition, Count: n})
+	}
+	now := time.Now()
+	for q, parts := range byQueue {
+		key := queueKey(tenant, q)
+		if b.hot.Mark(key, parts, src, now) {
+			b.gates.notify(key)
+		}
 	}
 }

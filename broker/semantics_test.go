@@ -8,12 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"queen-node/broker"
 	"queen-node/internal/nodetest"
 )
 
-func TestPushPopAckRoundTrip(t *testing.T) {
-	t.Parallel()
-	n := nodetest.Start(t)
+func testPushPopAckRoundTrip(t *testing.T, mode nodetest.Option) {
+	n := nodetest.Start(t, mode)
 	res := push(t, n, "orders", "Default", msg{"n": 1}, "two", nil, []any{1.50, 2})
 	for i, r := range res {
 		if r["status"] != "queued" || r["transactionId"] != r["transaction_id"] || r["message_id"] == nil || r["index"] != float64(i) {
@@ -50,9 +50,8 @@ func TestPushPopAckRoundTrip(t *testing.T) {
 	}
 }
 
-func TestPushDuplicates(t *testing.T) {
-	t.Parallel()
-	n := nodetest.Start(t)
+func testPushDuplicates(t *testing.T, mode nodetest.Option) {
+	n := nodetest.Start(t, mode)
 	first := pushItems(t, n, []msg{{"queue": "q", "partition": "p1", "payload": 1, "transactionId": "dup"}})[0]
 	res := pushItems(t, n, []msg{
 		{"queue": "q", "partition": "p1", "payload": 2, "transactionId": "dup"},   // pre-existing
@@ -71,9 +70,8 @@ func TestPushDuplicates(t *testing.T) {
 	}
 }
 
-func TestConcurrentPushSameKeyQueuesOnce(t *testing.T) {
-	t.Parallel()
-	n := nodetest.Start(t)
+func testConcurrentPushSameKeyQueuesOnce(t *testing.T, mode nodetest.Option) {
+	n := nodetest.Start(t, mode)
 	var wg sync.WaitGroup
 	results := make([]msg, 8)
 	for i := range results {
@@ -102,9 +100,8 @@ func TestConcurrentPushSameKeyQueuesOnce(t *testing.T) {
 	}
 }
 
-func TestOrderWithinPartition(t *testing.T) {
-	t.Parallel()
-	n := nodetest.Start(t)
+func testOrderWithinPartition(t *testing.T, mode nodetest.Option) {
+	n := nodetest.Start(t, mode)
 	want := 0
 	for req := 0; req < 10; req++ {
 		ps := make([]any, 10)
@@ -125,9 +122,8 @@ func TestOrderWithinPartition(t *testing.T) {
 	}
 }
 
-func TestOneLeasePerPartitionAndGroup(t *testing.T) {
-	t.Parallel()
-	n := nodetest.Start(t)
+func testOneLeasePerPartitionAndGroup(t *testing.T, mode nodetest.Option) {
+	n := nodetest.Start(t, mode)
 	push(t, n, "lq", "p", 1, 2, 3)
 	ms, _ := pop(t, n, "lq", "batch=1")
 	if len(ms) != 1 {
@@ -151,9 +147,8 @@ func TestOneLeasePerPartitionAndGroup(t *testing.T) {
 	}
 }
 
-func TestLeaseExpiryRedelivers(t *testing.T) {
-	t.Parallel()
-	n := nodetest.Start(t)
+func testLeaseExpiryRedelivers(t *testing.T, mode nodetest.Option) {
+	n := nodetest.Start(t, mode)
 	configure(t, n, "exp", msg{"leaseTime": 1})
 	push(t, n, "exp", "Default", "x")
 	first, _ := pop(t, n, "exp", "batch=1")
@@ -175,9 +170,8 @@ func TestLeaseExpiryRedelivers(t *testing.T) {
 	}
 }
 
-func TestRetriesThenDeadLetter(t *testing.T) {
-	t.Parallel()
-	n := nodetest.Start(t)
+func testRetriesThenDeadLetter(t *testing.T, mode nodetest.Option) {
+	n := nodetest.Start(t, mode)
 	configure(t, n, "dlq", msg{"retryLimit": 2})
 	push(t, n, "dlq", "Default", msg{"test": "dlq"})
 	deliveries := 0
@@ -215,9 +209,8 @@ func TestRetriesThenDeadLetter(t *testing.T) {
 	}
 }
 
-func TestRetryLimitZeroDeadLettersFirstFailure(t *testing.T) {
-	t.Parallel()
-	n := nodetest.Start(t)
+func testRetryLimitZeroDeadLettersFirstFailure(t *testing.T, mode nodetest.Option) {
+	n := nodetest.Start(t, mode)
 	configure(t, n, "z", msg{"retryLimit": 0})
 	push(t, n, "z", "Default", 1)
 	ms, _ := pop(t, n, "z", "batch=1")
@@ -229,9 +222,8 @@ func TestRetryLimitZeroDeadLettersFirstFailure(t *testing.T) {
 	}
 }
 
-func TestBatchFailureCountsOneRetry(t *testing.T) {
-	t.Parallel()
-	n := nodetest.Start(t)
+func testBatchFailureCountsOneRetry(t *testing.T, mode nodetest.Option) {
+	n := nodetest.Start(t, mode)
 	configure(t, n, "bf", msg{"retryLimit": 1})
 	push(t, n, "bf", "Default", 1, 2, 3, 4, 5)
 	ms, _ := pop(t, n, "bf", "batch=10")
@@ -261,9 +253,8 @@ func TestBatchFailureCountsOneRetry(t *testing.T) {
 	}
 }
 
-func TestSubscriptionNewFixedAtFirstPop(t *testing.T) {
-	t.Parallel()
-	n := nodetest.Start(t)
+func testSubscriptionNewFixedAtFirstPop(t *testing.T, mode nodetest.Option) {
+	n := nodetest.Start(t, mode)
 	push(t, n, "sub", "Default", "old1", "old2")
 	for _, q := range []string{"subscriptionMode=new", "subscriptionFrom=now"} {
 		t.Run(q, func(t *testing.T) {
@@ -287,9 +278,8 @@ func TestSubscriptionNewFixedAtFirstPop(t *testing.T) {
 	}
 }
 
-func TestSubscriptionFromTimestamp(t *testing.T) {
-	t.Parallel()
-	n := nodetest.Start(t)
+func testSubscriptionFromTimestamp(t *testing.T, mode nodetest.Option) {
+	n := nodetest.Start(t, mode)
 	push(t, n, "ts", "Default", "before")
 	time.Sleep(20 * time.Millisecond)
 	cut := time.Now().UTC().Format(time.RFC3339Nano)
@@ -306,9 +296,8 @@ func TestSubscriptionFromTimestamp(t *testing.T) {
 	}
 }
 
-func TestDelayedProcessing(t *testing.T) {
-	t.Parallel()
-	n := nodetest.Start(t)
+func testDelayedProcessing(t *testing.T, mode nodetest.Option) {
+	n := nodetest.Start(t, mode)
 	configure(t, n, "delayed", msg{"delayedProcessing": 1})
 	pushed := time.Now()
 	push(t, n, "delayed", "Default", "later")
@@ -324,9 +313,8 @@ func TestDelayedProcessing(t *testing.T) {
 	}
 }
 
-func TestWindowBuffer(t *testing.T) {
-	t.Parallel()
-	n := nodetest.Start(t)
+func testWindowBuffer(t *testing.T, mode nodetest.Option) {
+	n := nodetest.Start(t, mode)
 	configure(t, n, "win", msg{"windowBuffer": 1})
 	push(t, n, "win", "Default", 1, 2)
 	pushedLast := time.Now()
@@ -340,9 +328,8 @@ func TestWindowBuffer(t *testing.T) {
 	}
 }
 
-func TestReadYourWrites(t *testing.T) {
-	t.Parallel()
-	n := nodetest.Start(t)
+func testReadYourWrites(t *testing.T, mode nodetest.Option) {
+	n := nodetest.Start(t, mode)
 	for i := 0; i < 30; i++ {
 		push(t, n, "ryw", "Default", i)
 		ms, _ := pop(t, n, "ryw", "batch=1&wait=false")
@@ -353,9 +340,8 @@ func TestReadYourWrites(t *testing.T) {
 	}
 }
 
-func TestLongPollWakesOnPush(t *testing.T) {
-	t.Parallel()
-	n := nodetest.Start(t)
+func testLongPollWakesOnPush(t *testing.T, mode nodetest.Option) {
+	n := nodetest.Start(t, mode)
 	push(t, n, "lp-other", "Default", 0) // provision something unrelated
 	done := make(chan time.Time)
 	go func() {
@@ -379,9 +365,8 @@ func TestLongPollWakesOnPush(t *testing.T) {
 	}
 }
 
-func TestLongPollTimesOutWith204(t *testing.T) {
-	t.Parallel()
-	n := nodetest.Start(t)
+func testLongPollTimesOutWith204(t *testing.T, mode nodetest.Option) {
+	n := nodetest.Start(t, mode)
 	start := time.Now()
 	r := n.Do(t, "GET", "/api/v1/pop/queue/idle?wait=true&timeout=600", nil)
 	if r.Status != 204 || len(r.Body) != 0 {
@@ -392,9 +377,8 @@ func TestLongPollTimesOutWith204(t *testing.T) {
 	}
 }
 
-func TestLongPollClientGoneTakesNoLease(t *testing.T) {
-	t.Parallel()
-	n := nodetest.Start(t)
+func testLongPollClientGoneTakesNoLease(t *testing.T, mode nodetest.Option) {
+	n := nodetest.Start(t, mode)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -417,9 +401,8 @@ func TestLongPollClientGoneTakesNoLease(t *testing.T) {
 	}
 }
 
-func TestLeaseExtend(t *testing.T) {
-	t.Parallel()
-	n := nodetest.Start(t)
+func testLeaseExtend(t *testing.T, mode nodetest.Option) {
+	n := nodetest.Start(t, mode)
 	configure(t, n, "ext", msg{"leaseTime": 2})
 	push(t, n, "ext", "Default", 1)
 	ms, _ := pop(t, n, "ext", "batch=1")
@@ -437,9 +420,8 @@ func TestLeaseExtend(t *testing.T) {
 	}
 }
 
-func TestTransactionCommitsAndRollsBack(t *testing.T) {
-	t.Parallel()
-	n := nodetest.Start(t)
+func testTransactionCommitsAndRollsBack(t *testing.T, mode nodetest.Option) {
+	n := nodetest.Start(t, mode)
 	configure(t, n, "src", msg{"leaseTime": 1})
 	push(t, n, "src", "Default", "a", "b")
 	ms, _ := pop(t, n, "src", "batch=1")
@@ -488,9 +470,8 @@ func TestTransactionCommitsAndRollsBack(t *testing.T) {
 	}
 }
 
-func TestDeleteQueueAnswersParkedPops(t *testing.T) {
-	t.Parallel()
-	n := nodetest.Start(t)
+func testDeleteQueueAnswersParkedPops(t *testing.T, mode nodetest.Option) {
+	n := nodetest.Start(t, mode)
 	push(t, n, "del", "Default", 1)
 	ms, _ := pop(t, n, "del", "batch=1")
 	ackAll(t, n, "", "completed", ms)
@@ -520,9 +501,8 @@ func TestDeleteQueueAnswersParkedPops(t *testing.T) {
 	}
 }
 
-func TestMultiPartitionPop(t *testing.T) {
-	t.Parallel()
-	n := nodetest.Start(t)
+func testMultiPartitionPop(t *testing.T, mode nodetest.Option) {
+	n := nodetest.Start(t, mode)
 	for p := 0; p < 4; p++ {
 		push(t, n, "mp", fmt.Sprintf("p%d", p), 1, 2, 3, 4, 5)
 	}
@@ -549,9 +529,8 @@ func TestMultiPartitionPop(t *testing.T) {
 	}
 }
 
-func TestConsumerGroupDeleteAndSeek(t *testing.T) {
-	t.Parallel()
-	n := nodetest.Start(t)
+func testConsumerGroupDeleteAndSeek(t *testing.T, mode nodetest.Option) {
+	n := nodetest.Start(t, mode)
 	push(t, n, "cg", "Default", 1, 2, 3)
 	ms, _ := pop(t, n, "cg", "batch=3&consumerGroup=g")
 	ackAll(t, n, "g", "completed", ms)
@@ -578,10 +557,9 @@ func TestConsumerGroupDeleteAndSeek(t *testing.T) {
 	}
 }
 
-func TestTwoNodesShareOneDatabase(t *testing.T) {
-	t.Parallel()
-	a := nodetest.Start(t)
-	b := nodetest.StartOn(t, a.DBURL)
+func testTwoNodesShareOneDatabase(t *testing.T, mode nodetest.Option) {
+	a := nodetest.Start(t, mode)
+	b := nodetest.StartOn(t, a.DBURL, mode)
 	push(t, a, "shared", "Default", "hello")
 	ms, _ := pop(t, b, "shared", "batch=1&wait=false")
 	if len(ms) != 1 || ms[0]["data"] != "hello" {
@@ -595,9 +573,8 @@ func TestTwoNodesShareOneDatabase(t *testing.T) {
 	}
 }
 
-func TestAckUnknownIdsAreItemErrors(t *testing.T) {
-	t.Parallel()
-	n := nodetest.Start(t)
+func testAckUnknownIdsAreItemErrors(t *testing.T, mode nodetest.Option) {
+	n := nodetest.Start(t, mode)
 	push(t, n, "unk", "Default", 1)
 	r := n.Do(t, "POST", "/api/v1/ack", msg{"transactionId": "nope", "partitionId": "not-a-uuid"})
 	if r.Status != 200 {
@@ -612,14 +589,60 @@ func TestAckUnknownIdsAreItemErrors(t *testing.T) {
 	}
 }
 
-func TestDeleteQueueRemovesMessages(t *testing.T) {
-	t.Parallel()
-	n := nodetest.Start(t)
+func testDeleteQueueRemovesMessages(t *testing.T, mode nodetest.Option) {
+	n := nodetest.Start(t, mode)
 	push(t, n, "gone-q", "Default", "old")
 	n.Do(t, "DELETE", "/api/v1/resources/queues/gone-q", nil)
 	push(t, n, "gone-q", "Default", "new")
 	ms, _ := pop(t, n, "gone-q", "batch=10")
 	if len(ms) != 1 || ms[0]["data"] != "new" {
 		t.Fatalf("a re-created queue must hold only new messages: %v", payloads(ms))
+	}
+}
+
+// semantics lists the rules of API.md section 2 and 4; TestSemantics runs
+// each one with the hot-list on and off (QUEEN_HOTLIST=0 must behave the same).
+var semantics = []struct {
+	name string
+	fn   func(*testing.T, nodetest.Option)
+}{
+	{"PushPopAckRoundTrip", testPushPopAckRoundTrip},
+	{"PushDuplicates", testPushDuplicates},
+	{"ConcurrentPushSameKeyQueuesOnce", testConcurrentPushSameKeyQueuesOnce},
+	{"OrderWithinPartition", testOrderWithinPartition},
+	{"OneLeasePerPartitionAndGroup", testOneLeasePerPartitionAndGroup},
+	{"LeaseExpiryRedelivers", testLeaseExpiryRedelivers},
+	{"RetriesThenDeadLetter", testRetriesThenDeadLetter},
+	{"RetryLimitZeroDeadLettersFirstFailure", testRetryLimitZeroDeadLettersFirstFailure},
+	{"BatchFailureCountsOneRetry", testBatchFailureCountsOneRetry},
+	{"SubscriptionNewFixedAtFirstPop", testSubscriptionNewFixedAtFirstPop},
+	{"SubscriptionFromTimestamp", testSubscriptionFromTimestamp},
+	{"DelayedProcessing", testDelayedProcessing},
+	{"WindowBuffer", testWindowBuffer},
+	{"ReadYourWrites", testReadYourWrites},
+	{"LongPollWakesOnPush", testLongPollWakesOnPush},
+	{"LongPollTimesOutWith204", testLongPollTimesOutWith204},
+	{"LongPollClientGoneTakesNoLease", testLongPollClientGoneTakesNoLease},
+	{"LeaseExtend", testLeaseExtend},
+	{"TransactionCommitsAndRollsBack", testTransactionCommitsAndRollsBack},
+	{"DeleteQueueAnswersParkedPops", testDeleteQueueAnswersParkedPops},
+	{"MultiPartitionPop", testMultiPartitionPop},
+	{"ConsumerGroupDeleteAndSeek", testConsumerGroupDeleteAndSeek},
+	{"TwoNodesShareOneDatabase", testTwoNodesShareOneDatabase},
+	{"AckUnknownIdsAreItemErrors", testAckUnknownIdsAreItemErrors},
+	{"DeleteQueueRemovesMessages", testDeleteQueueRemovesMessages},
+}
+
+func TestSemantics(t *testing.T) {
+	for _, hot := range []bool{true, false} {
+		mode := func(c *broker.Config) { c.Hotlist = hot }
+		t.Run(fmt.Sprintf("hotlist=%v", hot), func(t *testing.T) {
+			for _, tc := range semantics {
+				t.Run(tc.name, func(t *testing.T) {
+					t.Parallel()
+					tc.fn(t, mode)
+				})
+			}
+		})
 	}
 }

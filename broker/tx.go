@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"queen-node/hotlist"
 	"queen-node/pg"
 )
 
@@ -84,7 +85,7 @@ func (b *Broker) Transaction(ctx context.Context, tenant string, producerSub *st
 		return TxResult{}, wrap(err)
 	}
 	res.Success = true
-	b.afterPush(tenant, pushed)
+	b.afterPush(tenant, pushed, hotlist.SourceCommit)
 	b.afterAck(tenant, acked)
 	return res, nil
 }

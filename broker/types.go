@@ -78,6 +78,8 @@ type PushResult struct {
 	TraceID       *string
 	Queue         string
 	Error         string // only with "failed"
+
+	partition string // resolved name (Default filled in), for the hot-list mark
 }
 
 // PopRequest describes GET /api/v1/pop/queue/:queue[/partition/:partition].

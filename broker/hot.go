@@ -1,0 +1,284 @@
+package broker
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"queen-node/hotlist"
+	"queen-node/pg"
+)
+
+// Reseed walk bounds: pages of 10,000 partitions, at most 200 pages.
+const (
+	reseedPageSize = 10000
+	reseedMaxPages = 200
+)
+
+// Background cadences of the hot-list (hotlist.md, "Background ticks").
+const (
+	wheelTick   = 50 * time.Millisecond
+	wakeTick    = 5 * time.Millisecond
+	reseedTick  = 2 * time.Second
+	reportEvery = 30 * time.Second
+)
+
+func newHotlist(cfg Config, log func(key, event string, kv ...any)) *hotlist.Hotlist {
+	hc := hotlist.DefaultConfig()
+	hc.Shards = cfg.HotlistShards
+	hc.WindowBatch = cfg.HotlistWindowBatch
+	hc.ReseedInterval = cfg.HotlistReseed
+	hc.TracePrefix = cfg.HotlistTrace
+	if cfg.HotlistTrace != "" {
+		hc.Trace = log
+	}
+	return hotlist.New(hc)
+}
+
+// startHotLoops starts the wheel tick, the wake tick, the reseed floor, the
+// idle sweep and the periodic report.
+func (b *Broker) startHotLoops() {
+	b.every(wheelTick, func(now time.Time) {
+		for _, key := range b.hot.WheelTick(now) {
+			b.gates.notify(key)
+		}
+	})
+	b.every(wakeTick, func(time.Time) {
+		for _, key := range b.hot.TakeWakes() {
+			b.gates.notify(key)
+		}
+	})
+	b.every(reseedTick, func(now time.Time) {
+		for _, r := range b.hot.DueReseeds(now) {
+			b.runReseed(r)
+		}
+	})
+	if b.cfg.HotlistIdleSweep > 0 {
+		b.every(b.cfg.HotlistIdleSweep, func(now time.Time) {
+			if n := b.hot.Sweep(now); n > 0 {
+				b.hotLog.Debug("idle sweep", "queues_dropped", n)
+			}
+		})
+	}
+	b.every(reportEvery, b.report)
+}
+
+// every runs fn on a ticker until Close.
+func (b *Broker) every(d time.Duration, fn func(time.Time)) {
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		t := time.NewTicker(d)
+		defer t.Stop()
+		for {
+			select {
+			case <-b.stop:
+				return
+			case now := <-t.C:
+				fn(now)
+			}
+		}
+	}()
+}
+
+// runReseed runs a claimed reseed with its own deadline.
+func (b *Broker) runReseed(r *hotlist.Ring) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := b.reseed(ctx, r); err != nil && !pg.IsUnavailable(err) {
+		b.hotLog.Warn("reseed failed", "queue", queueName(r.Key()), "group", r.Group(), "error", err)
+	}
+}
+
+// reseed re-derives a ring's contents from PostgreSQL: the keyset-paginated
+// walk of its probably-pending partitions, applied as reseed marks. The
+// caller has claimed it (BeginReseed / DueReseeds).
+func (b *Broker) reseed(ctx context.Context, r *hotlist.Ring) error {
+	tenant, queue, _ := strings.Cut(r.Key(), "\x1f")
+	after, added := "", 0
+	var err error
+	for page := 0; page < reseedMaxPages; page++ {
+		var rows []pg.ReseedRow
+		rows, err = b.db.ReseedPage(ctx, tenant, queue, r.Group(), after, reseedPageSize)
+		if err != nil {
+			break
+		}
+		hr := make([]hotlist.ReseedRow, len(rows))
+		for i, row := range rows {
+			hr[i] = hotlist.ReseedRow{Name: row.Name, PartitionID: row.PartitionID}
+		}
+		added += b.hot.Reseed(r, hr, time.Now())
+		if len(rows) < reseedPageSize {
+			break
+		}
+		after = rows[len(rows)-1].PartitionID
+	}
+	b.hot.EndReseed(r, err == nil, time.Now())
+	if added > 0 {
+		b.gates.notify(r.Key())
+	}
+	return err
+}
+
+// hotPop is the pop path with the hot-list on. It returns handled=false
+// when the request must take the SQL path instead.
+func (b *Broker) hotPop(ctx context.Context, args pg.PopArgs, wait bool) (*PopResult, bool, error) {
+	key := queueKey(args.Tenant, args.Queue)
+	ring := b.hot.Lookup(key, args.Group)
+	if ring == nil {
+		// First contact goes through the SQL wildcard path, which provisions
+		// the group marker; the ring is registered only once the marker was
+		// already committed before this call.
+		res, out, err := b.sqlPop(ctx, args)
+		if err == nil && out != nil && out.Seeded {
+			b.hot.Register(key, args.Group, queueOpts(out), time.Now())
+		}
+		return res, true, err
+	}
+	if ring.Cold() && b.hot.BeginReseed(ring, time.Now(), false) {
+		// Opportunistic: a cold ring knows nothing yet.
+		if err := b.reseed(ctx, ring); err != nil {
+			return nil, true, wrap(err)
+		}
+	}
+	k := clamp(args.MaxParts*8, 16, 256)
+	for round := 0; round < 8; round++ {
+		now := time.Now()
+		cands := b.hot.Take(ring, k, now)
+		if cands == nil {
+			if !ring.Ready(now) && b.hot.BeginReseed(ring, now, false) {
+				// The floor is due anyway: run it now rather than park.
+				if err := b.reseed(ctx, ring); err != nil {
+					return nil, true, wrap(err)
+				}
+				continue
+			}
+			if !wait {
+				// wait=false must see every committed push at once (read-your-
+				// writes across nodes), which a ring fed by asynchronous hints
+				// cannot promise: ask PostgreSQL.
+				return b.scanAndLearn(ctx, args, ring)
+			}
+			return nil, true, nil // the quiet path: park with no SQL at all
+		}
+		res, woke, err := b.probe(ctx, args, ring, cands)
+		if woke {
+			b.gates.notify(key)
+		}
+		if err != nil || res != nil {
+			return res, true, err
+		}
+	}
+	return nil, true, nil
+}
+
+// probe asks the claim core about checked-out candidates and checks every
+// verdict back in. The drop guard re-appends the candidates when the
+// request ends before check-in.
+func (b *Broker) probe(ctx context.Context, args pg.PopArgs, ring *hotlist.Ring, cands []hotlist.Candidate) (res *PopResult, woke bool, err error) {
+	checkedIn := false
+	defer func() {
+		if !checkedIn {
+			b.hot.Abandon(ring, cands, time.Now())
+		}
+	}()
+	names := make([]string, len(cands))
+	byName := make(map[string]hotlist.Candidate, len(cands))
+	for i, c := range cands {
+		names[i] = c.Name
+		byName[c.Name] = c
+	}
+	args.Names = names
+	b.stats.PopSQLCalls.Add(1)
+	out, err := b.db.Pop(ctx, args)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, false, ctx.Err()
+		}
+		return nil, false, wrap(err)
+	}
+	if len(out.Messages) > 0 && ctx.Err() != nil && !args.AutoAck {
+		b.dropLease(args.LeaseID)
+		return nil, false, ctx.Err() // the drop guard re-appends
+	}
+	b.hot.SetOpts(ring.Key(), queueOpts(out))
+	results := make([]hotlist.Result, 0, len(cands))
+	for _, v := range out.Verdicts {
+		c, ok := byName[v.Name]
+		if !ok {
+			continue
+		}
+		delete(byName, v.Name)
+		results = append(results, hotlist.Result{Cand: c, Verdict: verdictOf(v.Kind), Until: v.Until,
+			Drained: v.Drained, AutoAck: args.AutoAck, PartitionID: v.PartitionID})
+	}
+	for _, c := range byName { // not evaluated (e.g. the queue vanished)
+		results = append(results, hotlist.Result{Cand: c, Verdict: hotlist.Requeue})
+	}
+	woke = b.hot.CheckIn(ring, results, time.Now())
+	checkedIn = true
+	if len(out.Messages) == 0 {
+		return nil, woke, nil
+	}
+	return b.popResult(args, out), woke, nil
+}
+
+// scanAndLearn runs the SQL candidate scan and teaches the ring the
+// partitions it found (they were missing from it).
+func (b *Broker) scanAndLearn(ctx context.Context, args pg.PopArgs, ring *hotlist.Ring) (*PopResult, bool, error) {
+	res, out, err := b.sqlPop(ctx, args)
+	if err != nil || out == nil {
+		return res, true, err
+	}
+	var found []hotlist.ReseedRow
+	for _, v := range out.Verdicts {
+		if v.Kind == pg.VerdictTook || v.Kind == pg.VerdictLeased {
+			found = append(found, hotlist.ReseedRow{Name: v.Name, PartitionID: v.PartitionID})
+		}
+	}
+	if len(found) > 0 {
+		b.hot.Reseed(ring, found, time.Now())
+	}
+	return res, true, nil
+}
+
+func verdictOf(kind string) hotlist.Verdict {
+	switch kind {
+	case pg.VerdictTook:
+		return hotlist.Took
+	case pg.VerdictEmpty:
+		return hotlist.Empty
+	case pg.VerdictLeased:
+		return hotlist.Leased
+	}
+	return hotlist.Requeue
+}
+
+func queueOpts(out *pg.PopOutcome) hotlist.QueueOpts {
+	return hotlist.QueueOpts{Delay: time.Duration(out.Delay) * time.Second, Window: time.Duration(out.Window) * time.Second}
+}
+
+func queueName(key string) string {
+	_, q, _ := strings.Cut(key, "\x1f")
+	return q
+}
+
+// report logs the hot-list's periodic "reseed floor" line and one "ring"
+// line per busiest non-empty ring.
+func (b *Broker) report(now time.Time) {
+	st := b.hot.Stats()
+	secs := now.Sub(b.lastReport.at).Seconds()
+	delta := st.ReseedAdded - b.lastReport.added
+	rate := 0.0
+	if secs > 0 {
+		rate = float64(delta) / secs
+	}
+	b.lastReport.at, b.lastReport.added = now, st.ReseedAdded
+	b.hotLog.Info("reseed floor", "reseed_added_delta", delta, "reseed_added_per_s", rate,
+		"reseeds", st.Reseeds, "rings", st.Rings, "queues", st.Queues, "ready", st.Ready,
+		"wheel", st.Wheel, "inflight", st.Inflight, "marks_local", st.MarksLocal, "marks_remote", st.MarksRemote)
+	for _, r := range b.hot.TopRings(b.cfg.LogTopNQueues) {
+		b.hotLog.Info("ring", "tenant", r.Tenant, "queue", r.Queue, "group", r.Group,
+			"ready", r.Ready, "wheel", r.Wheel, "inflight", r.Inflight)
+	}
+}

@@ -1,0 +1,197 @@
+package broker_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"queen-node/broker"
+	"queen-node/hotlist"
+	"queen-node/internal/nodetest"
+)
+
+func hotOn(reseed time.Duration) nodetest.Option {
+	return func(c *broker.Config) {
+		c.Hotlist = true
+		c.HotlistReseed = reseed
+	}
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", within, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// The first pop of a name goes through the SQL path and allocates no ring;
+// the ring exists from the second pop on (the group marker is committed).
+func TestRingRegisteredAfterGroupSeeded(t *testing.T) {
+	t.Parallel()
+	n := nodetest.Start(t, hotOn(time.Minute))
+	key := hotlist.Key(broker.DefaultTenant, "reg")
+	pop(t, n, "reg", "batch=1&consumerGroup=g")
+	if n.Broker.Hotlist().Lookup(key, "g") != nil {
+		t.Fatal("a ring was registered on the first pop of a name")
+	}
+	pop(t, n, "reg", "batch=1&consumerGroup=g")
+	if n.Broker.Hotlist().Lookup(key, "g") == nil {
+		t.Fatal("no ring after the group marker was committed")
+	}
+}
+
+// An idle queue costs PostgreSQL nothing: a parked long-poll on a warm,
+// empty ring issues no claim SQL while it re-polls on its own back-off.
+// With the hot-list off, the same park does ask PostgreSQL.
+func TestIdleLongPollIssuesNoSQL(t *testing.T) {
+	t.Parallel()
+	for _, hot := range []bool{true, false} {
+		t.Run(fmt.Sprintf("hotlist=%v", hot), func(t *testing.T) {
+			t.Parallel()
+			n := nodetest.Start(t, func(c *broker.Config) {
+				c.Hotlist = hot
+				c.PopBackoffMax = 100 * time.Millisecond
+			})
+			pop(t, n, "idle-q", "batch=1")
+			pop(t, n, "idle-q", "batch=1") // registers and reseeds the ring
+			before := n.Broker.Stats().PopSQLCalls.Load()
+			r := n.Do(t, "GET", "/api/v1/pop/queue/idle-q?wait=true&timeout=1500", nil)
+			if r.Status != 204 {
+				t.Fatalf("want 204, got %d", r.Status)
+			}
+			calls := n.Broker.Stats().PopSQLCalls.Load() - before
+			if hot && calls != 0 {
+				t.Fatalf("hot-list on: a parked long-poll on an idle queue made %d claim calls", calls)
+			}
+			if !hot && calls < 3 {
+				t.Fatalf("hot-list off: expected the re-polls to ask PostgreSQL, got %d calls", calls)
+			}
+		})
+	}
+}
+
+// A push on another node reaches a consumer parked on this one without any
+// hint (there is no mesh here): the reseed floor finds it within one
+// interval.
+func TestReseedFloorDeliversPushFromAnotherNode(t *testing.T) {
+	t.Parallel()
+	const interval = 600 * time.Millisecond
+	a := nodetest.Start(t, hotOn(interval))
+	b := nodetest.StartOn(t, a.DBURL, hotOn(interval))
+	pop(t, b, "floor", "batch=1")
+	pop(t, b, "floor", "batch=1") // ring registered on B
+	done := make(chan time.Time, 1)
+	go func() {
+		ms, _ := pop(t, b, "floor", "batch=1&wait=true&timeout=10000")
+		if len(ms) != 1 {
+			t.Errorf("want the message, got %v", ms)
+		}
+		done <- time.Now()
+	}()
+	time.Sleep(100 * time.Millisecond)
+	pushed := time.Now()
+	push(t, a, "floor", "Default", "from A")
+	select {
+	case at := <-done:
+		// bound: one reseed interval, the 2 s floor tick, and a margin
+		if d := at.Sub(pushed); d > interval+2*time.Second+time.Second {
+			t.Fatalf("delivered after %v", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the reseed floor never delivered the push from node A")
+	}
+	if st := b.Broker.Hotlist().Stats(); st.ReseedAdded == 0 {
+		t.Fatalf("the delivery should be a floor repair: %+v", st)
+	}
+}
+
+// A backlog consumed in batches: each ack promotes the partition back to
+// ready (it is still pending), so a parked consumer gets the next batch at
+// once instead of at the lease-park cap or the reseed floor.
+func TestPromoteOnAckServesBacklogWithoutStall(t *testing.T) {
+	t.Parallel()
+	n := nodetest.Start(t, hotOn(time.Minute))
+	pop(t, n, "backlog", "batch=1")
+	pop(t, n, "backlog", "batch=1")
+	for i := 0; i < 10; i++ {
+		ps := make([]any, 100)
+		for j := range ps {
+			ps[j] = i*100 + j
+		}
+		push(t, n, "backlog", "Default", ps...)
+	}
+	start := time.Now()
+	got := 0
+	for got < 1000 {
+		ms, _ := pop(t, n, "backlog", "batch=100&wait=true&timeout=5000")
+		if ms == nil {
+			t.Fatalf("stalled after %d of 1000", got)
+		}
+		if ms[0]["data"] != float64(got) {
+			t.Fatalf("order: got %v at %d", ms[0]["data"], got)
+		}
+		got += len(ms)
+		ackAll(t, n, "", "completed", ms)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("10 batches took %v: the ack promote did not keep the partition ready", d)
+	}
+	// drained and acked with nothing marked since: the entry is cleared
+	waitFor(t, 3*time.Second, "the ring to clear", func() bool {
+		st := n.Broker.Hotlist().Stats()
+		return st.Ready == 0 && st.Inflight == 0
+	})
+}
+
+// Ring memory returns to its baseline after a flood of random queue names:
+// the idle sweep drops queues nobody touched for a full interval.
+func TestIdleSweepBoundsRingMemory(t *testing.T) {
+	t.Parallel()
+	n := nodetest.Start(t, func(c *broker.Config) {
+		c.Hotlist = true
+		c.HotlistIdleSweep = 200 * time.Millisecond
+	})
+	h := n.Broker.Hotlist()
+	for i := 0; i < 30; i++ {
+		q := fmt.Sprintf("flood-%d", i)
+		pop(t, n, q, "batch=1")
+		pop(t, n, q, "batch=1")
+	}
+	if h.Stats().Rings == 0 {
+		t.Fatal("expected rings after the flood")
+	}
+	waitFor(t, 5*time.Second, "the sweep to drop every idle ring", func() bool {
+		return h.Stats().Rings == 0 && h.Stats().Queues == 0
+	})
+	if h.Stats().Swept < 30 {
+		t.Fatalf("swept counter: %+v", h.Stats())
+	}
+}
+
+// Deleting a group drops its ring, so a re-consume after the delete is not
+// hidden by a stale ring until the next floor.
+func TestDeleteGroupDropsRing(t *testing.T) {
+	t.Parallel()
+	n := nodetest.Start(t, hotOn(time.Minute))
+	push(t, n, "dg", "Default", 1, 2)
+	pop(t, n, "dg", "batch=1&consumerGroup=g")
+	ms, _ := pop(t, n, "dg", "batch=10&consumerGroup=g")
+	ackAll(t, n, "g", "completed", ms)
+	key := hotlist.Key(broker.DefaultTenant, "dg")
+	if n.Broker.Hotlist().Lookup(key, "g") == nil {
+		t.Fatal("ring missing")
+	}
+	n.Do(t, "DELETE", "/api/v1/consumer-groups/g?deleteMetadata=true", nil)
+	if n.Broker.Hotlist().Lookup(key, "g") != nil {
+		t.Fatal("the group's ring survived its deletion")
+	}
+	ms = popUntil(t, n, "dg", "batch=10&consumerGroup=g", 3*time.Second)
+	if len(ms) != 2 {
+		t.Fatalf("re-consume after delete: want 2, got %d", len(ms))
+	}
+}

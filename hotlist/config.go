@@ -1,0 +1,89 @@
+package hotlist
+
+import (
+	"math/rand/v2"
+	"time"
+)
+
+// Defaults of Config and the fixed constants of the spec.
+const (
+	DefaultShards         = 8                // QUEEN_HOTLIST_SHARDS
+	DefaultWindowBatch    = 100              // QUEEN_HOTLIST_WINDOW_BATCH
+	DefaultReseedInterval = 30 * time.Second // QUEEN_HOTLIST_RESEED_MS
+	DefaultMaxPhase       = 15 * time.Second // reseed phase lies in [0, min(15 s, interval))
+	DefaultStrandedAfter  = 10 * time.Second // an INFLIGHT entry older than this is reclaimed by a reseed
+
+	// DelayPad is added to a delayedProcessing deadline: the broker clock only
+	// schedules the retry, PostgreSQL enforces the exact cut.
+	DelayPad = 300 * time.Millisecond
+	// LeasePad is added to a foreign lease expiry before re-probing.
+	LeasePad = 300 * time.Millisecond
+	// LeaseParkCap bounds any lease park, so a lost ack promote costs at most
+	// one empty re-probe per second instead of a stall until lease expiry.
+	LeaseParkCap = 1000 * time.Millisecond
+	// RevisitMin and RevisitMax bound the revisit of an empty deferral queue.
+	RevisitMin = 50 * time.Millisecond
+	RevisitMax = 1000 * time.Millisecond
+)
+
+// Config configures a Hotlist. Use DefaultConfig and change what you need.
+type Config struct {
+	Shards         int                                   // sub-rings per ring, default 8
+	WindowBatch    int                                   // windowBuffer early promotion threshold, default 100
+	ReseedInterval time.Duration                         // per-ring reseed floor interval, default 30 s
+	MaxPhase       time.Duration                         // upper bound of a ring's random reseed phase, default 15 s
+	StrandedAfter  time.Duration                         // INFLIGHT age after which a reseed reclaims the entry, default 10 s
+	Jitter         func(max time.Duration) time.Duration // random phase in [0, max); default math/rand
+	TracePrefix    string                                // queue-name prefix that emits trace breadcrumbs; "" = off
+	Trace          func(key, event string, kv ...any)    // breadcrumb sink; nil = off
+}
+
+// DefaultConfig returns a Config with every default filled in.
+func DefaultConfig() Config {
+	return Config{
+		Shards:         DefaultShards,
+		WindowBatch:    DefaultWindowBatch,
+		ReseedInterval: DefaultReseedInterval,
+		MaxPhase:       DefaultMaxPhase,
+		StrandedAfter:  DefaultStrandedAfter,
+		Jitter:         randomJitter,
+	}
+}
+
+func randomJitter(max time.Duration) time.Duration {
+	if max <= 0 {
+		return 0
+	}
+	return time.Duration(rand.Int64N(int64(max)))
+}
+
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.Shards <= 0 {
+		c.Shards = d.Shards
+	}
+	if c.WindowBatch <= 0 {
+		c.WindowBatch = d.WindowBatch
+	}
+	if c.ReseedInterval <= 0 {
+		c.ReseedInterval = d.ReseedInterval
+	}
+	if c.MaxPhase <= 0 {
+		c.MaxPhase = d.MaxPhase
+	}
+	if c.StrandedAfter <= 0 {
+		c.StrandedAfter = d.StrandedAfter
+	}
+	if c.Jitter == nil {
+		c.Jitter = d.Jitter
+	}
+	return c
+}
+
+// QueueOpts are the deferral options of a queue, learned from PostgreSQL.
+type QueueOpts struct {
+	Delay  time.Duration // delayedProcessing
+	Window time.Duration // windowBuffer
+}
+
+func (o QueueOpts) deferral() bool { return o.Delay > 0 || o.Window > 0 }

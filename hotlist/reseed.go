@@ -1,0 +1,292 @@
+package hotlist
+
+import (
+	"sort"
+	"strings"
+	"time"
+)
+
+// ReseedRow is one probably-pending partition reported by the reseed query.
+type ReseedRow struct {
+	Name        string
+	PartitionID string
+}
+
+// RingID names a ring for the broker's loops.
+type RingID struct {
+	Key, Group string
+}
+
+// Cold tells whether the ring was never reseeded; the pop path reseeds it
+// before trusting an empty answer.
+func (r *Ring) Cold() bool {
+	r.resMu.Lock()
+	defer r.resMu.Unlock()
+	return r.cold
+}
+
+// BeginReseed claims the ring's reseed if it is cold or due at now (or
+// force), so concurrent callers do not run the same scan twice. The caller
+// runs the query, applies each page with Reseed, and calls EndReseed.
+func (h *Hotlist) BeginReseed(r *Ring, now time.Time, force bool) bool {
+	r.resMu.Lock()
+	defer r.resMu.Unlock()
+	if r.reseeding || !(force || r.cold || r.nextReseed <= now.UnixNano()) {
+		return false
+	}
+	r.reseeding = true
+	return true
+}
+
+// DueReseeds claims every ring whose reseed floor is due at now.
+func (h *Hotlist) DueReseeds(now time.Time) []*Ring {
+	var out []*Ring
+	for _, q := range h.snapshot() {
+		q.mu.RLock()
+		for _, r := range q.rings {
+			if h.BeginReseed(r, now, false) {
+				out = append(out, r)
+			}
+		}
+		q.mu.RUnlock()
+	}
+	return out
+}
+
+// Reseed applies one page of the reseed query to the ring as reseed marks:
+// every listed partition (lease-held ones included) becomes tracked, and an
+// Inflight entry stranded by a dropped pop is reclaimed. It returns how many
+// entries were missing from the ring.
+func (h *Hotlist) Reseed(r *Ring, rows []ReseedRow, now time.Time) int {
+	q := r.q
+	q.refs.Add(1)
+	defer q.release()
+	idx := make([]uint32, len(rows))
+	for i, row := range rows {
+		idx[i] = q.intern(row.Name)
+		q.learn(idx[i], row.PartitionID)
+	}
+	q.mu.RLock()
+	opts := q.opts
+	q.mu.RUnlock()
+	added := 0
+	stranded := now.Add(-h.cfg.StrandedAfter).UnixNano()
+	for _, i := range idx {
+		s, pos := h.sub(r, i)
+		s.mu.Lock()
+		sl := s.slot(pos)
+		switch sl.state {
+		case Idle:
+			added++
+			sl.epoch++
+			sl.batch++
+			switch {
+			case opts.Delay > 0:
+				s.set(pos, Wheel, now.Add(opts.Delay+DelayPad).UnixNano(), &h.c)
+			case opts.Window > 0:
+				s.set(pos, Wheel, now.Add(opts.Window).UnixNano(), &h.c)
+			default:
+				s.set(pos, Ready, 0, &h.c)
+			}
+		case Inflight:
+			sl.epoch++
+			if sl.takenAt <= stranded {
+				// Nobody will check this in: a mark or a promote cannot
+				// re-link it, so the reseed does.
+				sl.gen++
+				s.set(pos, Ready, 0, &h.c)
+				added++
+				h.reclaimed.Add(1)
+			}
+		default:
+			sl.epoch++
+		}
+		s.mu.Unlock()
+	}
+	h.reseedAdded.Add(int64(added))
+	return added
+}
+
+// EndReseed finishes a reseed claimed with BeginReseed or DueReseeds. A
+// successful reseed warms the ring and schedules the next one an interval
+// after the previous due time, keeping the ring's random phase.
+func (h *Hotlist) EndReseed(r *Ring, ok bool, now time.Time) {
+	r.resMu.Lock()
+	defer r.resMu.Unlock()
+	r.reseeding = false
+	if !ok {
+		return
+	}
+	h.reseeds.Add(1)
+	r.cold = false
+	n := now.UnixNano()
+	if r.nextReseed <= n {
+		r.nextReseed += int64(h.cfg.ReseedInterval)
+		if r.nextReseed <= n {
+			r.nextReseed = n + int64(h.cfg.ReseedInterval)
+		}
+	}
+	h.trace(r.q, "reseed", "group", r.group)
+}
+
+// Sweep drops the whole state of every queue that nobody touched for a full
+// interval (second-chance flag clear), that no operation holds, and whose
+// every entry is Idle. It returns how many queues it dropped.
+func (h *Hotlist) Sweep(now time.Time) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	dropped := 0
+	for key, q := range h.queues {
+		if q.touched.Swap(false) || q.refs.Load() != 0 || !q.allIdle() {
+			continue
+		}
+		delete(h.queues, key)
+		h.rings.Add(-int64(len(q.rings)))
+		dropped++
+	}
+	h.swept.Add(int64(dropped))
+	return dropped
+}
+
+func (q *queue) allIdle() bool {
+	for _, r := range q.rings {
+		ready, wheel, inflight := r.Counts()
+		if ready+wheel+inflight != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// DropQueue forgets a queue entirely (the queue was deleted).
+func (h *Hotlist) DropQueue(key string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if q := h.queues[key]; q != nil {
+		delete(h.queues, key)
+		h.dropRings(q, "")
+	}
+}
+
+// DropGroup drops the group's ring on one queue (queue != "") or on every
+// queue of the tenant, and only that tenant's: on a shared cell a group
+// name such as "workers" is common to many tenants.
+func (h *Hotlist) DropGroup(tenant, queue, group string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	if queue != "" {
+		if q := h.queues[Key(tenant, queue)]; q != nil {
+			n += h.dropRings(q, group)
+		}
+		return n
+	}
+	prefix := tenant + "\x1f"
+	for key, q := range h.queues {
+		if strings.HasPrefix(key, prefix) {
+			n += h.dropRings(q, group)
+		}
+	}
+	return n
+}
+
+// dropRings removes one group's ring ("" = all) and its counts. h.mu is held.
+func (h *Hotlist) dropRings(q *queue, group string) int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := 0
+	for g, r := range q.rings {
+		if group != "" && g != group {
+			continue
+		}
+		ready, wheel, inflight := r.Counts()
+		h.c.ready.Add(-int64(ready))
+		h.c.wheel.Add(-int64(wheel))
+		h.c.inflight.Add(-int64(inflight))
+		delete(q.rings, g)
+		h.rings.Add(-1)
+		h.dropped.Add(1)
+		n++
+	}
+	return n
+}
+
+// Stats are the hot-list's counters and gauges.
+type Stats struct {
+	Rings, Queues               int
+	Ready, Wheel, Inflight      int64
+	MarksLocal, MarksRemote     int64
+	MarksCommit                 int64
+	Reseeds, ReseedAdded        int64
+	Reclaimed, Swept, RingsDrop int64
+}
+
+// Stats returns the counters; it takes only the registry read lock.
+func (h *Hotlist) Stats() Stats {
+	h.mu.RLock()
+	queues := len(h.queues)
+	h.mu.RUnlock()
+	return Stats{
+		Rings: int(h.rings.Load()), Queues: queues,
+		Ready: h.c.ready.Load(), Wheel: h.c.wheel.Load(), Inflight: h.c.inflight.Load(),
+		MarksLocal: h.marksLocal.Load(), MarksRemote: h.marksRemote.Load(), MarksCommit: h.marksCommit.Load(),
+		Reseeds: h.reseeds.Load(), ReseedAdded: h.reseedAdded.Load(),
+		Reclaimed: h.reclaimed.Load(), Swept: h.swept.Load(), RingsDrop: h.dropped.Load(),
+	}
+}
+
+// RingStat describes one ring for the report and the status endpoint.
+type RingStat struct {
+	Tenant, Queue, Group   string
+	Ready, Wheel, Inflight int
+}
+
+// TopRings returns the n busiest non-empty rings ranked by ready + wheel
+// (ties broken by name, so the listing is stable).
+func (h *Hotlist) TopRings(n int) []RingStat {
+	var all []RingStat
+	for _, q := range h.snapshot() {
+		tenant, name, _ := strings.Cut(q.key, "\x1f")
+		q.mu.RLock()
+		for g, r := range q.rings {
+			ready, wheel, inflight := r.Counts()
+			if ready+wheel+inflight == 0 {
+				continue
+			}
+			all = append(all, RingStat{Tenant: tenant, Queue: name, Group: g, Ready: ready, Wheel: wheel, Inflight: inflight})
+		}
+		q.mu.RUnlock()
+	}
+	sort.Slice(all, func(i, j int) bool {
+		a, b := all[i], all[j]
+		if a.Ready+a.Wheel != b.Ready+b.Wheel {
+			return a.Ready+a.Wheel > b.Ready+b.Wheel
+		}
+		if a.Queue != b.Queue {
+			return a.Queue < b.Queue
+		}
+		return a.Group < b.Group
+	})
+	if len(all) > n {
+		all = all[:n]
+	}
+	return all
+}
+
+// Contains reports a partition's state in a ring (for tests and tracing).
+func (h *Hotlist) Contains(r *Ring, name string) State {
+	q := r.q
+	q.mu.RLock()
+	i, ok := q.index[name]
+	q.mu.RUnlock()
+	if !ok {
+		return Idle
+	}
+	s, pos := h.sub(r, i)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if int(pos) >= len(s.slots) {
+		return Idle
+	}
+	return s.slots[pos].state
+}

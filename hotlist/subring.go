@@ -1,0 +1,184 @@
+package hotlist
+
+import (
+	"container/heap"
+	"sync"
+	"sync/atomic"
+)
+
+// State is a slot's tracking state.
+type State uint8
+
+const (
+	Idle     State = iota // not tracked: not ready, not in the wheel, not checked out
+	Ready                 // in the ready list, claimable now
+	Wheel                 // deferred or lease-parked; promoted to Ready at revisitAt
+	Inflight              // checked out by a pop whose SQL call is in flight
+)
+
+func (s State) String() string {
+	return [...]string{"IDLE", "READY", "WHEEL", "INFLIGHT"}[s]
+}
+
+const none = int32(-1)
+
+// slot is one partition's entry in one sub-ring.
+type slot struct {
+	state     State
+	drained   bool   // the last took claim exhausted the visible backlog
+	tookValid bool   // tookEpoch belongs to the current lease park
+	epoch     uint32 // bumped by every mark
+	tookEpoch uint32 // the epoch snapshot of the checkout that took
+	gen       uint32 // checkout generation: a stale check-in is ignored
+	batch     uint32 // marks accumulated since the entry was last taken
+	revisitAt int64  // unix nanos, meaningful in Wheel
+	takenAt   int64  // unix nanos, meaningful in Inflight
+	prev      int32  // ready list links, shard-local positions
+	next      int32
+}
+
+type wheelEntry struct {
+	at  int64
+	pos int32
+}
+
+// wheelHeap is a binary min-heap on revisitAt. Entries are not removed when
+// a slot leaves the wheel; they are discarded lazily on drain when the slot
+// no longer matches them.
+type wheelHeap []wheelEntry
+
+func (h wheelHeap) Len() int           { return len(h) }
+func (h wheelHeap) Less(i, j int) bool { return h[i].at < h[j].at }
+func (h wheelHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *wheelHeap) Push(x any)        { *h = append(*h, x.(wheelEntry)) }
+func (h *wheelHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return e
+}
+
+// subRing holds the partitions whose index % S is its shard number, at
+// shard-local positions index / S, so sub-sharding wastes no slots.
+type subRing struct {
+	mu    sync.Mutex
+	slots []slot
+	head  int32
+	tail  int32
+	wheel wheelHeap
+
+	// counts, readable without the lock (status, top rings, wheel tick skip)
+	nReady, nWheel, nInflight atomic.Int32
+}
+
+func newSubRing() *subRing { return &subRing{head: none, tail: none} }
+
+// counters is where state changes are also totalled for the whole Hotlist.
+type counters struct {
+	ready, wheel, inflight atomic.Int64
+}
+
+func (s *subRing) slot(pos int32) *slot {
+	for int(pos) >= len(s.slots) {
+		s.slots = append(s.slots, slot{prev: none, next: none})
+	}
+	return &s.slots[pos]
+}
+
+// set moves a slot to a new state, maintaining the ready list, the wheel
+// and the counters. at is the revisit time when moving to Wheel.
+func (s *subRing) set(pos int32, to State, at int64, c *counters) {
+	sl := &s.slots[pos]
+	from := sl.state
+	if from == Ready {
+		s.unlink(pos)
+	}
+	s.count(from, -1, c)
+	sl.state = to
+	s.count(to, 1, c)
+	switch to {
+	case Ready:
+		s.pushTail(pos)
+	case Wheel:
+		sl.revisitAt = at
+		heap.Push(&s.wheel, wheelEntry{at: at, pos: pos})
+	case Idle:
+		sl.batch, sl.drained, sl.tookValid = 0, false, false
+	}
+}
+
+func (s *subRing) count(st State, d int32, c *counters) {
+	switch st {
+	case Ready:
+		s.nReady.Add(d)
+		c.ready.Add(int64(d))
+	case Wheel:
+		s.nWheel.Add(d)
+		c.wheel.Add(int64(d))
+	case Inflight:
+		s.nInflight.Add(d)
+		c.inflight.Add(int64(d))
+	}
+}
+
+func (s *subRing) pushTail(pos int32) {
+	sl := &s.slots[pos]
+	sl.prev, sl.next = s.tail, none
+	if s.tail != none {
+		s.slots[s.tail].next = pos
+	} else {
+		s.head = pos
+	}
+	s.tail = pos
+}
+
+func (s *subRing) unlink(pos int32) {
+	sl := &s.slots[pos]
+	if sl.prev != none {
+		s.slots[sl.prev].next = sl.next
+	} else {
+		s.head = sl.next
+	}
+	if sl.next != none {
+		s.slots[sl.next].prev = sl.prev
+	} else {
+		s.tail = sl.prev
+	}
+	sl.prev, sl.next = none, none
+}
+
+// popDue returns the next wheel entry due at now, discarding stale entries.
+func (s *subRing) popDue(now int64) (int32, bool) {
+	for len(s.wheel) > 0 {
+		top := s.wheel[0]
+		sl := &s.slots[top.pos]
+		if sl.state != Wheel || sl.revisitAt != top.at {
+			heap.Pop(&s.wheel) // stale: the slot left the wheel or was rescheduled
+			continue
+		}
+		if top.at > now {
+			return none, false
+		}
+		heap.Pop(&s.wheel)
+		return top.pos, true
+	}
+	return none, false
+}
+
+// compact drops stale heap entries once they dominate, bounding heap memory
+// under churn (a slot rescheduled many times leaves many stale entries).
+func (s *subRing) compact() {
+	live := int(s.nWheel.Load())
+	if len(s.wheel) < 64 || len(s.wheel) < 4*live {
+		return
+	}
+	kept := s.wheel[:0]
+	for _, e := range s.wheel {
+		sl := &s.slots[e.pos]
+		if sl.state == Wheel && sl.revisitAt == e.at {
+			kept = append(kept, e)
+		}
+	}
+	s.wheel = kept
+	heap.Init(&s.wheel)
+}
