@@ -121,12 +121,37 @@ func (h *Hotlist) EndReseed(r *Ring, ok bool, now time.Time) {
 	r.cold = false
 	n := now.UnixNano()
 	if r.nextReseed <= n {
-		r.nextReseed += int64(h.cfg.ReseedInterval)
-		if r.nextReseed <= n {
-			r.nextReseed = n + int64(h.cfg.ReseedInterval)
-		}
+		// Skip whole intervals: a reseed late by several intervals (after an
+		// outage) keeps its phase, so rings do not resynchronise into one
+		// scan storm.
+		iv := int64(h.cfg.ReseedInterval)
+		r.nextReseed += ((n-r.nextReseed)/iv + 1) * iv
 	}
+	h.reclaimUnlisted(r, now)
 	h.trace(r.q, "reseed", "group", r.group)
+}
+
+// reclaimUnlisted re-appends Inflight entries stranded by a dropped pop that
+// the reseed did not list (their partition had nothing pending): without
+// this they would stay Inflight forever and block the idle sweep. Ready is
+// stale in excess at worst: one empty probe clears it.
+func (h *Hotlist) reclaimUnlisted(r *Ring, now time.Time) {
+	stranded := now.Add(-h.cfg.StrandedAfter).UnixNano()
+	for _, s := range r.subs {
+		if s.nInflight.Load() == 0 {
+			continue
+		}
+		s.mu.Lock()
+		for pos := range s.slots {
+			sl := &s.slots[pos]
+			if sl.state == Inflight && sl.takenAt <= stranded {
+				sl.gen++
+				s.set(int32(pos), Ready, 0, &h.c)
+				h.reclaimed.Add(1)
+			}
+		}
+		s.mu.Unlock()
+	}
 }
 
 // Sweep drops the whole state of every queue that nobody touched for a full
@@ -142,6 +167,11 @@ func (h *Hotlist) Sweep(now time.Time) int {
 		}
 		delete(h.queues, key)
 		h.rings.Add(-int64(len(q.rings)))
+		for _, r := range q.rings {
+			for _, sr := range r.subs {
+				sr.detach(&h.c)
+			}
+		}
 		dropped++
 	}
 	h.swept.Add(int64(dropped))
@@ -199,10 +229,9 @@ func (h *Hotlist) dropRings(q *queue, group string) int {
 		if group != "" && g != group {
 			continue
 		}
-		ready, wheel, inflight := r.Counts()
-		h.c.ready.Add(-int64(ready))
-		h.c.wheel.Add(-int64(wheel))
-		h.c.inflight.Add(-int64(inflight))
+		for _, sr := range r.subs {
+			sr.detach(&h.c)
+		}
 		delete(q.rings, g)
 		h.rings.Add(-1)
 		h.dropped.Add(1)
@@ -265,8 +294,14 @@ func (h *Hotlist) TopRings(n int) []RingStat {
 		if a.Queue != b.Queue {
 			return a.Queue < b.Queue
 		}
-		return a.Group < b.Group
+		if a.Group != b.Group {
+			return a.Group < b.Group
+		}
+		return a.Tenant < b.Tenant
 	})
+	if n < 0 {
+		n = 0
+	}
 	if len(all) > n {
 		all = all[:n]
 	}

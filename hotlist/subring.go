@@ -69,6 +69,10 @@ type subRing struct {
 
 	// counts, readable without the lock (status, top rings, wheel tick skip)
 	nReady, nWheel, nInflight atomic.Int32
+
+	// detached is set (under mu) when the ring was dropped from the
+	// registry; a pop still holding it must not move the global totals.
+	detached bool
 }
 
 func newSubRing() *subRing { return &subRing{head: none, tail: none} }
@@ -107,7 +111,13 @@ func (s *subRing) set(pos int32, to State, at int64, c *counters) {
 	}
 }
 
+// discard absorbs the counts of detached sub-rings.
+var discard counters
+
 func (s *subRing) count(st State, d int32, c *counters) {
+	if s.detached {
+		c = &discard
+	}
 	switch st {
 	case Ready:
 		s.nReady.Add(d)
@@ -145,6 +155,20 @@ func (s *subRing) unlink(pos int32) {
 		s.tail = sl.prev
 	}
 	sl.prev, sl.next = none, none
+}
+
+// detach removes the sub-ring's counts from the totals and stops it from
+// touching them again.
+func (s *subRing) detach(c *counters) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.detached {
+		return
+	}
+	c.ready.Add(-int64(s.nReady.Load()))
+	c.wheel.Add(-int64(s.nWheel.Load()))
+	c.inflight.Add(-int64(s.nInflight.Load()))
+	s.detached = true
 }
 
 // popDue returns the next wheel entry due at now, discarding stale entries.
