@@ -25,6 +25,7 @@ type Broker struct {
 	gates *gates
 
 	hot        *hotlist.Hotlist // nil with QUEEN_HOTLIST=0: every hook is one branch on it
+	mesh       atomic.Pointer[meshRef]
 	hotLog     hclog.Logger
 	lastReport struct {
 		at    time.Time
@@ -33,6 +34,7 @@ type Broker struct {
 
 	stats Stats
 
+	started   time.Time
 	closeOnce sync.Once
 	stop      chan struct{}
 	wg        sync.WaitGroup
@@ -84,12 +86,13 @@ func New(ctx context.Context, cfg Config, log hclog.Logger) (*Broker, error) {
 		backoff = min(backoff*2, 5*time.Second)
 	}
 	b := &Broker{
-		cfg:    cfg,
-		log:    log,
-		db:     db,
-		gates:  newGates(),
-		stop:   make(chan struct{}),
-		hotLog: log.Named("hotlist"),
+		cfg:     cfg,
+		log:     log,
+		db:      db,
+		gates:   newGates(),
+		stop:    make(chan struct{}),
+		hotLog:  log.Named("hotlist"),
+		started: time.Now(),
 	}
 	b.lastReport.at = time.Now()
 	if cfg.Hotlist {
@@ -142,6 +145,39 @@ func (b *Broker) Health(ctx context.Context) error {
 		return fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	return nil
+}
+
+// Hinter is the part of the mesh the push path uses: enqueue a dirty hint
+// for the peers, and tell whether there are any (so a single node pays
+// nothing).
+type Hinter interface {
+	Enqueue(tenant, queue, partition string)
+	HasPeers() bool
+}
+
+type meshRef struct{ h Hinter }
+
+// SetMesh attaches the mesh after it started (it needs the broker as its
+// receiver first).
+func (b *Broker) SetMesh(h Hinter) { b.mesh.Store(&meshRef{h}) }
+
+// HintsReceived applies a peer's dirty hints: a remote mark on every existing
+// group ring of the queue, and a wake of the queue's gate (even when it has
+// no ring: a partition-targeted long-poll parks without one). Never
+// re-broadcast.
+func (b *Broker) HintsReceived(tenant, queue string, partitions []string) {
+	key := queueKey(tenant, queue)
+	if b.hot == nil {
+		b.gates.notify(key)
+		return
+	}
+	parts := make([]hotlist.PartMark, len(partitions))
+	for i, p := range partitions {
+		parts[i] = hotlist.PartMark{Name: p, Count: 1}
+	}
+	if b.hot.Mark(key, parts, hotlist.SourceRemote, time.Now()) {
+		b.gates.notify(key)
+	}
 }
 
 // Hotlist returns the hot-list, or nil when it is off.

@@ -95,6 +95,13 @@ func (b *Broker) afterPush(tenant string, res []PushResult, src hotlist.Source) 
 			b.stats.Duplicates.Add(1)
 		}
 	}
+	if ref := b.mesh.Load(); ref != nil && ref.h.HasPeers() {
+		// Every local push hints the peers, not only a ring transition here:
+		// the pushing node usually has no ring for the peers' groups.
+		for p := range counts {
+			ref.h.Enqueue(tenant, p.queue, p.partition)
+		}
+	}
 	if b.hot == nil {
 		woken := make(map[string]struct{}, 1)
 		for p := range counts {

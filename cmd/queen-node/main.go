@@ -2,6 +2,7 @@
 // cluster: it serves the Queen HTTP API on top of package broker.
 //
 //	queen-node [serve] [flags]   run the node (default)
+//	queen-node status [flags]    inspect a running node or its cluster
 //	queen-node version           print the version
 //
 // Every flag has a QUEEN_* environment variable; see -h.
@@ -25,6 +26,7 @@ import (
 
 	"queen-node/api"
 	"queen-node/broker"
+	"queen-node/mesh"
 )
 
 // version is set at build time: -ldflags "-X main.version=1.2.3".
@@ -51,6 +53,8 @@ func run(args []string) int {
 	switch cmd {
 	case "serve":
 		return serve(args)
+	case "status":
+		return statusCmd(args, os.Stdout, os.Stderr)
 	case "version":
 		fmt.Println("queen-node", version)
 		return 0
@@ -58,7 +62,7 @@ func run(args []string) int {
 		printUsage(os.Stdout)
 		return 0
 	default:
-		fmt.Fprintf(os.Stderr, "queen-node: unknown command %q: want serve or version\n", cmd)
+		fmt.Fprintf(os.Stderr, "queen-node: unknown command %q: want serve, status or version\n", cmd)
 		return exitUsage
 	}
 }
@@ -114,6 +118,13 @@ func runNode(cfg Config, logger hclog.Logger) error {
 	acfg.Tenant = cfg.Tenant
 	acfg.Version = version
 	srv := api.New(b, acfg, logger.Named("api"))
+	// The same address peers learn from membership metadata, so /status
+	// and `queen-node status --cluster` agree on where each node is.
+	httpAddr := ln.Addr().String()
+	srv.Handle("GET /status", srv.StatusHandler(b, httpAddr))
+	metricsHandler := srv.MetricsHandler(b, httpAddr)
+	srv.Handle("GET /metrics", metricsHandler)
+	srv.Handle("GET /metrics/prometheus", metricsHandler) // the path some Queen dashboards scrape
 
 	httpSrv := &http.Server{
 		Handler:           srv.Handler(),
@@ -135,13 +146,27 @@ func runNode(cfg Config, logger hclog.Logger) error {
 		defer pp.Close()
 	}
 
-	// The mesh package does not exist yet; cfg.Mesh is validated so a bad
-	// setting already fails at start.
+	var m *mesh.Mesh
+	if cfg.Mesh.Enabled {
+		mc := mesh.DefaultConfig()
+		mc.Name = cfg.Broker.NodeName
+		mc.Bind, mc.Advertise, mc.Join, mc.Secret = cfg.Mesh.Bind, cfg.Mesh.Advertise, cfg.Mesh.Join, cfg.Mesh.Secret
+		mc.FlushInterval, mc.HintCap, mc.DropRate = cfg.Mesh.FlushInterval, cfg.Mesh.HintCap, cfg.Mesh.DropRate
+		mc.HTTPAddr, mc.Version = httpAddr, version
+		mc.Logger = logger.Named("mesh")
+		if m, err = mesh.New(mc, b); err != nil {
+			return fmt.Errorf("start mesh: %w", err)
+		}
+		b.SetMesh(m)
+		// Leave the cluster first on shutdown, so peers stop hinting us.
+		defer m.Close()
+	}
 	logger.Info("queen-node started",
 		"node", cfg.Broker.NodeName,
 		"http_addr", ln.Addr().String(),
 		"version", version,
 		"hotlist", onOff(cfg.Broker.Hotlist),
+		"mesh", onOff(cfg.Mesh.Enabled),
 	)
 
 	select {
@@ -151,6 +176,9 @@ func runNode(cfg Config, logger hclog.Logger) error {
 	}
 	stop() // a second signal kills the process the default way
 	logger.Info("shutting down", "grace", shutdownGrace)
+	if m != nil {
+		m.Close()
+	}
 
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()

@@ -7,10 +7,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +22,7 @@ import (
 	"queen-node/api"
 	"queen-node/broker"
 	"queen-node/internal/pgtest"
+	"queen-node/mesh"
 )
 
 // Node is one running node.
@@ -27,6 +31,7 @@ type Node struct {
 	DBURL  string
 	Broker *broker.Broker
 	Server *httptest.Server
+	Mesh   *mesh.Mesh // set by StartCluster
 }
 
 // Option changes a node's broker configuration before it starts.
@@ -142,4 +147,58 @@ func (n *Node) DoCtx(ctx context.Context, t testing.TB, method, path string, bod
 		t.Fatalf("%s %s: read: %v", method, path, err)
 	}
 	return Response{Status: resp.StatusCode, Body: data, Header: resp.Header}
+}
+
+// clusterPorts hands out mesh ports so parallel tests do not collide.
+var clusterPorts struct {
+	sync.Mutex
+	next int
+}
+
+// StartCluster starts n nodes on one fresh database, meshed over loopback
+// addresses 127.0.1.x with fast gossip timings, and waits until every node
+// sees all n members alive.
+func StartCluster(t testing.TB, n int, opts ...Option) []*Node {
+	t.Helper()
+	db := pgtest.NewDatabase(t)
+	clusterPorts.Lock()
+	if clusterPorts.next == 0 {
+		clusterPorts.next = 20000 + os.Getpid()%20000
+	}
+	base := clusterPorts.next
+	clusterPorts.next += 10
+	clusterPorts.Unlock()
+	var nodes []*Node
+	var seed string
+	for i := 0; i < n; i++ {
+		node := StartOn(t, db, opts...)
+		mc := mesh.DefaultConfig()
+		mc.Name = fmt.Sprintf("%s-%d", t.Name(), i)
+		mc.Bind = fmt.Sprintf("127.0.1.%d:%d", 1+i, base+i)
+		if seed != "" {
+			mc.Join = []string{seed}
+		}
+		seed = mc.Bind
+		mc.Timings = mesh.FastTimings()
+		mc.HTTPAddr = strings.TrimPrefix(node.URL, "http://")
+		mc.Logger = hclog.New(&hclog.LoggerOptions{Name: mc.Name, Level: hclog.Warn})
+		m, err := mesh.New(mc, node.Broker)
+		if err != nil {
+			t.Fatalf("start mesh: %v", err)
+		}
+		node.Broker.SetMesh(m)
+		node.Mesh = m
+		t.Cleanup(m.Close)
+		nodes = append(nodes, node)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for _, node := range nodes {
+		for node.Mesh.Stats().LivePeers != n-1 {
+			if time.Now().After(deadline) {
+				t.Fatalf("mesh did not converge: %+v", node.Mesh.Members())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	return nodes
 }

@@ -1,0 +1,69 @@
+package mesh
+
+import (
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// Defaults of Config, quoted by the command line and the docs.
+const (
+	DefaultBind          = "0.0.0.0:7946"
+	DefaultFlushInterval = 20 * time.Millisecond
+	DefaultHintCap       = 200000
+	DefaultMaxFlushHints = 50000 // hints drained per flush: bounded work per tick
+	DefaultPeerQueue     = 256   // frames queued per peer before new ones are dropped
+	DefaultDialTimeout   = 2 * time.Second
+	DefaultWriteTimeout  = 5 * time.Second
+	DefaultMaxInbound    = 256 // concurrent inbound hint connections
+)
+
+// Timings are memberlist's gossip and failure-detection cadences.
+type Timings struct {
+	GossipInterval   time.Duration // how often to gossip, LAN default 200 ms
+	ProbeInterval    time.Duration // failure probe cadence, LAN default 1 s
+	ProbeTimeout     time.Duration // probe round trip allowance, LAN default 500 ms
+	SuspicionMult    int           // suspect for SuspicionMult * log(N+1) * ProbeInterval, LAN default 4
+	PushPullInterval time.Duration // full state sync cadence, LAN default 30 s
+}
+
+// LANTimings are memberlist's DefaultLANConfig cadences.
+func LANTimings() Timings {
+	return Timings{GossipInterval: 200 * time.Millisecond, ProbeInterval: time.Second,
+		ProbeTimeout: 500 * time.Millisecond, SuspicionMult: 4, PushPullInterval: 30 * time.Second}
+}
+
+// FastTimings converge and detect failures in well under a second on
+// loopback; for tests.
+func FastTimings() Timings {
+	return Timings{GossipInterval: 20 * time.Millisecond, ProbeInterval: 100 * time.Millisecond,
+		ProbeTimeout: 50 * time.Millisecond, SuspicionMult: 2, PushPullInterval: 2 * time.Second}
+}
+
+// Config configures a Mesh. Use DefaultConfig and change what you need.
+type Config struct {
+	Name          string        // unique node name, required
+	Bind          string        // memberlist host:port, default 0.0.0.0:7946
+	Advertise     string        // host:port peers use; default derived from Bind (a non-loopback address when Bind is 0.0.0.0)
+	HintPort      int           // TCP port of the hint listener on the advertise host; default 0 = any free port (advertised in metadata)
+	Join          []string      // seeds; empty = start alone and let others join
+	Secret        []byte        // 16, 24 or 32 bytes; nil = open mesh (logged as a warning)
+	FlushInterval time.Duration // hint flush cadence, default 20 ms
+	HintCap       int           // coalescing set bound, default 200,000
+	DropRate      float64       // chaos: fraction of outgoing hint frames dropped on purpose, default 0
+	HTTPAddr      string        // advertised in metadata for `queen-node status --cluster`
+	Version       string        // advertised in metadata
+	Timings       Timings       // default LANTimings()
+	Logger        hclog.Logger  // default: discard
+}
+
+// DefaultConfig returns a Config with every default filled in.
+func DefaultConfig() Config {
+	return Config{
+		Bind:          DefaultBind,
+		FlushInterval: DefaultFlushInterval,
+		HintCap:       DefaultHintCap,
+		Timings:       LANTimings(),
+		Logger:        hclog.NewNullLogger(),
+	}
+}

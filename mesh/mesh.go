@@ -1,0 +1,468 @@
+// Package mesh turns single nodes into a cluster: membership through
+// hashicorp/memberlist, and "dirty hints" ((tenant, queue, partition) just
+// received data) coalesced per node and sent to every live peer as batched
+// msgpack frames over one persistent TCP stream per peer. A receiver hands
+// hints to its Receiver (the broker marks its hot-list and wakes parked
+// pops) and never forwards them. Hints are lossy by design: the hot-list's
+// reseed floor heals any loss.
+package mesh
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/memberlist"
+
+	"queen-node/coalesce"
+)
+
+// Receiver gets the hints received from peers. It must not block for long.
+type Receiver interface {
+	HintsReceived(tenant, queue string, partitions []string)
+}
+
+// Stats are the mesh counters. They only grow while the process lives.
+type Stats struct {
+	FramesSent, FramesReceived uint64
+	HintsSent, HintsReceived   uint64
+	FramesDropped              uint64 // chaos drops (QUEEN_MESH_DROP_RATE)
+	FramesRejected             uint64 // bad or unauthenticated frames received
+	QueueDropped               uint64 // frames dropped because a peer's send queue was full or it was unreachable
+	CoalescerSize              int
+	CoalescerCap               int
+	CoalescerDropped           uint64
+	LivePeers                  int
+}
+
+// Member is one member this node knows, itself included.
+type Member struct {
+	Name     string `json:"name"`
+	Addr     string `json:"addr"`      // mesh host:port
+	HTTPAddr string `json:"http_addr"` // from its metadata
+	State    string `json:"state"`     // alive, suspect, dead, left
+	Version  string `json:"version,omitempty"`
+	Self     bool   `json:"self,omitempty"`
+}
+
+// meta is what a node advertises in memberlist metadata (at most 512 bytes).
+type meta struct {
+	Version string `json:"v"`
+	HTTP    string `json:"http"`
+	Hint    string `json:"hint"`
+}
+
+// Mesh is a running membership plus hint transport.
+type Mesh struct {
+	cfg    Config
+	log    hclog.Logger
+	recv   Receiver
+	sealer *Sealer
+	ml     *memberlist.Memberlist
+	ln     net.Listener
+	self   meta
+
+	live atomic.Int32 // live peers, read on every push without a lock
+
+	setMu sync.Mutex
+	set   *coalesce.Set
+
+	memMu   sync.Mutex
+	members map[string]*Member
+
+	peerMu sync.Mutex
+	peers  map[string]*peer // by node name
+
+	inbound atomic.Int32
+
+	framesSent, framesRecv, hintsSent, hintsRecv atomic.Uint64
+	framesDropped, framesRejected, queueDropped  atomic.Uint64
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+	once sync.Once
+}
+
+// New starts the hint listener and memberlist, joins the seeds in the
+// background (retrying with back-off), and starts the flusher.
+func New(cfg Config, recv Receiver) (*Mesh, error) {
+	if cfg.Name == "" {
+		return nil, errors.New("mesh: a node name is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.FlushInterval <= 0 {
+		cfg.FlushInterval = DefaultFlushInterval
+	}
+	if cfg.Timings == (Timings{}) {
+		cfg.Timings = LANTimings()
+	}
+	sealer, err := NewSealer(cfg.Secret)
+	if err != nil {
+		return nil, fmt.Errorf("mesh: %w", err)
+	}
+	if len(cfg.Secret) == 0 {
+		sealer = nil
+		cfg.Logger.Warn("QUEEN_MESH_SECRET is not set: membership and hints are unauthenticated and unencrypted; anyone who reaches the mesh port can join")
+	}
+	m := &Mesh{
+		cfg: cfg, log: cfg.Logger, recv: recv, sealer: sealer,
+		set:     coalesce.New(cfg.HintCap),
+		members: map[string]*Member{},
+		peers:   map[string]*peer{},
+		stop:    make(chan struct{}),
+	}
+	bindHost, bindPort, err := splitHostPort(cfg.Bind)
+	if err != nil {
+		return nil, fmt.Errorf("mesh: bind %q: %w", cfg.Bind, err)
+	}
+	advHost, advPort := bindHost, bindPort
+	if cfg.Advertise != "" {
+		if advHost, advPort, err = splitHostPort(cfg.Advertise); err != nil {
+			return nil, fmt.Errorf("mesh: advertise %q: %w", cfg.Advertise, err)
+		}
+	}
+	if advHost == "" || advHost == "0.0.0.0" || advHost == "::" {
+		if advHost, err = defaultAdvertiseIP(); err != nil {
+			return nil, fmt.Errorf("mesh: derive an advertise address: %w", err)
+		}
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(bindHost, strconv.Itoa(cfg.HintPort)))
+	if err != nil {
+		return nil, fmt.Errorf("mesh: hint listener: %w", err)
+	}
+	m.ln = ln
+	m.self = meta{Version: cfg.Version, HTTP: advertisedHTTP(cfg.HTTPAddr, advHost),
+		Hint: net.JoinHostPort(advHost, strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))}
+
+	mc := memberlist.DefaultLANConfig()
+	mc.Name = cfg.Name
+	mc.BindAddr, mc.BindPort = bindHost, bindPort
+	mc.AdvertiseAddr, mc.AdvertisePort = advHost, advPort
+	mc.GossipInterval = cfg.Timings.GossipInterval
+	mc.ProbeInterval = cfg.Timings.ProbeInterval
+	mc.ProbeTimeout = cfg.Timings.ProbeTimeout
+	mc.SuspicionMult = cfg.Timings.SuspicionMult
+	mc.PushPullInterval = cfg.Timings.PushPullInterval
+	mc.SecretKey = cfg.Secret
+	mc.Delegate = delegate{m}
+	mc.Events = events{m}
+	mc.Logger = cfg.Logger.Named("memberlist").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})
+	ml, err := memberlist.Create(mc)
+	if err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("mesh: memberlist on %s: %w", cfg.Bind, err)
+	}
+	m.ml = ml
+	m.log.Info("mesh started", "name", cfg.Name, "gossip", net.JoinHostPort(advHost, strconv.Itoa(advPort)),
+		"hints", m.self.Hint, "encrypted", sealer != nil)
+
+	m.wg.Add(3)
+	go m.acceptLoop()
+	go m.flushLoop()
+	go m.joinLoop(net.JoinHostPort(advHost, strconv.Itoa(advPort)))
+	return m, nil
+}
+
+// Close leaves the cluster gracefully and stops everything.
+func (m *Mesh) Close() {
+	m.once.Do(func() {
+		if err := m.ml.Leave(2 * time.Second); err != nil {
+			m.log.Warn("leave", "error", err)
+		}
+		close(m.stop)
+		m.ln.Close()
+		_ = m.ml.Shutdown()
+		m.peerMu.Lock()
+		for _, p := range m.peers {
+			p.close()
+		}
+		m.peerMu.Unlock()
+		m.wg.Wait()
+	})
+}
+
+// Enqueue records a dirty hint for every live peer. With no live peer it
+// returns at once: a single node pays neither the lock nor the allocation.
+func (m *Mesh) Enqueue(tenant, queue, partition string) {
+	if m.live.Load() == 0 {
+		return
+	}
+	m.setMu.Lock()
+	m.set.Add(coalesce.Hint{Tenant: tenant, Queue: queue, Partition: partition})
+	m.setMu.Unlock()
+}
+
+// HasPeers tells whether any peer is alive (callers can skip building hints).
+func (m *Mesh) HasPeers() bool { return m.live.Load() > 0 }
+
+// LocalName is this node's mesh name.
+func (m *Mesh) LocalName() string { return m.cfg.Name }
+
+// Stats returns the counters.
+func (m *Mesh) Stats() Stats {
+	m.setMu.Lock()
+	size, capacity, dropped := m.set.Len(), m.set.Cap(), m.set.Dropped()
+	m.setMu.Unlock()
+	return Stats{
+		FramesSent: m.framesSent.Load(), FramesReceived: m.framesRecv.Load(),
+		HintsSent: m.hintsSent.Load(), HintsReceived: m.hintsRecv.Load(),
+		FramesDropped: m.framesDropped.Load(), FramesRejected: m.framesRejected.Load(),
+		QueueDropped:  m.queueDropped.Load(),
+		CoalescerSize: size, CoalescerCap: capacity, CoalescerDropped: dropped,
+		LivePeers: int(m.live.Load()),
+	}
+}
+
+// Members returns every member this node knows, itself included, sorted by
+// name. Dead and left members stay listed until the process restarts.
+func (m *Mesh) Members() []Member {
+	suspect := map[string]bool{}
+	for _, n := range m.ml.Members() {
+		if n.State == memberlist.StateSuspect {
+			suspect[n.Name] = true
+		}
+	}
+	m.memMu.Lock()
+	out := make([]Member, 0, len(m.members))
+	for _, mb := range m.members {
+		c := *mb
+		if c.State == "alive" && suspect[c.Name] {
+			c.State = "suspect"
+		}
+		out = append(out, c)
+	}
+	m.memMu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// joinLoop joins the seeds, retrying with back-off while this node is alone:
+// a seed that is not up yet is normal, and a node whose join is refused
+// (another secret) keeps running alone, says why, and retries.
+func (m *Mesh) joinLoop(selfAddr string) {
+	defer m.wg.Done()
+	var seeds []string
+	for _, s := range m.cfg.Join {
+		if s != "" && s != selfAddr && s != m.cfg.Bind {
+			seeds = append(seeds, s)
+		}
+	}
+	if len(seeds) == 0 {
+		return
+	}
+	backoff := 200 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		if m.ml.NumMembers() > 1 {
+			// Joined; memberlist keeps the membership from here. Check again
+			// later in case every peer went away and came back.
+			backoff = 5 * time.Second
+		} else {
+			n, err := m.ml.Join(seeds)
+			switch {
+			case err == nil && n > 0:
+				m.log.Info("joined the mesh", "contacted", n, "members", m.ml.NumMembers())
+				backoff = 5 * time.Second
+			case attempt == 1 || attempt%10 == 0:
+				m.log.Warn("cannot join the mesh yet, running alone and retrying", "seeds", strings.Join(seeds, ","), "error", err)
+			}
+		}
+		select {
+		case <-m.stop:
+			return
+		case <-time.After(backoff):
+		}
+		if m.ml.NumMembers() <= 1 {
+			backoff = min(backoff*2, 5*time.Second)
+		}
+	}
+}
+
+// flushLoop drains the coalescing set every FlushInterval and sends the
+// frames to every live peer.
+func (m *Mesh) flushLoop() {
+	defer m.wg.Done()
+	t := time.NewTicker(m.cfg.FlushInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+			m.flush()
+		}
+	}
+}
+
+func (m *Mesh) flush() {
+	m.setMu.Lock()
+	batches := m.set.Drain(DefaultMaxFlushHints, MaxFrameBytes/2)
+	m.setMu.Unlock()
+	if len(batches) == 0 {
+		return
+	}
+	frames, err := EncodeFrames(m.cfg.Name, batches)
+	if err != nil {
+		m.log.Warn("encode hint frames", "error", err)
+		return
+	}
+	counts := frameHintCounts(frames)
+	peers := m.syncPeers()
+	for _, p := range peers {
+		for i, f := range frames {
+			if m.cfg.DropRate > 0 && rand.Float64() < m.cfg.DropRate {
+				m.framesDropped.Add(1)
+				continue
+			}
+			if p.send(m.sealer.Seal(f)) {
+				m.hintsSent.Add(uint64(counts[i]))
+			} else {
+				m.queueDropped.Add(1)
+			}
+		}
+	}
+}
+
+func frameHintCounts(frames [][]byte) []int {
+	out := make([]int, len(frames))
+	for i, f := range frames {
+		if fr, err := DecodeFrame(f); err == nil {
+			for _, b := range fr.Batches {
+				out[i] += len(b.Partitions)
+			}
+		}
+	}
+	return out
+}
+
+// syncPeers makes the sender set match the live membership and returns it.
+func (m *Mesh) syncPeers() []*peer {
+	want := map[string]string{}
+	for _, n := range m.ml.Members() {
+		if n.Name == m.cfg.Name || n.State != memberlist.StateAlive {
+			continue
+		}
+		var md meta
+		if json.Unmarshal(n.Meta, &md) == nil && md.Hint != "" {
+			want[n.Name] = md.Hint
+		}
+	}
+	m.peerMu.Lock()
+	defer m.peerMu.Unlock()
+	for name, p := range m.peers {
+		if addr, ok := want[name]; !ok || addr != p.addr {
+			p.close()
+			delete(m.peers, name)
+		}
+	}
+	out := make([]*peer, 0, len(want))
+	for name, addr := range want {
+		p := m.peers[name]
+		if p == nil {
+			p = newPeer(m, name, addr)
+			m.peers[name] = p
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// delegate answers memberlist's metadata requests; user messages are not
+// used (hints travel on their own streams).
+type delegate struct{ m *Mesh }
+
+func (d delegate) NodeMeta(limit int) []byte {
+	b, _ := json.Marshal(d.m.self)
+	if len(b) > limit {
+		return nil
+	}
+	return b
+}
+func (d delegate) NotifyMsg([]byte)                           {}
+func (d delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
+func (d delegate) LocalState(join bool) []byte                { return nil }
+func (d delegate) MergeRemoteState(buf []byte, join bool)     {}
+
+// events keeps the member table and the live peer count, and logs changes.
+type events struct{ m *Mesh }
+
+func (e events) NotifyJoin(n *memberlist.Node) {
+	e.m.upsert(n, "alive")
+	e.m.log.Info("member joined", "member", n.Name, "addr", n.Address())
+}
+
+func (e events) NotifyUpdate(n *memberlist.Node) { e.m.upsert(n, "alive") }
+
+func (e events) NotifyLeave(n *memberlist.Node) {
+	state := "dead"
+	if n.State == memberlist.StateLeft {
+		state = "left"
+	}
+	e.m.upsert(n, state)
+	e.m.log.Info("member gone", "member", n.Name, "addr", n.Address(), "state", state)
+}
+
+func (m *Mesh) upsert(n *memberlist.Node, state string) {
+	var md meta
+	_ = json.Unmarshal(n.Meta, &md)
+	m.memMu.Lock()
+	defer m.memMu.Unlock()
+	m.members[n.Name] = &Member{Name: n.Name, Addr: n.Address(), HTTPAddr: md.HTTP, State: state,
+		Version: md.Version, Self: n.Name == m.cfg.Name}
+	live := 0
+	for _, mb := range m.members {
+		if !mb.Self && mb.State == "alive" {
+			live++
+		}
+	}
+	m.live.Store(int32(live))
+}
+
+func splitHostPort(s string) (string, int, error) {
+	h, p, err := net.SplitHostPort(s)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("bad port %q", p)
+	}
+	return h, port, nil
+}
+
+// defaultAdvertiseIP picks the first non-loopback IPv4 address.
+func defaultAdvertiseIP() (string, error) {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return "", err
+	}
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok && !ipn.IP.IsLoopback() && ipn.IP.To4() != nil {
+			return ipn.IP.String(), nil
+		}
+	}
+	return "127.0.0.1", nil
+}
+
+// advertisedHTTP turns a listen address such as ":6632" into one peers can
+// reach.
+func advertisedHTTP(httpAddr, host string) string {
+	h, p, err := net.SplitHostPort(httpAddr)
+	if err != nil {
+		return httpAddr
+	}
+	if h == "" || h == "0.0.0.0" || h == "::" {
+		h = host
+	}
+	return net.JoinHostPort(h, p)
+}

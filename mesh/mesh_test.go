@@ -1,0 +1,242 @@
+package mesh
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"queen-node/coalesce"
+)
+
+// recorder is a Receiver that remembers every hint.
+type recorder struct {
+	mu    sync.Mutex
+	hints map[string]int // "tenant/queue/partition" -> times received
+}
+
+func (r *recorder) HintsReceived(tenant, queue string, parts []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.hints == nil {
+		r.hints = map[string]int{}
+	}
+	for _, p := range parts {
+		r.hints[tenant+"/"+queue+"/"+p]++
+	}
+}
+
+func (r *recorder) count(key string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.hints[key]
+}
+
+func (r *recorder) total() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, c := range r.hints {
+		n += c
+	}
+	return n
+}
+
+type node struct {
+	m   *Mesh
+	rec *recorder
+}
+
+var portSeq = struct {
+	sync.Mutex
+	n int
+}{n: 17000}
+
+// start runs a member on ip with fast gossip timings.
+func start(t *testing.T, name, ip string, secret []byte, join []string, mut ...func(*Config)) *node {
+	t.Helper()
+	portSeq.Lock()
+	portSeq.n += 7
+	port := portSeq.n
+	portSeq.Unlock()
+	cfg := DefaultConfig()
+	cfg.Name = name
+	cfg.Bind = fmt.Sprintf("%s:%d", ip, port)
+	cfg.Join = join
+	cfg.Secret = secret
+	cfg.Timings = FastTimings()
+	cfg.HTTPAddr = ip + ":6632"
+	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Warn})
+	for _, f := range mut {
+		f(&cfg)
+	}
+	rec := &recorder{}
+	m, err := New(cfg, rec)
+	if err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	t.Cleanup(m.Close)
+	return &node{m: m, rec: rec}
+}
+
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v: %s", within, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func alive(m *Mesh) []string {
+	var out []string
+	for _, mb := range m.Members() {
+		if mb.State == "alive" {
+			out = append(out, mb.Name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func threeNodes(t *testing.T, secret []byte, mut ...func(*Config)) (a, b, c *node) {
+	t.Helper()
+	a = start(t, "a", "127.0.0.2", secret, nil, mut...)
+	seed := []string{a.m.cfg.Bind}
+	b = start(t, "b", "127.0.0.3", secret, seed, mut...)
+	c = start(t, "c", "127.0.0.4", secret, seed, mut...)
+	for _, n := range []*node{a, b, c} {
+		eventually(t, 10*time.Second, n.m.cfg.Name+" sees 3 alive members", func() bool {
+			return strings.Join(alive(n.m), ",") == "a,b,c"
+		})
+	}
+	return a, b, c
+}
+
+func TestMembershipConvergesAndHintsArriveOnce(t *testing.T) {
+	a, b, c := threeNodes(t, nil)
+	for _, mb := range b.m.Members() {
+		if mb.HTTPAddr == "" || mb.Addr == "" {
+			t.Fatalf("member without addresses: %+v", mb)
+		}
+	}
+	// A partition pushed many times in one flush window costs one hint.
+	for i := 0; i < 1000; i++ {
+		a.m.Enqueue("t", "orders", "p1")
+	}
+	a.m.Enqueue("t", "orders", "p2")
+	for _, n := range []*node{b, c} {
+		eventually(t, 5*time.Second, "hints at "+n.m.cfg.Name, func() bool { return n.rec.total() == 2 })
+	}
+	// Let several flush windows pass: nothing is re-broadcast or repeated.
+	time.Sleep(200 * time.Millisecond)
+	for _, n := range []*node{b, c} {
+		if n.rec.count("t/orders/p1") != 1 || n.rec.total() != 2 {
+			t.Fatalf("%s received %v", n.m.cfg.Name, n.rec.hints)
+		}
+		if st := n.m.Stats(); st.HintsSent != 0 || st.FramesSent != 0 {
+			t.Fatalf("%s forwarded a received hint: %+v", n.m.cfg.Name, st)
+		}
+	}
+	if a.rec.total() != 0 {
+		t.Fatalf("a received its own hints back: %v", a.rec.hints)
+	}
+	sa, sb := a.m.Stats(), b.m.Stats()
+	if sa.HintsSent != 4 || sb.HintsReceived != 2 || sb.FramesReceived < 1 {
+		t.Fatalf("counters: a %+v b %+v", sa, sb)
+	}
+}
+
+func TestNoPeersNoHintState(t *testing.T) {
+	a := start(t, "solo", "127.0.0.5", nil, nil)
+	a.m.Enqueue("t", "q", "p")
+	if st := a.m.Stats(); st.CoalescerSize != 0 || a.m.HasPeers() {
+		t.Fatalf("a node alone must not collect hints: %+v", st)
+	}
+}
+
+func TestSecretMeshEncryptsAndRefusesOutsiders(t *testing.T) {
+	secret := []byte("0123456789abcdef")
+	a, b, _ := threeNodes(t, secret)
+	a.m.Enqueue("t", "q", "p")
+	eventually(t, 5*time.Second, "encrypted hint delivered", func() bool { return b.rec.total() == 1 })
+
+	// Another secret: the join is refused, the node runs alone and retries.
+	evil := start(t, "evil", "127.0.0.6", []byte("fedcba9876543210"), []string{a.m.cfg.Bind})
+	time.Sleep(1500 * time.Millisecond)
+	if got := alive(evil.m); strings.Join(got, ",") != "evil" {
+		t.Fatalf("a node with the wrong secret joined: %v", got)
+	}
+	for _, mb := range a.m.Members() {
+		if mb.Name == "evil" {
+			t.Fatalf("a lists the outsider: %+v", mb)
+		}
+	}
+	// No secret at all: refused too.
+	open := start(t, "open", "127.0.0.7", nil, []string{a.m.cfg.Bind})
+	time.Sleep(time.Second)
+	if got := alive(open.m); strings.Join(got, ",") != "open" {
+		t.Fatalf("a node without the secret joined: %v", got)
+	}
+}
+
+func TestWrongKeyFramesRejectedAndNeverApplied(t *testing.T) {
+	secret := []byte("0123456789abcdef")
+	b := start(t, "b", "127.0.0.8", secret, nil)
+	// Forge a peer that speaks the hint protocol with another key, straight
+	// at b's hint listener.
+	other, _ := NewSealer([]byte("fedcba9876543210"))
+	f, err := EncodeFrames("forger", []coalesce.Batch{{Tenant: "t", Queue: "q", Partitions: []string{"p"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &peer{m: b.m, name: "b", addr: b.m.self.Hint, ch: make(chan []byte, 4), done: make(chan struct{})}
+	b.m.wg.Add(1)
+	go p.run()
+	defer p.close()
+	p.send(other.Seal(f[0]))
+	eventually(t, 5*time.Second, "the forged frame to be rejected", func() bool { return b.m.Stats().FramesRejected == 1 })
+	if b.rec.total() != 0 {
+		t.Fatal("a frame sealed with another key was applied")
+	}
+}
+
+func TestDropRateOneDeliversNothing(t *testing.T) {
+	a, b, c := threeNodes(t, nil, func(c *Config) { c.DropRate = 1 })
+	for i := 0; i < 20; i++ {
+		a.m.Enqueue("t", "q", fmt.Sprintf("p%d", i))
+		time.Sleep(5 * time.Millisecond)
+	}
+	eventually(t, 5*time.Second, "drops counted", func() bool { return a.m.Stats().FramesDropped >= 2 })
+	time.Sleep(100 * time.Millisecond)
+	if b.rec.total()+c.rec.total() != 0 {
+		t.Fatal("hints left a node with drop rate 1")
+	}
+	if st := a.m.Stats(); st.HintsSent != 0 || st.FramesSent != 0 {
+		t.Fatalf("with drop rate 1 nothing is sent: %+v", st)
+	}
+}
+
+func TestDeadMemberLeavesMembership(t *testing.T) {
+	a, b, c := threeNodes(t, nil)
+	c.m.Close()
+	for _, n := range []*node{a, b} {
+		eventually(t, 10*time.Second, n.m.cfg.Name+" sees c gone", func() bool {
+			for _, mb := range n.m.Members() {
+				if mb.Name == "c" {
+					return mb.State == "left" || mb.State == "dead"
+				}
+			}
+			return false
+		})
+	}
+	if a.m.Stats().LivePeers != 1 {
+		t.Fatalf("live peers %d", a.m.Stats().LivePeers)
+	}
+}
