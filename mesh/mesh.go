@@ -19,6 +19,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/memberlist"
@@ -197,6 +198,9 @@ func (m *Mesh) Close() {
 func (m *Mesh) Enqueue(tenant, queue, partition string) {
 	if m.live.Load() == 0 {
 		return
+	}
+	if !validName(tenant) || !validName(queue) || !validName(partition) {
+		return // one unencodable hint would fail its whole flush
 	}
 	m.setMu.Lock()
 	m.set.Add(coalesce.Hint{Tenant: tenant, Queue: queue, Partition: partition})
@@ -426,6 +430,10 @@ func (m *Mesh) upsert(n *memberlist.Node, state string) {
 		}
 	}
 	m.live.Store(int32(live))
+}
+
+func validName(s string) bool {
+	return s != "" && len(s) <= MaxNameBytes && utf8.ValidString(s)
 }
 
 func splitHostPort(s string) (string, int, error) {

@@ -41,6 +41,9 @@ type MeshConfig struct {
 	FlushInterval time.Duration // QUEEN_MESH_FLUSH_MS, default 20 ms
 	HintCap       int           // QUEEN_MESH_HINT_CAP, default 200000
 	DropRate      float64       // QUEEN_MESH_DROP_RATE, default 0 (chaos knob)
+	HintPort      int           // QUEEN_MESH_HINT_PORT, default 0 (any free port, advertised in metadata)
+	GossipMS      int           // QUEEN_MESH_GOSSIP_MS, default 200 (memberlist LAN)
+	ProbeMS       int           // QUEEN_MESH_PROBE_MS, default 1000 (memberlist LAN); failure detection scales with it
 }
 
 // setting is one QUEEN_* variable and its flag. apply parses a value into
@@ -196,6 +199,24 @@ func settings() []setting {
 				}
 				c.Mesh.DropRate = f
 				return nil
+			}},
+		{env: "QUEEN_MESH_HINT_PORT", flag: "mesh-hint-port", def: "0", usage: "TCP port of the hint stream listener (0 = any free port, advertised to peers)",
+			apply: func(c *Config, v string) error {
+				var err error
+				c.Mesh.HintPort, err = intIn(v, 0, 65535)
+				return err
+			}},
+		{env: "QUEEN_MESH_GOSSIP_MS", flag: "mesh-gossip-ms", def: "200", usage: "memberlist gossip interval",
+			apply: func(c *Config, v string) error {
+				var err error
+				c.Mesh.GossipMS, err = intIn(v, 5, 60000)
+				return err
+			}},
+		{env: "QUEEN_MESH_PROBE_MS", flag: "mesh-probe-ms", def: "1000", usage: "memberlist failure probe interval (probe timeout is half of it)",
+			apply: func(c *Config, v string) error {
+				var err error
+				c.Mesh.ProbeMS, err = intIn(v, 20, 60000)
+				return err
 			}},
 	}
 }
