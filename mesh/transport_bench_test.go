@@ -23,10 +23,10 @@ import (
 
 type countingDelegate struct{ got atomic.Int64 }
 
-func (d *countingDelegate) NodeMeta(int) []byte                  { return nil }
-func (d *countingDelegate) NotifyMsg([]byte)                     { d.got.Add(1) }
-func (d *countingDelegate) GetBroadcasts(int, int) [][]byte      { return nil }
-func (d *countingDelegate) LocalState(bool) []byte               { return nil }
+func (d *countingDelegate) NodeMeta(int) []byte                 { return nil }
+func (d *countingDelegate) NotifyMsg([]byte)                    { d.got.Add(1) }
+func (d *countingDelegate) GetBroadcasts(int, int) [][]byte     { return nil }
+func (d *countingDelegate) LocalState(bool) []byte              { return nil }
 func (d *countingDelegate) MergeRemoteState(buf []byte, _ bool) {}
 
 func benchFrame(b *testing.B, parts int) []byte {
