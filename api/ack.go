@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 
@@ -96,9 +97,69 @@ func (s *Server) handleAck(w http.ResponseWriter, r *http.Request, _ *string) {
 	writeJSON(w, http.StatusOK, toAckResults(res))
 }
 
+// fastAckBody decodes a well-formed batch ack in one pass; anything
+// unexpected goes to the field-by-field path for a precise error.
+type fastAckBody struct {
+	ConsumerGroup   json.RawMessage `json:"consumerGroup"`
+	Acknowledgments []struct {
+		TransactionID json.RawMessage `json:"transactionId"`
+		PartitionID   json.RawMessage `json:"partitionId"`
+		Status        json.RawMessage `json:"status"`
+		ConsumerGroup json.RawMessage `json:"consumerGroup"`
+		LeaseID       json.RawMessage `json:"leaseId"`
+		Error         json.RawMessage `json:"error"`
+	} `json:"acknowledgments"`
+}
+
+func fastAckItems(raw []byte, maxItems int) ([]broker.AckItem, bool) {
+	var fb fastAckBody
+	if err := json.Unmarshal(raw, &fb); err != nil || fb.Acknowledgments == nil || len(fb.Acknowledgments) > maxItems {
+		return nil, false
+	}
+	group, ok := fastString(fb.ConsumerGroup, true)
+	if !ok || len(group) > broker.MaxNameBytes {
+		return nil, false
+	}
+	if group == "" {
+		group = broker.QueueMode
+	}
+	items := make([]broker.AckItem, len(fb.Acknowledgments))
+	for i, a := range fb.Acknowledgments {
+		var it broker.AckItem
+		var ok1, ok2, ok3, ok4, ok5 bool
+		it.TransactionID, ok1 = fastString(a.TransactionID, false)
+		it.PartitionID, ok2 = fastString(a.PartitionID, false)
+		it.Status, ok3 = fastString(a.Status, true)
+		it.Group, ok4 = fastString(a.ConsumerGroup, true)
+		it.LeaseID, ok5 = fastString(a.LeaseID, true)
+		if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || it.TransactionID == "" || it.PartitionID == "" ||
+			len(it.TransactionID) > broker.MaxNameBytes || len(it.PartitionID) > broker.MaxNameBytes ||
+			len(it.Status) > broker.MaxNameBytes || len(it.Group) > broker.MaxNameBytes || len(it.LeaseID) > broker.MaxNameBytes {
+			return nil, false
+		}
+		if it.Group == "" {
+			it.Group = group
+		}
+		if len(a.Error) > 0 {
+			it.Error = object{"error": a.Error}.errorText("error")
+		}
+		items[i] = it
+	}
+	return items, true
+}
+
 // POST /api/v1/ack/batch
 func (s *Server) handleAckBatch(w http.ResponseWriter, r *http.Request, _ *string) {
-	body, err := s.readObject(w, r)
+	raw, err := s.readBody(w, r)
+	if err != nil {
+		writeReqError(w, err)
+		return
+	}
+	if items, ok := fastAckItems(raw, s.cfg.MaxAckItems); ok {
+		s.ackItems(w, r, items)
+		return
+	}
+	body, err := parseObject(raw, "request body")
 	if err != nil {
 		writeReqError(w, err)
 		return
@@ -133,6 +194,10 @@ func (s *Server) handleAckBatch(w http.ResponseWriter, r *http.Request, _ *strin
 		}
 		items = append(items, it)
 	}
+	s.ackItems(w, r, items)
+}
+
+func (s *Server) ackItems(w http.ResponseWriter, r *http.Request, items []broker.AckItem) {
 	out := []ackResult{}
 	if len(items) > 0 {
 		res, err := s.b.Ack(r.Context(), s.cfg.Tenant, items)

@@ -48,41 +48,44 @@ func BenchmarkNodePush(b *testing.B) {
 // with one batch ack, on a pre-filled queue of 32 partitions.
 func BenchmarkNodePopAck(b *testing.B) {
 	for _, hot := range []bool{true, false} {
-		b.Run(fmt.Sprintf("hotlist=%v", hot), func(b *testing.B) {
-			n := nodetest.Start(b, func(c *broker.Config) { c.Hotlist = hot })
-			const parts = 32
-			total := (b.N + 8) * 100
-			for p := 0; p < parts; p++ {
-				for sent := 0; sent < total/parts+100; sent += 1000 {
-					if r := n.Do(b, "POST", "/api/v1/push", msg{"items": benchItems("bench-pop", p, 1000)}); r.Status != 201 {
-						b.Fatalf("prefill: %d", r.Status)
+		for _, wait := range []string{"false", "true"} {
+			b.Run(fmt.Sprintf("hotlist=%v/wait=%s", hot, wait), func(b *testing.B) {
+				n := nodetest.Start(b, func(c *broker.Config) { c.Hotlist = hot })
+				const parts = 32
+				total := (b.N + 8) * 100
+				for p := 0; p < parts; p++ {
+					for sent := 0; sent < total/parts+100; sent += 1000 {
+						if r := n.Do(b, "POST", "/api/v1/push", msg{"items": benchItems("bench-pop", p, 1000)}); r.Status != 201 {
+							b.Fatalf("prefill: %d", r.Status)
+						}
 					}
 				}
-			}
-			var got atomic.Int64
-			b.SetParallelism(4)
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					r := n.Do(b, "GET", "/api/v1/pop/queue/bench-pop?batch=100", nil)
-					if r.Status == 204 {
-						continue
+				var got atomic.Int64
+				b.SetParallelism(4)
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						r := n.Do(b, "GET", "/api/v1/pop/queue/bench-pop?batch=100&wait="+wait+"&timeout=2000", nil)
+						if r.Status == 204 {
+							continue
+						}
+						body := r.Obj(b)
+						ms := body["messages"].([]any)
+						acks := make([]msg, len(ms))
+						for i, m := range ms {
+							mm := m.(map[string]any)
+							acks[i] = msg{"transactionId": mm["transactionId"], "partitionId": mm["partitionId"], "leaseId": mm["leaseId"]}
+						}
+						if r := n.Do(b, "POST", "/api/v1/ack/batch", msg{"acknowledgments": acks}); r.Status != 200 {
+							b.Fatalf("ack: %d %s", r.Status, r.Body)
+						}
+						got.Add(int64(len(ms)))
 					}
-					body := r.Obj(b)
-					ms := body["messages"].([]any)
-					acks := make([]msg, len(ms))
-					for i, m := range ms {
-						mm := m.(map[string]any)
-						acks[i] = msg{"transactionId": mm["transactionId"], "partitionId": mm["partitionId"], "leaseId": mm["leaseId"]}
-					}
-					if r := n.Do(b, "POST", "/api/v1/ack/batch", msg{"acknowledgments": acks}); r.Status != 200 {
-						b.Fatalf("ack: %d %s", r.Status, r.Body)
-					}
-					got.Add(int64(len(ms)))
-				}
+				})
+				b.ReportMetric(float64(got.Load())/b.Elapsed().Seconds(), "msgs/s")
+				b.ReportMetric(float64(n.Broker.Stats().PopSQLCalls.Load())/float64(b.N), "sql-calls/pop")
 			})
-			b.ReportMetric(float64(got.Load())/b.Elapsed().Seconds(), "msgs/s")
-		})
+		}
 	}
 }
 
