@@ -138,6 +138,7 @@ type Server struct {
 	log     hclog.Logger
 	mux     *http.ServeMux
 	handler http.Handler
+	metrics *metrics // request histograms and the /metrics registry
 
 	// drainCtx is canceled by Drain so parked long-polls answer 204 at once
 	// instead of holding a graceful shutdown for their whole timeout.
@@ -151,7 +152,7 @@ func New(b Broker, cfg Config, logger hclog.Logger) *Server {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	s := &Server{b: b, cfg: cfg.withDefaults(), log: logger, mux: http.NewServeMux()}
+	s := &Server{b: b, cfg: cfg.withDefaults(), log: logger, mux: http.NewServeMux(), metrics: newMetrics()}
 	s.drainCtx, s.drain = context.WithCancel(context.Background())
 
 	s.route("POST", "/api/v1/configure", AccessReadWrite, s.handleConfigure)
@@ -169,7 +170,9 @@ func New(b Broker, cfg Config, logger hclog.Logger) *Server {
 	s.route("POST", "/api/v1/consumer-groups/{group}/queues/{queue}/seek", AccessReadWrite, s.handleSeek)
 	s.route("GET", "/health", AccessPublic, s.handleHealth)
 
-	s.handler = s.recoverPanics(s.cors(http.HandlerFunc(s.dispatch)))
+	// instrument is outermost so panics (answered 500 by recoverPanics) and
+	// preflights are observed too.
+	s.handler = s.instrument(s.recoverPanics(s.cors(http.HandlerFunc(s.dispatch))))
 	return s
 }
 
@@ -179,7 +182,10 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // Handle registers an extra route (e.g. "GET /status", "GET /metrics") on
 // the same mux. It gets CORS and JSON 404/405 handling but no
 // authentication: the routes added this way are public by API.md 3.
-func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
+func (s *Server) Handle(pattern string, h http.Handler) {
+	s.mux.Handle(pattern, h)
+	s.metrics.addRoute(pattern)
+}
 
 // Drain makes parked and future long-polls answer 204 immediately. Call it
 // when a graceful shutdown starts (http.Server.RegisterOnShutdown).
@@ -187,6 +193,7 @@ func (s *Server) Drain() { s.drainOnce.Do(s.drain) }
 
 // route registers an API handler with its method and access level.
 func (s *Server) route(method, path string, need Access, h func(w http.ResponseWriter, r *http.Request, sub *string)) {
+	s.metrics.addRoute(method + " " + path)
 	s.mux.HandleFunc(method+" "+path, func(w http.ResponseWriter, r *http.Request) {
 		// ServeMux lets HEAD reach GET routes; a HEAD pop would lease
 		// messages nobody receives.
@@ -220,6 +227,7 @@ func (s *Server) route(method, path string, need Access, h func(w http.ResponseW
 func (s *Server) dispatch(w http.ResponseWriter, r *http.Request) {
 	h, pattern := s.mux.Handler(r)
 	if pattern != "" {
+		setRoute(w, pattern) // the latency histogram's route label
 		s.mux.ServeHTTP(w, r)
 		return
 	}
