@@ -55,3 +55,50 @@ func TestHintWakesConsumerOnAnotherNode(t *testing.T) {
 		t.Fatalf("B re-broadcast hints: %+v", sb.Mesh)
 	}
 }
+
+// After a push on node A and a pop on node B, both /status documents moved
+// as they should: marks_local and hints_sent on A, hints_received and
+// marks_remote on B (issue 5's multi-node check, through real HTTP).
+func TestStatusCountersAcrossTwoNodes(t *testing.T) {
+	t.Parallel()
+	nodes := nodetest.StartCluster(t, 2)
+	a, b := nodes[0], nodes[1]
+	pop(t, b, "st", "batch=1")
+	pop(t, b, "st", "batch=1") // B has a ring for the queue
+	push(t, a, "st", "Default", "x")
+	ms := popUntil(t, b, "st", "batch=1&wait=true&timeout=3000", 5*time.Second)
+	ackAll(t, b, "", "completed", ms)
+	get := func(n *nodetest.Node) map[string]any {
+		r := n.Do(t, "GET", "/status", nil)
+		if r.Status != 200 {
+			t.Fatalf("status: %d", r.Status)
+		}
+		return r.Obj(t)
+	}
+	num := func(doc map[string]any, section, field string) float64 {
+		return doc[section].(map[string]any)[field].(float64)
+	}
+	waitFor(t, 5*time.Second, "B's counters", func() bool {
+		sb := get(b)
+		return num(sb, "mesh", "hints_received") >= 1 && num(sb, "hotlist", "marks_remote") >= 1
+	})
+	sa, sb := get(a), get(b)
+	if num(sa, "hotlist", "marks_local") < 1 || num(sa, "mesh", "hints_sent") < 1 {
+		t.Fatalf("A: hotlist %v mesh %v", sa["hotlist"], sa["mesh"])
+	}
+	if num(sb, "mesh", "hints_sent") != 0 || num(sb, "requests", "pops_with_messages") < 1 {
+		t.Fatalf("B: mesh %v requests %v", sb["mesh"], sb["requests"])
+	}
+	members := sa["mesh"].(map[string]any)["members"].([]any)
+	if len(members) != 2 {
+		t.Fatalf("A knows %d members: %v", len(members), members)
+	}
+	for _, m := range members {
+		mm := m.(map[string]any)
+		for _, f := range []string{"name", "addr", "http_addr", "state"} {
+			if s, _ := mm[f].(string); s == "" {
+				t.Fatalf("member without %s: %v", f, mm)
+			}
+		}
+	}
+}

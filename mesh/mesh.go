@@ -413,7 +413,9 @@ func (e events) NotifyLeave(n *memberlist.Node) {
 		state = "left"
 	}
 	e.m.upsert(n, state)
-	e.m.log.Info("member gone", "member", n.Name, "addr", n.Address(), "state", state)
+	if n.Name != e.m.cfg.Name {
+		e.m.log.Info("member gone", "member", n.Name, "addr", n.Address(), "state", state)
+	}
 }
 
 func (m *Mesh) upsert(n *memberlist.Node, state string) {

@@ -255,6 +255,7 @@ func printUsage(w io.Writer) {
 	fs, _ := newFlagSet(settings())
 	fs.SetOutput(w)
 	fmt.Fprintln(w, "usage: queen-node [serve] [flags]")
+	fmt.Fprintln(w, "       queen-node status [--addr URL] [--json] [--cluster] [--watch DURATION]")
 	fmt.Fprintln(w, "       queen-node version")
 	fmt.Fprintln(w, "Every flag has a QUEEN_* environment variable; a flag wins over its variable.")
 	fs.PrintDefaults()

@@ -65,7 +65,15 @@ func StartOn(t testing.TB, dbURL string, opts ...Option) *Node {
 		t.Fatalf("start broker: %v", err)
 	}
 	acfg := api.DefaultConfig()
-	srv := httptest.NewServer(api.New(b, acfg, log.Named("api")).Handler())
+	a := api.New(b, acfg, log.Named("api"))
+	srv := httptest.NewUnstartedServer(nil)
+	addr := srv.Listener.Addr().String()
+	a.Handle("GET /status", a.StatusHandler(b, addr))
+	mh := a.MetricsHandler(b, addr)
+	a.Handle("GET /metrics", mh)
+	a.Handle("GET /metrics/prometheus", mh)
+	srv.Config.Handler = a.Handler()
+	srv.Start()
 	n := &Node{URL: srv.URL, DBURL: dbURL, Broker: b, Server: srv}
 	t.Cleanup(func() {
 		srv.CloseClientConnections()
