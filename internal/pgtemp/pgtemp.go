@@ -474,9 +474,52 @@ func (s *Server) stopLocked(sig syscall.Signal, timeout time.Duration) error {
 	case <-time.After(10 * time.Second):
 		return fmt.Errorf("pgtemp: postgres pid %d still running after SIGKILL", pid)
 	}
+	// Backends of a killed postmaster may outlive it for a moment while
+	// still attached to the shared memory block, and a new postmaster
+	// refuses to start until they are gone.
+	waitGroupGone(pid, 10*time.Second)
 	s.proc = nil
 	s.log.Debug("postgres stopped", "pid", pid, "signal", sig)
 	return nil
+}
+
+// waitGroupGone waits until no live (non-zombie) process is left in the
+// process group pgid. Zombies are ignored: this container's init may reap
+// them late, and they hold no shared memory.
+func waitGroupGone(pgid int, timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if !groupAlive(pgid) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func groupAlive(pgid int) bool {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return false
+	}
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		data, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// Fields after the parenthesised command: state, ppid, pgrp, ...
+		i := strings.LastIndexByte(string(data), ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(data[i+1:]))
+		if len(f) > 2 && f[0] != "Z" && f[2] == strconv.Itoa(pgid) {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Server) logTail(n int) string {
