@@ -130,9 +130,15 @@ func run(log hclog.Logger, configDir string, messages, partitions int, exitAfter
 		log.Info("node is healthy", "node", n.name, "http", "http://"+n.httpAddr, "log", n.logPath)
 	}
 
+	if err := waitMesh(ctx, nodes); err != nil {
+		log.Warn("the mesh did not converge; hints will not flow, the reseed floor still delivers", "error", err)
+	} else {
+		log.Info("the mesh converged", "members", len(nodes))
+	}
 	if err := workload(ctx, log, nodes, messages, partitions); err != nil {
 		return err
 	}
+	printCluster(ctx, nodes)
 
 	fmt.Println()
 	fmt.Println("The cluster is up:")
@@ -140,6 +146,7 @@ func run(log hclog.Logger, configDir string, messages, partitions int, exitAfter
 		fmt.Printf("  %-6s  status http://%s/status   health http://%s/health   log %s\n", n.name, n.httpAddr, n.httpAddr, n.logPath)
 	}
 	fmt.Printf("  PostgreSQL  %s\n", pgURL)
+	fmt.Printf("  inspect     %s status --addr %s --cluster\n", bin, nodes[0].httpAddr)
 	if exitAfter {
 		return nil
 	}
@@ -273,6 +280,76 @@ func call(ctx context.Context, base, method, path string, body any) ([]byte, err
 		return nil, nil
 	}
 	return data, nil
+}
+
+// nodeStatus is the part of GET /status the demo prints.
+type nodeStatus struct {
+	Hotlist struct {
+		Rings       int   `json:"rings"`
+		MarksLocal  int64 `json:"marks_local"`
+		MarksRemote int64 `json:"marks_remote"`
+		ReseedAdded int64 `json:"reseed_added"`
+	} `json:"hotlist"`
+	Mesh struct {
+		Members []struct {
+			Name  string `json:"name"`
+			State string `json:"state"`
+		} `json:"members"`
+		HintsSent     uint64 `json:"hints_sent"`
+		HintsReceived uint64 `json:"hints_received"`
+	} `json:"mesh"`
+}
+
+func fetchStatus(ctx context.Context, n *node) (nodeStatus, error) {
+	var st nodeStatus
+	body, err := call(ctx, "http://"+n.httpAddr, "GET", "/status", nil)
+	if err != nil {
+		return st, err
+	}
+	return st, json.Unmarshal(body, &st)
+}
+
+// waitMesh waits until every node sees every other alive.
+func waitMesh(ctx context.Context, nodes []*node) error {
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		converged := true
+		for _, n := range nodes {
+			st, err := fetchStatus(ctx, n)
+			alive := 0
+			for _, m := range st.Mesh.Members {
+				if m.State == "alive" {
+					alive++
+				}
+			}
+			if err != nil || alive != len(nodes) {
+				converged = false
+			}
+		}
+		if converged {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return errors.New("members not all alive after 20 s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// printCluster prints what each node's /status says about the run.
+func printCluster(ctx context.Context, nodes []*node) {
+	fmt.Println()
+	fmt.Println("What the nodes saw (GET /status)")
+	fmt.Printf("  %-6s %8s %12s %12s %11s %12s %6s\n", "node", "members", "marks local", "marks remote", "hints sent", "hints recv", "rings")
+	for _, n := range nodes {
+		st, err := fetchStatus(ctx, n)
+		if err != nil {
+			fmt.Printf("  %-6s unreachable: %v\n", n.name, err)
+			continue
+		}
+		fmt.Printf("  %-6s %8d %12d %12d %11d %12d %6d\n", n.name, len(st.Mesh.Members), st.Hotlist.MarksLocal,
+			st.Hotlist.MarksRemote, st.Mesh.HintsSent, st.Mesh.HintsReceived, st.Hotlist.Rings)
+	}
 }
 
 func waitHealthy(ctx context.Context, n *node) error {
