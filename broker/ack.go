@@ -51,7 +51,7 @@ func ackRows(items []AckItem) []pg.AckRow {
 // messages (a retry, or pushes that arrived during the lease) is work for
 // parked pops right now rather than at lease expiry.
 func (b *Broker) afterAck(tenant string, outs []pg.AckOutcome) {
-	var woken map[string]struct{}
+	var woken, released map[string]struct{}
 	for _, o := range outs {
 		b.stats.Acks.Add(1)
 		if !o.Success {
@@ -63,6 +63,15 @@ func (b *Broker) afterAck(tenant string, outs []pg.AckOutcome) {
 		if !o.Released || o.Queue == "" {
 			continue
 		}
+		// Every item of a released (partition, group) reports it; act once.
+		pg := o.PartitionID + "\x00" + o.Group
+		if _, ok := released[pg]; ok {
+			continue
+		}
+		if released == nil {
+			released = make(map[string]struct{}, 1)
+		}
+		released[pg] = struct{}{}
 		if b.hot != nil {
 			// Promote on ack: ready again if the partition is still pending,
 			// cleared only if the claim drained it and nothing was marked since.

@@ -646,3 +646,30 @@ func TestSemantics(t *testing.T) {
 		})
 	}
 }
+
+func TestLargeBatchAck(t *testing.T) {
+	n := nodetest.Start(t)
+	const total = 5000
+	for i := 0; i < total; i += 1000 {
+		ps := make([]any, 1000)
+		for j := range ps {
+			ps[j] = i + j
+		}
+		push(t, n, "big", "Default", ps...)
+	}
+	ms, _ := pop(t, n, "big", fmt.Sprintf("batch=%d", total))
+	if len(ms) != total {
+		t.Fatalf("popped %d", len(ms))
+	}
+	start := time.Now()
+	res := ackAll(t, n, "", "completed", ms)
+	for _, r := range res {
+		if r["success"] != true || r["leaseReleased"] != true {
+			t.Fatalf("ack: %v", r)
+		}
+	}
+	t.Logf("acked %d in one batch in %v", total, time.Since(start))
+	if again, _ := pop(t, n, "big", "batch=10"); again != nil {
+		t.Fatal("acked batch redelivered")
+	}
+}

@@ -293,6 +293,8 @@ func ack(ctx context.Context, q querier, tenant string, rows []AckRow, txMode bo
 	}
 	defer rs.Close()
 	out := make([]AckOutcome, n)
+	type groupKey struct{ pid, group string }
+	summary := map[groupKey]AckOutcome{}
 	for rs.Next() {
 		var o AckOutcome
 		var e, qn, pn, pid *string
@@ -300,12 +302,19 @@ func ack(ctx context.Context, q querier, tenant string, rows []AckRow, txMode bo
 			return nil, fmt.Errorf("ack: scan: %w", err)
 		}
 		o.Error, o.Queue, o.Partition, o.PartitionID = deref(e), deref(qn), deref(pn), deref(pid)
-		if o.Idx >= 0 && o.Idx < n {
+		if o.Idx == -1 {
+			summary[groupKey{o.PartitionID, o.Group}] = o
+		} else if o.Idx >= 0 && o.Idx < n {
 			out[o.Idx] = o
 		}
 	}
 	if err := rs.Err(); err != nil {
 		return nil, fmt.Errorf("ack: %w", err)
+	}
+	for i := range out {
+		if sum, ok := summary[groupKey{out[i].PartitionID, out[i].Group}]; ok && out[i].Success {
+			out[i].Released, out[i].Pending = sum.Released, sum.Pending
+		}
 	}
 	return out, nil
 }

@@ -5,6 +5,9 @@
 -- (partition, group) per call, on its first 'failed' item. With p_tx_mode
 -- (POST /api/v1/transaction) a 'failed' item is dead-lettered at once.
 -- Rows come back in processing order; o_idx is the 0-based input position.
+-- After the items of each (partition, group) comes one summary row with
+-- o_idx = -1 telling whether the lease was released and whether messages
+-- remain pending (the caller applies o_released to that group's items).
 CREATE OR REPLACE FUNCTION queen.ack_v1(
     p_tenant   text,
     p_groups   text[],
@@ -36,14 +39,8 @@ DECLARE
     v_retry      int;
     v_decision   text;
     v_release    boolean;
-    v_idx        int[];
-    v_ok         boolean[];
-    v_err        text[];
-    v_dlq        boolean[];
-    v_offs       bigint[];
     v_released   boolean;
     v_this_dlq   boolean;
-    j            int;
 BEGIN
     FOR r IN
         SELECT (a.ord - 1)::int AS idx,
@@ -87,13 +84,11 @@ BEGIN
                     lease_expires_at = CASE WHEN v_lease IS NULL THEN NULL ELSE c.lease_expires_at END,
                     retry_count = v_retry, updated_at = v_now
                 WHERE c.partition_id = v_pid AND c.consumer_group = v_group;
-                FOR j IN 1 .. COALESCE(array_length(v_idx, 1), 0) LOOP
-                    o_idx := v_idx[j]; o_success := v_ok[j]; o_error := v_err[j];
-                    o_queue := v_queue; o_partition := v_pname; o_released := v_released AND v_ok[j];
-                    o_dlq := v_dlq[j]; o_pending := v_committed < v_last; o_pid := v_pid; o_group := v_group;
-                    o_off := v_offs[j];
-                    RETURN NEXT;
-                END LOOP;
+                -- the group summary row: o_idx -1
+                o_idx := -1; o_success := true; o_error := NULL; o_queue := v_queue; o_partition := v_pname;
+                o_released := v_released; o_dlq := false; o_pending := v_committed < v_last;
+                o_pid := v_pid; o_group := v_group; o_off := NULL;
+                RETURN NEXT;
             END IF;
 
             v_key := r.pid::text || '/' || r.grp;
@@ -107,18 +102,17 @@ BEGIN
             v_batch_end := v_c.batch_end; v_lease := v_c.lease_id;
             v_live := v_c.lease_id IS NOT NULL AND v_c.lease_expires_at > v_now;
             v_retry := v_c.retry_count; v_decision := NULL; v_release := false;
-            v_idx := '{}'; v_ok := '{}'; v_err := '{}'; v_dlq := '{}'; v_offs := '{}';
         END IF;
 
         v_this_dlq := false;
+        o_idx := r.idx; o_queue := r.qname; o_partition := r.pname; o_released := false;
+        o_pending := false; o_pid := r.pid; o_group := r.grp; o_off := r.off; o_dlq := false;
         IF r.st NOT IN ('completed', 'success', 'failed', 'dlq', 'retry') THEN
-            v_idx := v_idx || r.idx; v_ok := v_ok || false; v_err := v_err || 'Invalid status'::text;
-            v_dlq := v_dlq || false; v_offs := v_offs || r.off;
+            o_success := false; o_error := 'Invalid status'; RETURN NEXT;
             CONTINUE;
         END IF;
         IF r.lease IS NOT NULL AND NOT (v_live AND r.lease = v_c.lease_id) THEN
-            v_idx := v_idx || r.idx; v_ok := v_ok || false; v_err := v_err || 'Invalid or expired lease'::text;
-            v_dlq := v_dlq || false; v_offs := v_offs || r.off;
+            o_success := false; o_error := 'Invalid or expired lease'; RETURN NEXT;
             CONTINUE;
         END IF;
 
@@ -151,8 +145,10 @@ BEGIN
             FROM queen.messages m WHERE m.partition_id = r.pid AND m.off = r.off;
             v_committed := greatest(v_committed, r.off);
         END IF;
-        v_idx := v_idx || r.idx; v_ok := v_ok || true; v_err := v_err || NULL::text;
-        v_dlq := v_dlq || v_this_dlq; v_offs := v_offs || r.off;
+        o_idx := r.idx; o_success := true; o_error := NULL; o_dlq := v_this_dlq;
+        o_queue := r.qname; o_partition := r.pname; o_released := false; o_pending := false;
+        o_pid := r.pid; o_group := r.grp; o_off := r.off;
+        RETURN NEXT;
     END LOOP;
 
     IF v_key IS NOT NULL THEN
@@ -172,13 +168,10 @@ BEGIN
             lease_expires_at = CASE WHEN v_lease IS NULL THEN NULL ELSE c.lease_expires_at END,
             retry_count = v_retry, updated_at = v_now
         WHERE c.partition_id = v_pid AND c.consumer_group = v_group;
-        FOR j IN 1 .. COALESCE(array_length(v_idx, 1), 0) LOOP
-            o_idx := v_idx[j]; o_success := v_ok[j]; o_error := v_err[j];
-            o_queue := v_queue; o_partition := v_pname; o_released := v_released AND v_ok[j];
-            o_dlq := v_dlq[j]; o_pending := v_committed < v_last; o_pid := v_pid; o_group := v_group;
-            o_off := v_offs[j];
-            RETURN NEXT;
-        END LOOP;
+        o_idx := -1; o_success := true; o_error := NULL; o_queue := v_queue; o_partition := v_pname;
+        o_released := v_released; o_dlq := false; o_pending := v_committed < v_last;
+        o_pid := v_pid; o_group := v_group; o_off := NULL;
+        RETURN NEXT;
     END IF;
 END;
 $$;
