@@ -15,7 +15,7 @@ SHELL := bash
 
 PGTEMP := $(GO) run ./cmd/pgtemp --
 
-.PHONY: build test test-short cluster-test soak bench demo fmt vet fuzz clean ensure-postgres
+.PHONY: build test test-race test-short cluster-test soak bench demo fmt vet fuzz clean ensure-postgres
 
 build:
 	$(GO) build -o bin/ ./cmd/...
@@ -25,6 +25,10 @@ ensure-postgres:
 
 test: ensure-postgres vet
 	$(PGTEMP) $(GO) test -count=1 -timeout 20m ./...
+
+# The product packages under the race detector (slower; not part of CI's make test).
+test-race: ensure-postgres vet
+	$(PGTEMP) $(GO) test -race -count=1 -timeout 20m ./api/ ./broker/ ./hotlist/ ./coalesce/ ./mesh/ ./cmd/...
 
 test-short: ensure-postgres vet
 	$(PGTEMP) $(GO) test -count=1 -short -timeout 10m ./...
