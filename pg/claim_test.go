@@ -195,7 +195,7 @@ func TestReseedPagesInIDOrderAndOverIncludesLeased(t *testing.T) {
 	for i := 0; i < 25; i++ {
 		pushN(t, db, "q", fmt.Sprintf("p%02d", i), 1)
 	}
-	claim(t, db, pg.PopArgs{Queue: "q", Names: []string{"p00"}, Budget: 1, LeaseID: "L"})     // leased: still listed
+	claim(t, db, pg.PopArgs{Queue: "q", Names: []string{"p00"}, Budget: 1, LeaseID: "L"})  // leased: still listed
 	claim(t, db, pg.PopArgs{Queue: "q", Names: []string{"p01"}, Budget: 1, AutoAck: true}) // consumed: not listed
 	var all []pg.ReseedRow
 	after := ""
