@@ -152,7 +152,10 @@ func runNode(cfg Config, logger hclog.Logger) error {
 		mc.Name = cfg.Broker.NodeName
 		mc.Bind, mc.Advertise, mc.Join, mc.Secret = cfg.Mesh.Bind, cfg.Mesh.Advertise, cfg.Mesh.Join, cfg.Mesh.Secret
 		mc.FlushInterval, mc.HintCap, mc.DropRate = cfg.Mesh.FlushInterval, cfg.Mesh.HintCap, cfg.Mesh.DropRate
-		mc.HTTPAddr, mc.Version = httpAddr, version
+		mc.HTTPAddr, mc.Version, mc.HintPort = httpAddr, version, cfg.Mesh.HintPort
+		mc.Timings.GossipInterval = time.Duration(cfg.Mesh.GossipMS) * time.Millisecond
+		mc.Timings.ProbeInterval = time.Duration(cfg.Mesh.ProbeMS) * time.Millisecond
+		mc.Timings.ProbeTimeout = mc.Timings.ProbeInterval / 2
 		mc.Logger = logger.Named("mesh")
 		if m, err = mesh.New(mc, b); err != nil {
 			return fmt.Errorf("start mesh: %w", err)

@@ -5,6 +5,10 @@
 -- serialises offset allocation: offsets increase in commit order. The
 -- duplicate check runs under those locks; a duplicate leaves a hole in the
 -- offsets, which readers tolerate.
+-- The lock is FOR NO KEY UPDATE, not FOR UPDATE: a pop that seeds a consumer
+-- row holds FOR KEY SHARE on its partition (the foreign key) until it
+-- commits, visiting partitions in random order; FOR UPDATE would conflict
+-- with it and deadlock against a multi-partition push.
 DROP FUNCTION IF EXISTS queen.push_v1(text, text[], text[], text[], uuid[], uuid[], text[], text[]);
 
 CREATE OR REPLACE FUNCTION queen.push_v2(
@@ -32,7 +36,7 @@ BEGIN
     JOIN (SELECT DISTINCT t.qn, t.pn FROM unnest(p_queues, p_partitions) AS t(qn, pn)) s
       ON q.tenant = p_tenant AND q.name = s.qn AND p.name = s.pn
     ORDER BY p.id
-    FOR UPDATE OF p;
+    FOR NO KEY UPDATE OF p;
     GET DIAGNOSTICS v_have = ROW_COUNT;
 
     IF v_have < v_want THEN
@@ -53,7 +57,7 @@ BEGIN
         JOIN (SELECT DISTINCT t.qn, t.pn FROM unnest(p_queues, p_partitions) AS t(qn, pn)) s
           ON q.tenant = p_tenant AND q.name = s.qn AND p.name = s.pn
         ORDER BY p.id
-        FOR UPDATE OF p;
+        FOR NO KEY UPDATE OF p;
     END IF;
 
     -- A new statement: its snapshot sees every push that committed before
