@@ -61,8 +61,8 @@ func parseAckItem(o object, defaultGroup string) (broker.AckItem, error) {
 	if it.Status, _, err = o.str("status"); err != nil {
 		return it, err
 	}
-	if len(it.Status) > broker.MaxNameBytes {
-		return it, badRequest("status is too long")
+	if len(it.Status) > broker.MaxNameBytes || !validText(it.Status) {
+		return it, badRequest("status must be a short UTF-8 string")
 	}
 	if it.Group, err = o.optName("consumerGroup"); err != nil {
 		return it, err
@@ -117,7 +117,7 @@ func fastAckItems(raw []byte, maxItems int) ([]broker.AckItem, bool) {
 		return nil, false
 	}
 	group, ok := fastString(fb.ConsumerGroup, true)
-	if !ok || len(group) > broker.MaxNameBytes {
+	if !ok || len(group) > broker.MaxNameBytes || !validText(group) {
 		return nil, false
 	}
 	if group == "" {
@@ -134,7 +134,9 @@ func fastAckItems(raw []byte, maxItems int) ([]broker.AckItem, bool) {
 		it.LeaseID, ok5 = fastString(a.LeaseID, true)
 		if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || it.TransactionID == "" || it.PartitionID == "" ||
 			len(it.TransactionID) > broker.MaxNameBytes || len(it.PartitionID) > broker.MaxNameBytes ||
-			len(it.Status) > broker.MaxNameBytes || len(it.Group) > broker.MaxNameBytes || len(it.LeaseID) > broker.MaxNameBytes {
+			len(it.Status) > broker.MaxNameBytes || len(it.Group) > broker.MaxNameBytes || len(it.LeaseID) > broker.MaxNameBytes ||
+			!validText(it.TransactionID) || !validText(it.PartitionID) || !validText(it.Status) ||
+			!validText(it.Group) || !validText(it.LeaseID) {
 			return nil, false
 		}
 		if it.Group == "" {

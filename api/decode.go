@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -157,7 +158,9 @@ func (o object) array(key string) (elems []json.RawMessage, ok bool, err error) 
 	return elems, true, nil
 }
 
-// checkName enforces API.md 1.5: non-empty, at most 255 bytes.
+// checkName enforces API.md 1.5: non-empty, at most 255 bytes; and what
+// PostgreSQL text can hold: valid UTF-8 without NUL (a path segment or a
+// query string can carry either).
 func checkName(kind, name string) error {
 	if name == "" {
 		return badRequest(kind + " must not be empty")
@@ -165,7 +168,15 @@ func checkName(kind, name string) error {
 	if len(name) > broker.MaxNameBytes {
 		return badRequest(fmt.Sprintf("%s is too long (%d bytes, max %d)", kind, len(name), broker.MaxNameBytes))
 	}
+	if !validText(name) {
+		return badRequest(kind + " must be valid UTF-8 without NUL characters")
+	}
 	return nil
+}
+
+// validText tells whether PostgreSQL can store s as text.
+func validText(s string) bool {
+	return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0
 }
 
 // optName reads an optional string field that, when non-empty, must be a
@@ -204,6 +215,8 @@ func (o object) errorText(key string) string {
 	if err := json.Unmarshal(v, &s); err != nil {
 		s = string(bytes.TrimSpace(v))
 	}
+	// Informational text: make it storable rather than refuse the ack.
+	s = strings.ToValidUTF8(strings.ReplaceAll(s, "\x00", "\uFFFD"), "\uFFFD")
 	return truncate(s, maxErrorText)
 }
 

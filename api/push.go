@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"unicode/utf8"
 
 	"queen-node/broker"
 )
@@ -116,10 +117,10 @@ func fastPushItems(raw []byte) ([]broker.PushItem, bool) {
 			return nil, false
 		}
 		it := broker.PushItem{Queue: q, Payload: f.Payload}
-		if it.Partition, ok = fastString(f.Partition, true); !ok || len(it.Partition) > broker.MaxNameBytes {
+		if it.Partition, ok = fastString(f.Partition, true); !ok || len(it.Partition) > broker.MaxNameBytes || !validText(it.Partition) {
 			return nil, false
 		}
-		if it.TransactionID, ok = fastString(f.TransactionID, true); !ok || len(it.TransactionID) > broker.MaxNameBytes {
+		if it.TransactionID, ok = fastString(f.TransactionID, true); !ok || len(it.TransactionID) > broker.MaxNameBytes || !validText(it.TransactionID) {
 			return nil, false
 		}
 		trace, ok := fastString(f.TraceID, true)
@@ -132,6 +133,9 @@ func fastPushItems(raw []byte) ([]broker.PushItem, bool) {
 				return nil, false
 			}
 			it.TraceID = &canon
+		}
+		if !utf8.Valid(f.Payload) {
+			return nil, false
 		}
 		if len(f.Payload) == 0 {
 			it.Payload = json.RawMessage("{}") // absent payload is {}; null stays null
@@ -215,6 +219,8 @@ func parsePushItem(raw json.RawMessage) (broker.PushItem, error) {
 		it.Payload = json.RawMessage("{}")
 	} else if it.Payload, err = compactJSON(p); err != nil {
 		return it, badRequest("payload is not valid JSON")
+	} else if !utf8.Valid(it.Payload) {
+		return it, badRequest("payload must be valid UTF-8")
 	}
 	// producerSub in the body is deliberately ignored (API.md 7).
 	return it, nil

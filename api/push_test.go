@@ -232,3 +232,28 @@ func TestPushManyItemsKeepOrder(t *testing.T) {
 		t.Fatalf("order lost")
 	}
 }
+
+// Text PostgreSQL cannot store (NUL, invalid UTF-8) is a 400, never a 500,
+// whichever way it arrives.
+func TestUnstorableTextIsBadRequest(t *testing.T) {
+	bundle := setup(t)
+	for _, tc := range []struct{ method, path, body string }{
+		{"POST", "/api/v1/push", `{"items":[{"queue":"a\u0000b","payload":1}]}`},
+		{"POST", "/api/v1/push", `{"items":[{"queue":"q","transactionId":"x\u0000","payload":1}]}`},
+		{"POST", "/api/v1/push", "{\"items\":[{\"queue\":\"q\",\"payload\":\"\xff\"}]}"},
+		{"POST", "/api/v1/ack", `{"transactionId":"x\u0000","partitionId":"p"}`},
+		{"POST", "/api/v1/ack/batch", `{"acknowledgments":[{"transactionId":"x","partitionId":"p","leaseId":"\u0000"}]}`},
+		{"GET", "/api/v1/pop/queue/%FF", ""},
+		{"GET", "/api/v1/pop/queue/a%00b", ""},
+		{"GET", "/api/v1/pop/queue/ok?consumerGroup=%FF", ""},
+		{"GET", "/api/v1/pop/queue/ok/partition/%00", ""},
+	} {
+		resp := bundle.do(tc.method, tc.path, tc.body)
+		if resp.status != 400 {
+			t.Errorf("%s %s %q: got %d %s", tc.method, tc.path, tc.body, resp.status, resp.body)
+		}
+	}
+	if calls := bundle.fb.Calls(); len(calls) != 0 {
+		t.Fatalf("the broker was called: %v", calls)
+	}
+}
