@@ -353,7 +353,10 @@ func frameHintCounts(frames [][]byte) []int {
 func (m *Mesh) syncPeers() []*peer {
 	want := map[string]string{}
 	for _, n := range m.ml.Members() {
-		if n.Name == m.cfg.Name || n.State != memberlist.StateAlive {
+		// A suspect member is most likely alive and slow to answer probes:
+		// keep hinting it rather than tear its stream down and lose the
+		// frames queued on it.
+		if n.Name == m.cfg.Name || (n.State != memberlist.StateAlive && n.State != memberlist.StateSuspect) {
 			continue
 		}
 		var md meta

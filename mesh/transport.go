@@ -161,9 +161,14 @@ func (m *Mesh) acceptLoop() {
 // broken framing will not recover by itself.
 func (m *Mesh) serve(conn net.Conn) {
 	defer conn.Close()
+	done := make(chan struct{})
+	defer close(done)
 	go func() {
-		<-m.stop
-		conn.Close()
+		select {
+		case <-m.stop:
+			conn.Close() // unblock the read on shutdown
+		case <-done:
+		}
 	}()
 	r := bufio.NewReaderSize(conn, 64<<10)
 	buf := make([]byte, 0, 4096)
