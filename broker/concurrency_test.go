@@ -14,12 +14,21 @@ import (
 // TestConcurrentProducersAndConsumers: 8 producers and 8 consumers in two
 // groups, 20,000 messages over 50 partitions. Each group must receive
 // exactly the pushed set, every partition in order, and no acked message may
-// come back.
+// come back; with the hot-list on and off (the same workload must deliver
+// the same set in both modes).
 func TestConcurrentProducersAndConsumers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("long")
 	}
-	n := nodetest.Start(t, func(c *broker.Config) { c.PoolMaxConns = 24 })
+	for _, hot := range []bool{true, false} {
+		t.Run(fmt.Sprintf("hotlist=%v", hot), func(t *testing.T) {
+			concurrentWorkload(t, hot)
+		})
+	}
+}
+
+func concurrentWorkload(t *testing.T, hot bool) {
+	n := nodetest.Start(t, func(c *broker.Config) { c.PoolMaxConns = 24; c.Hotlist = hot })
 	const (
 		producers  = 8
 		partitions = 50

@@ -94,8 +94,15 @@ type framePlan struct {
 // UTF-8) fails the whole call with an error wrapping ErrBadFrame: peers would
 // reject the frame anyway, and callers validate names long before this.
 func EncodeFrames(sender string, batches []coalesce.Batch) ([][]byte, error) {
+	frames, _, err := encodeFramesCounted(sender, batches)
+	return frames, err
+}
+
+// encodeFramesCounted is EncodeFrames that also returns each frame's hint
+// count, so the flusher need not decode what it just encoded.
+func encodeFramesCounted(sender string, batches []coalesce.Batch) ([][]byte, []int, error) {
 	if err := frameCheckName("sender", sender); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// Sizes are computed exactly, not estimated, so that a frame right at
 	// the limit is still one frame (the fuzz target relies on it).
@@ -107,16 +114,16 @@ func EncodeFrames(sender string, batches []coalesce.Batch) ([][]byte, error) {
 			continue
 		}
 		if err := frameCheckName("tenant", b.Tenant); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if err := frameCheckName("queue", b.Queue); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		fixed := frameArrSize(3) + frameStrSize(len(b.Tenant)) + frameStrSize(len(b.Queue))
 		parts := b.Partitions
 		for len(parts) > 0 {
 			if err := frameCheckName("partition", parts[0]); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			nb := len(cur.batches)
 			first := frameArrSize(nb+1) - frameArrSize(nb) + fixed + frameArrSize(1) + frameStrSize(len(parts[0]))
@@ -130,7 +137,7 @@ func EncodeFrames(sender string, batches []coalesce.Batch) ([][]byte, error) {
 			k := 1
 			for ; k < len(parts) && cur.hints < MaxHintsPerFrame; k++ {
 				if err := frameCheckName("partition", parts[k]); err != nil {
-					return nil, err
+					return nil, nil, err
 				}
 				add := frameArrSize(k+1) - frameArrSize(k) + frameStrSize(len(parts[k]))
 				if cur.size+add > MaxFrameBytes {
@@ -148,14 +155,16 @@ func EncodeFrames(sender string, batches []coalesce.Batch) ([][]byte, error) {
 	}
 
 	frames := make([][]byte, 0, len(plans))
+	counts := make([]int, 0, len(plans))
 	for _, p := range plans {
 		f, err := frameEncode(sender, p)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		frames = append(frames, f)
+		counts = append(counts, p.hints)
 	}
-	return frames, nil
+	return frames, counts, nil
 }
 
 func frameEncode(sender string, p framePlan) ([]byte, error) {

@@ -315,12 +315,11 @@ func (m *Mesh) flush() {
 	if len(batches) == 0 {
 		return
 	}
-	frames, err := EncodeFrames(m.cfg.Name, batches)
+	frames, counts, err := encodeFramesCounted(m.cfg.Name, batches)
 	if err != nil {
 		m.log.Warn("encode hint frames", "error", err)
 		return
 	}
-	counts := frameHintCounts(frames)
 	peers := m.syncPeers()
 	for _, p := range peers {
 		for i, f := range frames {
@@ -335,18 +334,6 @@ func (m *Mesh) flush() {
 			}
 		}
 	}
-}
-
-func frameHintCounts(frames [][]byte) []int {
-	out := make([]int, len(frames))
-	for i, f := range frames {
-		if fr, err := DecodeFrame(f); err == nil {
-			for _, b := range fr.Batches {
-				out[i] += len(b.Partitions)
-			}
-		}
-	}
-	return out
 }
 
 // syncPeers makes the sender set match the live membership and returns it.
