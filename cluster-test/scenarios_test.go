@@ -18,7 +18,7 @@ import (
 // hint: B's own re-poll back-off (60 s) and reseed floor (10 min) are far
 // too slow to be what delivers.
 func TestCrossNodeWake(t *testing.T) {
-	const trials = 120
+	const trials = 200
 	c := startClusterOpts(t, ClusterOptions{N: 3,
 		Env:     map[string]string{"QUEEN_HOTLIST_RESEED_MS": "600000"},
 		NodeEnv: map[int]map[string]string{1: {"QUEEN_POP_BACKOFF_MAX_MS": "60000"}},
