@@ -24,6 +24,7 @@ type Hotlist struct {
 
 	mu     sync.RWMutex // guards queues; a write lock excludes every lookup (idle sweep)
 	queues map[string]*queue
+	peak   int // most queues held since the map was last rebuilt (Sweep shrinks it)
 
 	wakeMu sync.Mutex
 	wakes  map[string]struct{} // queues marked quietly since the last TakeWakes
@@ -49,6 +50,7 @@ type queue struct {
 	ids   []string          // index -> partition id, learned ("" unknown)
 	byID  map[string]uint32 // partition id -> index
 	rings map[string]*Ring  // consumer group -> ring
+	list  []*Ring           // the same rings, for a mark to visit without a map iteration
 	opts  QueueOpts
 }
 
@@ -79,7 +81,9 @@ func (h *Hotlist) acquire(key string) *queue {
 	q := h.queues[key]
 	if q != nil {
 		q.refs.Add(1)
-		q.touched.Store(true)
+		if !q.touched.Load() { // the sweep clears it under h.mu: no race; skip a locked store
+			q.touched.Store(true)
+		}
 	}
 	h.mu.RUnlock()
 	return q
@@ -131,6 +135,8 @@ func (h *Hotlist) sub(r *Ring, i uint32) (*subRing, int32) {
 	return r.subs[i%s], int32(i / s)
 }
 
+// trace emits a breadcrumb. Call it only under `if q.traced`: building the
+// variadic kv slice allocates, and the hot paths must not when tracing is off.
 func (h *Hotlist) trace(q *queue, event string, kv ...any) {
 	if q.traced && h.cfg.Trace != nil {
 		h.cfg.Trace(q.key, event, kv...)
@@ -153,6 +159,7 @@ func (h *Hotlist) Register(key, group string, opts QueueOpts, now time.Time) *Ri
 				q.traced = strings.HasPrefix(name, h.cfg.TracePrefix)
 			}
 			h.queues[key] = q
+			h.peak = max(h.peak, len(h.queues))
 		}
 		q.refs.Add(1)
 		q.touched.Store(true)
@@ -172,8 +179,11 @@ func (h *Hotlist) Register(key, group string, opts QueueOpts, now time.Time) *Ri
 	phase := h.cfg.Jitter(min(h.cfg.MaxPhase, h.cfg.ReseedInterval))
 	r.nextReseed = now.Add(phase).UnixNano()
 	q.rings[group] = r
+	q.list = append(q.list, r)
 	h.rings.Add(1)
-	h.trace(q, "register", "group", group, "phase", phase)
+	if q.traced {
+		h.trace(q, "register", "group", group, "phase", phase)
+	}
 	return r
 }
 
@@ -241,24 +251,33 @@ func (h *Hotlist) Mark(key string, parts []PartMark, src Source, now time.Time) 
 }
 
 func (h *Hotlist) markQueue(q *queue, parts []PartMark, now time.Time) bool {
-	idx := make([]uint32, len(parts))
+	// A mark usually names one or a few partitions: index them on the stack.
+	var buf [16]uint32
+	var idx []uint32
+	if len(parts) <= len(buf) {
+		idx = buf[:len(parts)]
+	} else {
+		idx = make([]uint32, len(parts))
+	}
 	for i, p := range parts {
 		idx[i] = q.intern(p.Name)
 	}
 	q.mu.RLock()
 	defer q.mu.RUnlock()
-	if len(q.rings) == 0 {
+	if len(q.list) == 0 {
 		return true
 	}
 	wake := false
-	for _, r := range q.rings {
+	for _, r := range q.list {
 		for i, p := range parts {
 			if h.markSlot(r, idx[i], p.Count, q.opts, now) {
 				wake = true
 			}
 		}
 	}
-	h.trace(q, "mark", "partitions", len(parts), "wake", wake)
+	if q.traced {
+		h.trace(q, "mark", "partitions", len(parts), "wake", wake)
+	}
 	return wake
 }
 
@@ -309,7 +328,11 @@ func (h *Hotlist) TakeWakes() []string {
 	for k := range h.wakes {
 		out = append(out, k)
 	}
-	clear(h.wakes)
+	if len(out) > 1024 {
+		h.wakes = make(map[string]struct{}) // a map never shrinks: drop a burst's table
+	} else {
+		clear(h.wakes)
+	}
 	return out
 }
 
@@ -390,7 +413,9 @@ func (h *Hotlist) Take(r *Ring, k int, now time.Time) []Candidate {
 		out[i].Name = q.names[out[i].Index]
 	}
 	q.mu.RUnlock()
-	h.trace(q, "take", "group", r.group, "candidates", len(out))
+	if q.traced {
+		h.trace(q, "take", "group", r.group, "candidates", len(out))
+	}
 	return out
 }
 
@@ -480,7 +505,9 @@ func (h *Hotlist) CheckIn(r *Ring, results []Result, now time.Time) bool {
 		}
 		s.mu.Unlock()
 	}
-	h.trace(q, "checkin", "group", r.group, "results", len(results), "wake", wake)
+	if q.traced {
+		h.trace(q, "checkin", "group", r.group, "results", len(results), "wake", wake)
+	}
 	return wake
 }
 
@@ -534,7 +561,9 @@ func (h *Hotlist) AckRelease(key, group, partitionID string, pending bool, now t
 		// a mark's epoch bump already makes the in-flight check-in re-append
 	}
 	sl.tookValid = false
-	h.trace(q, "ack", "group", group, "pending", pending, "wake", wake)
+	if q.traced {
+		h.trace(q, "ack", "group", group, "pending", pending, "wake", wake)
+	}
 	return wake
 }
 
@@ -567,7 +596,9 @@ func (h *Hotlist) WheelTick(now time.Time) []string {
 		q.mu.RUnlock()
 		if promoted {
 			keys = append(keys, q.key)
-			h.trace(q, "wheel")
+			if q.traced {
+				h.trace(q, "wheel")
+			}
 		}
 	}
 	return keys

@@ -3,6 +3,7 @@ package hotlist
 import (
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -1737,4 +1738,101 @@ func TestEndReseedReclaimsUnlistedStrandedInflight(t *testing.T) {
 	if st := h.Stats(); st.Inflight != 0 || st.Reclaimed != 1 {
 		t.Fatalf("stats %+v", st)
 	}
+}
+
+// ---------------------------------------------------------------- scale
+
+func TestTenThousandQuietMarksOneWakePerTick(t *testing.T) {
+	h := newHL()
+	k := Key("t", "busy")
+	h.Register(k, "g", QueueOpts{}, base)
+	for i := range 10_000 {
+		// 500 partitions marked 20 times each: idle->ready and epoch bumps.
+		if markN(h, k, SourceLocal, at(time.Duration(i)*time.Microsecond), fmt.Sprintf("p%d", i%500)) {
+			t.Fatal("a local mark must be quiet")
+		}
+	}
+	if got := h.TakeWakes(); !slices.Equal(got, []string{k}) {
+		t.Fatalf("TakeWakes = %d keys %v, want the one marked queue", len(got), got)
+	}
+	if got := h.TakeWakes(); got != nil {
+		t.Fatalf("second TakeWakes = %v, want nil", got)
+	}
+
+	// Three queues (one with two rings, one without a ring) marked 10,000 times in all.
+	keys := []string{Key("t", "a"), Key("t", "b"), Key("u", "a")}
+	h.Register(keys[0], "g", QueueOpts{}, base)
+	h.Register(keys[1], "g", QueueOpts{}, base)
+	h.Register(keys[1], "g2", QueueOpts{}, base)
+	for i := range 10_000 {
+		markN(h, keys[i%3], SourceLocal, base, fmt.Sprintf("p%d", i%97))
+	}
+	got := h.TakeWakes()
+	sort.Strings(got)
+	if !slices.Equal(got, keys) {
+		t.Fatalf("TakeWakes = %v, want one wake per marked queue %v", got, keys)
+	}
+	if got := h.TakeWakes(); got != nil {
+		t.Fatalf("second TakeWakes = %v, want nil", got)
+	}
+	if st := h.Stats(); st.MarksLocal != 20_000 {
+		t.Fatalf("MarksLocal = %d", st.MarksLocal)
+	}
+	checkInvariants(t, h)
+}
+
+func heapInUse() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapInuse
+}
+
+func TestHundredThousandRandomNamesBoundedAfterTwoSweeps(t *testing.T) {
+	const pops = 100_000
+	h := newHL()
+	rng := rand.New(rand.NewPCG(1, 2))
+	before := heapInUse()
+	parts := []PartMark{{Name: "p0", Count: 1}}
+	for i := range pops {
+		// One pop on a random queue name: the ring is registered, the
+		// partition it learned of is checked out and found empty.
+		now := at(time.Duration(i) * time.Microsecond)
+		k := Key("tenant", fmt.Sprintf("random-%016x", rng.Uint64()))
+		r := h.Register(k, "g", QueueOpts{}, now)
+		h.Mark(k, parts, SourceLocal, now)
+		if i%1000 == 999 {
+			h.TakeWakes() // the wake tick
+		}
+		cs := h.Take(r, 16, now)
+		if len(cs) != 1 {
+			t.Fatalf("pop %d: Take = %v", i, names(cs))
+		}
+		h.CheckIn(r, []Result{{Cand: cs[0], Verdict: Empty}}, now)
+	}
+	peak := heapInUse()
+	st := h.Stats()
+	if st.Queues != pops || st.Rings != pops || st.Ready+st.Wheel+st.Inflight != 0 {
+		t.Fatalf("after the pops: %+v", st)
+	}
+	if n := h.Sweep(at(time.Minute)); n != 0 {
+		t.Fatalf("first sweep dropped %d queues used within the interval", n)
+	}
+	if n := h.Sweep(at(2 * time.Minute)); n != pops {
+		t.Fatalf("second sweep dropped %d queues, want %d", n, pops)
+	}
+	st = h.Stats()
+	if st.Queues != 0 || st.Rings != 0 || st.Swept != pops {
+		t.Fatalf("after two sweeps: %+v", st)
+	}
+	after := heapInUse()
+	runtime.KeepAlive(h)
+	mb := func(b uint64) float64 { return float64(b) / (1 << 20) }
+	t.Logf("heap in use: %.1f MB before, %.1f MB with %d queues, %.1f MB after two sweeps",
+		mb(before), mb(peak), pops, mb(after))
+	if after > before+2<<20 {
+		t.Fatalf("heap in use %.1f MB after two sweeps, %.1f MB before: ring memory not bounded", mb(after), mb(before))
+	}
+	checkInvariants(t, h)
 }

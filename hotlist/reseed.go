@@ -1,6 +1,7 @@
 package hotlist
 
 import (
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -128,7 +129,9 @@ func (h *Hotlist) EndReseed(r *Ring, ok bool, now time.Time) {
 		r.nextReseed += ((n-r.nextReseed)/iv + 1) * iv
 	}
 	h.reclaimUnlisted(r, now)
-	h.trace(r.q, "reseed", "group", r.group)
+	if r.q.traced {
+		h.trace(r.q, "reseed", "group", r.group)
+	}
 }
 
 // reclaimUnlisted re-appends Inflight entries stranded by a dropped pop that
@@ -175,6 +178,15 @@ func (h *Hotlist) Sweep(now time.Time) int {
 		dropped++
 	}
 	h.swept.Add(int64(dropped))
+	if h.peak >= 1024 && len(h.queues) <= h.peak/4 {
+		// A Go map never shrinks: after a burst of random queue names its
+		// table would keep the peak's size. Rebuild it at the live size.
+		m := make(map[string]*queue, len(h.queues))
+		for k, q := range h.queues {
+			m[k] = q
+		}
+		h.queues, h.peak = m, len(m)
+	}
 	return dropped
 }
 
@@ -233,6 +245,7 @@ func (h *Hotlist) dropRings(q *queue, group string) int {
 			sr.detach(&h.c)
 		}
 		delete(q.rings, g)
+		q.list = slices.DeleteFunc(q.list, func(x *Ring) bool { return x == r })
 		h.rings.Add(-1)
 		h.dropped.Add(1)
 		n++

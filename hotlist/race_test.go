@@ -1,0 +1,5 @@
+//go:build race
+
+package hotlist
+
+const raceEnabled = true
