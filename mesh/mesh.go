@@ -60,6 +60,7 @@ type meta struct {
 	Version string `json:"v"`
 	HTTP    string `json:"http"`
 	Hint    string `json:"hint"`
+	Leaving bool   `json:"leaving,omitempty"` // set just before a graceful leave
 }
 
 // Mesh is a running membership plus hint transport.
@@ -72,7 +73,8 @@ type Mesh struct {
 	ln     net.Listener
 	self   meta
 
-	live atomic.Int32 // live peers, read on every push without a lock
+	live    atomic.Int32 // live peers, read on every push without a lock
+	leaving atomic.Bool  // advertised in metadata before a graceful leave
 
 	setMu sync.Mutex
 	set   *coalesce.Set
@@ -178,6 +180,13 @@ func New(cfg Config, recv Receiver) (*Mesh, error) {
 // Close leaves the cluster gracefully and stops everything.
 func (m *Mesh) Close() {
 	m.once.Do(func() {
+		// memberlist tells peers about a leave and a death the same way
+		// (NotifyLeave, and its Node.State is not maintained), so say we are
+		// leaving in our metadata first: peers then list us as "left".
+		m.leaving.Store(true)
+		if err := m.ml.UpdateNode(time.Second); err != nil {
+			m.log.Debug("advertise leaving", "error", err)
+		}
 		if err := m.ml.Leave(2 * time.Second); err != nil {
 			m.log.Warn("leave", "error", err)
 		}
@@ -230,21 +239,14 @@ func (m *Mesh) Stats() Stats {
 
 // Members returns every member this node knows, itself included, sorted by
 // name. Dead and left members stay listed until the process restarts.
+// ("suspect" is part of the status contract but memberlist v0.7.0 does not
+// expose it: its public Node.State is never updated, so a suspect member
+// shows as alive until it is declared dead.)
 func (m *Mesh) Members() []Member {
-	suspect := map[string]bool{}
-	for _, n := range m.ml.Members() {
-		if n.State == memberlist.StateSuspect {
-			suspect[n.Name] = true
-		}
-	}
 	m.memMu.Lock()
 	out := make([]Member, 0, len(m.members))
 	for _, mb := range m.members {
-		c := *mb
-		if c.State == "alive" && suspect[c.Name] {
-			c.State = "suspect"
-		}
-		out = append(out, c)
+		out = append(out, *mb)
 	}
 	m.memMu.Unlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
@@ -340,10 +342,10 @@ func (m *Mesh) flush() {
 func (m *Mesh) syncPeers() []*peer {
 	want := map[string]string{}
 	for _, n := range m.ml.Members() {
-		// A suspect member is most likely alive and slow to answer probes:
-		// keep hinting it rather than tear its stream down and lose the
-		// frames queued on it.
-		if n.Name == m.cfg.Name || (n.State != memberlist.StateAlive && n.State != memberlist.StateSuspect) {
+		// Members() lists alive and suspect members (a suspect one is most
+		// likely alive and slow to answer probes: keep hinting it rather than
+		// tear its stream down and lose the frames queued on it).
+		if n.Name == m.cfg.Name {
 			continue
 		}
 		var md meta
@@ -376,7 +378,9 @@ func (m *Mesh) syncPeers() []*peer {
 type delegate struct{ m *Mesh }
 
 func (d delegate) NodeMeta(limit int) []byte {
-	b, _ := json.Marshal(d.m.self)
+	md := d.m.self
+	md.Leaving = d.m.leaving.Load()
+	b, _ := json.Marshal(md)
 	if len(b) > limit {
 		return nil
 	}
@@ -399,7 +403,8 @@ func (e events) NotifyUpdate(n *memberlist.Node) { e.m.upsert(n, "alive") }
 
 func (e events) NotifyLeave(n *memberlist.Node) {
 	state := "dead"
-	if n.State == memberlist.StateLeft {
+	var md meta
+	if json.Unmarshal(n.Meta, &md) == nil && md.Leaving {
 		state = "left"
 	}
 	e.m.upsert(n, state)

@@ -223,20 +223,40 @@ func TestDropRateOneDeliversNothing(t *testing.T) {
 	}
 }
 
-func TestDeadMemberLeavesMembership(t *testing.T) {
+func memberState(m *Mesh, name string) string {
+	for _, mb := range m.Members() {
+		if mb.Name == name {
+			return mb.State
+		}
+	}
+	return ""
+}
+
+// A graceful Close is listed as "left" by the others; a member that stops
+// answering (a crash: memberlist shut down without leaving) as "dead".
+func TestLeftAndDeadMembers(t *testing.T) {
 	a, b, c := threeNodes(t, nil)
 	c.m.Close()
 	for _, n := range []*node{a, b} {
-		eventually(t, 10*time.Second, n.m.cfg.Name+" sees c gone", func() bool {
-			for _, mb := range n.m.Members() {
-				if mb.Name == "c" {
-					return mb.State == "left" || mb.State == "dead"
-				}
-			}
-			return false
-		})
+		eventually(t, 10*time.Second, n.m.cfg.Name+" sees c left", func() bool { return memberState(n.m, "c") == "left" })
 	}
 	if a.m.Stats().LivePeers != 1 {
+		t.Fatalf("live peers %d", a.m.Stats().LivePeers)
+	}
+	// crash b: no leave message, its ports go quiet (and Close becomes a no-op)
+	b.m.once.Do(func() {
+		close(b.m.stop)
+		b.m.ln.Close()
+		_ = b.m.ml.Shutdown()
+		b.m.peerMu.Lock()
+		for _, p := range b.m.peers {
+			p.close()
+		}
+		b.m.peerMu.Unlock()
+		b.m.wg.Wait()
+	})
+	eventually(t, 10*time.Second, "a sees b dead", func() bool { return memberState(a.m, "b") == "dead" })
+	if a.m.Stats().LivePeers != 0 {
 		t.Fatalf("live peers %d", a.m.Stats().LivePeers)
 	}
 }
