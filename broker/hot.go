@@ -169,6 +169,12 @@ func (b *Broker) hotPop(ctx context.Context, args pg.PopArgs, wait bool) (*PopRe
 			return res, true, err
 		}
 	}
+	if !wait {
+		// Every round came back without messages (e.g. a ring full of
+		// lease-held partitions): a committed push elsewhere must still be
+		// visible to this wait=false pop.
+		return b.scanAndLearn(ctx, args, ring)
+	}
 	return nil, true, nil
 }
 
@@ -193,6 +199,11 @@ func (b *Broker) probe(ctx context.Context, args pg.PopArgs, ring *hotlist.Ring,
 	out, err := b.db.Pop(ctx, args)
 	if err != nil {
 		if ctx.Err() != nil {
+			// The claim may have committed before the cancellation reached
+			// us: release the lease rather than let it run out.
+			if !args.AutoAck {
+				b.dropLease(args.LeaseID)
+			}
 			return nil, false, ctx.Err()
 		}
 		return nil, false, wrap(err)

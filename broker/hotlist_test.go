@@ -195,3 +195,52 @@ func TestDeleteGroupDropsRing(t *testing.T) {
 		t.Fatalf("re-consume after delete: want 2, got %d", len(ms))
 	}
 }
+
+// Repeated failed acks for an already released lease are no-ops (API 2.6):
+// they must not burn retries, dead-letter early, or move the cursor past
+// messages nobody resolved.
+func TestFailedAcksAfterReleaseAreNoOps(t *testing.T) {
+	t.Parallel()
+	n := nodetest.Start(t)
+	configure(t, n, "fa", msg{"retryLimit": 3})
+	push(t, n, "fa", "Default", 1, 2, 3, 4)
+	ms, _ := pop(t, n, "fa", "batch=4")
+	for i, m := range ms {
+		r := n.Do(t, "POST", "/api/v1/ack", msg{"transactionId": m["transactionId"], "partitionId": m["partitionId"], "status": "failed"})
+		a := r.Arr(t)[0]
+		if a["success"] != true || a["dlq"] != false {
+			t.Fatalf("failed ack %d: %v", i, a)
+		}
+	}
+	again, _ := pop(t, n, "fa", "batch=10")
+	if len(again) != 4 || again[0]["retryCount"] != 1.0 {
+		t.Fatalf("want all 4 redelivered after one retry, got %d: %v (retryCount %v)", len(again), payloads(again), again[0]["retryCount"])
+	}
+	if r := n.Do(t, "GET", "/api/v1/dlq?queue=fa", nil).Obj(t); r["total"] != 0.0 {
+		t.Fatalf("nothing may be dead-lettered: %v", r)
+	}
+}
+
+// A wait=false pop sees a committed push even when the ring is full of
+// lease-held partitions that fill every probe round.
+func TestWaitFalseSeesPushBehindManyLeasedCandidates(t *testing.T) {
+	t.Parallel()
+	n := nodetest.Start(t, hotOn(time.Minute))
+	items := make([]msg, 200)
+	for i := range items {
+		items[i] = msg{"queue": "crowd", "partition": fmt.Sprintf("p%03d", i), "payload": i}
+	}
+	pushItems(t, n, items)
+	pop(t, n, "crowd", "batch=1")
+	for i := 0; i < 199; i++ { // 200 live leases, one per partition
+		if ms, _ := pop(t, n, "crowd", "batch=1"); ms == nil {
+			t.Fatalf("pop %d found nothing", i)
+		}
+	}
+	time.Sleep(1200 * time.Millisecond) // lease parks (capped at 1 s) come back as ready
+	push(t, n, "crowd", "zzz", "fresh")
+	ms, _ := pop(t, n, "crowd", "batch=1&wait=false")
+	if len(ms) != 1 || ms[0]["data"] != "fresh" {
+		t.Fatalf("wait=false pop missed a committed push: %v", ms)
+	}
+}

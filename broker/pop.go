@@ -133,6 +133,11 @@ func (b *Broker) sqlPop(ctx context.Context, args pg.PopArgs) (*PopResult, *pg.P
 	out, err := b.db.Pop(ctx, args)
 	if err != nil {
 		if ctx.Err() != nil {
+			// The claim may have committed before the cancellation reached
+			// us: release the lease rather than let it run out.
+			if !args.AutoAck {
+				b.dropLease(args.LeaseID)
+			}
 			return nil, nil, ctx.Err()
 		}
 		return nil, nil, wrap(err)

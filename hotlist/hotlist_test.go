@@ -1036,15 +1036,22 @@ func TestReseedAddsMissingAndOverIncludes(t *testing.T) {
 	checkInvariants(t, h)
 }
 
-func TestReseedAppliesDeferralLikeMark(t *testing.T) {
+// A reseed row is old backlog, not a fresh push: it becomes Ready even on a
+// deferral queue (parking it for the whole delay would stall messages that
+// are already visible); the empty verdict then schedules the exact revisit.
+func TestReseedRowIsReadyEvenOnDeferralQueues(t *testing.T) {
 	h := newHL()
 	kd, kw := Key("t", "delay"), Key("t", "window")
-	rd := h.Register(kd, "g", QueueOpts{Delay: time.Second}, base)
+	rd := h.Register(kd, "g", QueueOpts{Delay: time.Hour}, base)
 	rw := h.Register(kw, "g", QueueOpts{Window: 700 * time.Millisecond}, base)
 	h.Reseed(rd, []ReseedRow{{Name: "a"}}, base)
 	h.Reseed(rw, []ReseedRow{{Name: "a"}}, base)
-	wantRevisit(t, h, rd, "a", at(time.Second+DelayPad))
-	wantRevisit(t, h, rw, "a", at(700*time.Millisecond))
+	wantState(t, h, rd, "a", Ready)
+	wantState(t, h, rw, "a", Ready)
+	// not yet visible: the empty verdict's visibility time bounds the revisit
+	c := takeOne(t, h, rd, "a", base)
+	h.CheckIn(rd, []Result{{Cand: c, Verdict: Empty, Until: at(200 * time.Millisecond)}}, base)
+	wantRevisit(t, h, rd, "a", at(200*time.Millisecond))
 	checkInvariants(t, h)
 }
 

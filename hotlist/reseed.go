@@ -67,9 +67,6 @@ func (h *Hotlist) Reseed(r *Ring, rows []ReseedRow, now time.Time) int {
 		idx[i] = q.intern(row.Name)
 		q.learn(idx[i], row.PartitionID)
 	}
-	q.mu.RLock()
-	opts := q.opts
-	q.mu.RUnlock()
 	added := 0
 	stranded := now.Add(-h.cfg.StrandedAfter).UnixNano()
 	for _, i := range idx {
@@ -78,17 +75,15 @@ func (h *Hotlist) Reseed(r *Ring, rows []ReseedRow, now time.Time) int {
 		sl := s.slot(pos)
 		switch sl.state {
 		case Idle:
+			// Ready even on a deferral queue: a reseed row is usually old
+			// backlog (a cold ring after a restart, a sweep or a group
+			// delete), not a fresh push, and parking it for a whole delay
+			// would stall visible messages. PostgreSQL enforces the cut; an
+			// empty verdict comes back with the exact revisit time.
 			added++
 			sl.epoch++
 			sl.batch++
-			switch {
-			case opts.Delay > 0:
-				s.set(pos, Wheel, now.Add(opts.Delay+DelayPad).UnixNano(), &h.c)
-			case opts.Window > 0:
-				s.set(pos, Wheel, now.Add(opts.Window).UnixNano(), &h.c)
-			default:
-				s.set(pos, Ready, 0, &h.c)
-			}
+			s.set(pos, Ready, 0, &h.c)
 		case Inflight:
 			sl.epoch++
 			if sl.takenAt <= stranded {

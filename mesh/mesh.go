@@ -86,6 +86,8 @@ type Mesh struct {
 	peers  map[string]*peer // by node name
 
 	inbound atomic.Int32
+	inMu    sync.Mutex
+	perIP   map[string]int // inbound streams per remote address
 
 	framesSent, framesRecv, hintsSent, hintsRecv atomic.Uint64
 	framesDropped, framesRejected, queueDropped  atomic.Uint64

@@ -20,6 +20,43 @@ const lengthPrefix = 4
 // maxWireBytes bounds one message on the stream.
 const maxWireBytes = MaxFrameBytes + SealOverhead
 
+// frameBodyTimeout bounds how long a frame may take to arrive once its
+// length prefix has; maxPerIP bounds inbound streams from one address (a
+// peer needs one), so nobody can take every inbound slot from one host.
+const (
+	frameBodyTimeout = 10 * time.Second
+	maxPerIP         = 8
+)
+
+func remoteIP(c net.Conn) string {
+	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		return a.IP.String()
+	}
+	return c.RemoteAddr().String()
+}
+
+// admit counts an inbound stream from ip, refusing beyond maxPerIP.
+func (m *Mesh) admit(ip string) bool {
+	m.inMu.Lock()
+	defer m.inMu.Unlock()
+	if m.perIP == nil {
+		m.perIP = map[string]int{}
+	}
+	if m.perIP[ip] >= maxPerIP {
+		return false
+	}
+	m.perIP[ip]++
+	return true
+}
+
+func (m *Mesh) leave(ip string) {
+	m.inMu.Lock()
+	defer m.inMu.Unlock()
+	if m.perIP[ip]--; m.perIP[ip] <= 0 {
+		delete(m.perIP, ip)
+	}
+}
+
 // peer sends frames to one member.
 type peer struct {
 	m    *Mesh
@@ -141,7 +178,8 @@ func (m *Mesh) acceptLoop() {
 			time.Sleep(50 * time.Millisecond)
 			continue
 		}
-		if m.inbound.Add(1) > DefaultMaxInbound {
+		ip := remoteIP(conn)
+		if m.inbound.Add(1) > DefaultMaxInbound || !m.admit(ip) {
 			m.inbound.Add(-1)
 			conn.Close()
 			continue
@@ -150,6 +188,7 @@ func (m *Mesh) acceptLoop() {
 		go func() {
 			defer m.wg.Done()
 			defer m.inbound.Add(-1)
+			defer m.leave(ip)
 			m.serve(conn)
 		}()
 	}
@@ -177,6 +216,9 @@ func (m *Mesh) serve(conn net.Conn) {
 		if _, err := io.ReadFull(r, hdr[:]); err != nil {
 			return
 		}
+		// An idle stream is normal (no pushes); a frame that has started
+		// must arrive promptly, so a trickling sender cannot pin a slot.
+		_ = conn.SetReadDeadline(time.Now().Add(frameBodyTimeout))
 		n := binary.BigEndian.Uint32(hdr[:])
 		if n == 0 || n > maxWireBytes {
 			m.framesRejected.Add(1)
@@ -190,6 +232,7 @@ func (m *Mesh) serve(conn net.Conn) {
 		if _, err := io.ReadFull(r, buf); err != nil {
 			return
 		}
+		_ = conn.SetReadDeadline(time.Time{})
 		plain, err := m.sealer.Open(buf)
 		if err == nil {
 			err = m.apply(plain)

@@ -43,12 +43,14 @@ BEGIN
         INSERT INTO queen.queues (id, tenant, name)
         SELECT gen_random_uuid(), p_tenant, s.qn
         FROM (SELECT DISTINCT u.qn FROM unnest(p_queues) AS u(qn)) s
+        ORDER BY s.qn -- a fixed order, so two first pushes cannot deadlock
         ON CONFLICT (tenant, name) DO NOTHING;
 
         INSERT INTO queen.partitions (id, queue_id, name)
         SELECT gen_random_uuid(), q.id, s.pn
         FROM (SELECT DISTINCT t.qn, t.pn FROM unnest(p_queues, p_partitions) AS t(qn, pn)) s
         JOIN queen.queues q ON q.tenant = p_tenant AND q.name = s.qn
+        ORDER BY q.id, s.pn
         ON CONFLICT (queue_id, name) DO NOTHING;
 
         PERFORM 1

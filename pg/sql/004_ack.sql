@@ -72,10 +72,12 @@ BEGIN
                 IF v_release AND v_lease IS NOT NULL THEN
                     v_released := v_live; v_lease := NULL; v_batch_end := v_committed;
                 ELSIF v_lease IS NOT NULL AND v_committed >= v_batch_end THEN
+                    -- the held batch is fully resolved (acked or dead-lettered): the
+                    -- retry counter starts over; a call that resolves nothing keeps it
                     v_released := v_live; v_lease := NULL;
-                END IF;
-                IF v_decision IS DISTINCT FROM 'retry' AND v_committed >= v_batch_end THEN
-                    v_retry := 0;
+                    IF v_decision IS DISTINCT FROM 'retry' THEN
+                        v_retry := 0;
+                    END IF;
                 END IF;
                 UPDATE queen.consumers c
                 SET committed_offset = v_committed, batch_end = greatest(v_batch_end, v_committed),
@@ -126,14 +128,17 @@ BEGIN
             v_this_dlq := true;
             v_release := v_release OR (p_tx_mode AND r.st = 'failed');
         ELSE -- failed
-            IF v_decision IS NULL THEN
+            -- A failed delivery is decided once, and only while its lease is
+            -- live and the message was delivered under it: a failed ack for an
+            -- already released (or expired, or never taken) lease is a no-op.
+            IF v_decision IS NULL AND v_live AND r.off <= v_batch_end THEN
                 IF v_retry < r.retry_limit THEN
                     v_decision := 'retry'; v_retry := v_retry + 1; v_release := true;
                 ELSE
                     v_decision := 'dlq';
                 END IF;
             END IF;
-            v_this_dlq := v_decision = 'dlq';
+            v_this_dlq := COALESCE(v_decision = 'dlq', false);
         END IF;
 
         IF v_this_dlq THEN
@@ -143,7 +148,13 @@ BEGIN
                    COALESCE(r.err, CASE WHEN p_tx_mode OR r.st = 'dlq' THEN 'Unknown error' ELSE 'Retries exhausted' END),
                    v_retry, m.created_at
             FROM queen.messages m WHERE m.partition_id = r.pid AND m.off = r.off;
-            v_committed := greatest(v_committed, r.off);
+            -- The cursor moves past a dead-lettered message only when nothing
+            -- before it is unresolved; jumping over unacked messages would
+            -- lose them.
+            IF NOT EXISTS (SELECT 1 FROM queen.messages m
+                           WHERE m.partition_id = r.pid AND m.off > v_committed AND m.off < r.off) THEN
+                v_committed := greatest(v_committed, r.off);
+            END IF;
         END IF;
         o_idx := r.idx; o_success := true; o_error := NULL; o_dlq := v_this_dlq;
         o_queue := r.qname; o_partition := r.pname; o_released := false; o_pending := false;
@@ -156,10 +167,12 @@ BEGIN
         IF v_release AND v_lease IS NOT NULL THEN
             v_released := v_live; v_lease := NULL; v_batch_end := v_committed;
         ELSIF v_lease IS NOT NULL AND v_committed >= v_batch_end THEN
+            -- the held batch is fully resolved (acked or dead-lettered): the
+            -- retry counter starts over; a call that resolves nothing keeps it
             v_released := v_live; v_lease := NULL;
-        END IF;
-        IF v_decision IS DISTINCT FROM 'retry' AND v_committed >= v_batch_end THEN
-            v_retry := 0;
+            IF v_decision IS DISTINCT FROM 'retry' THEN
+                v_retry := 0;
+            END IF;
         END IF;
         UPDATE queen.consumers c
         SET committed_offset = v_committed, batch_end = greatest(v_batch_end, v_committed),
