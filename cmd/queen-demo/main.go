@@ -146,10 +146,10 @@ func run(log hclog.Logger, configDir string, messages, partitions int, exitAfter
 		fmt.Printf("  %-6s  status http://%s/status   health http://%s/health   log %s\n", n.name, n.httpAddr, n.httpAddr, n.logPath)
 	}
 	fmt.Printf("  PostgreSQL  %s\n", pgURL)
-	fmt.Printf("  inspect     %s status --addr %s --cluster\n", bin, nodes[0].httpAddr)
 	if exitAfter {
-		return nil
+		return nil // everything printed above is removed on exit
 	}
+	fmt.Printf("  inspect     %s status --addr %s --cluster\n", bin, nodes[0].httpAddr)
 	fmt.Println("Press Ctrl-C to stop and clean up.")
 	select {
 	case <-ctx.Done():
