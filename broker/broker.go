@@ -186,9 +186,6 @@ func (b *Broker) Hotlist() *hotlist.Hotlist { return b.hot }
 // Stats returns the live counters.
 func (b *Broker) Stats() *Stats { return &b.stats }
 
-// PoolStat returns the PostgreSQL pool figures.
-func (b *Broker) PoolStat() pg.PoolStat { return b.db.Stat() }
-
 // Parked returns the number of long-polls parked right now.
 func (b *Broker) Parked() int { return b.gates.parked() }
 

@@ -2,7 +2,6 @@ package broker
 
 import (
 	"context"
-	"strings"
 	"time"
 
 	"queen-node/hotlist"
@@ -94,7 +93,7 @@ func (b *Broker) runReseed(r *hotlist.Ring) {
 // walk of its probably-pending partitions, applied as reseed marks. The
 // caller has claimed it (BeginReseed / DueReseeds).
 func (b *Broker) reseed(ctx context.Context, r *hotlist.Ring) error {
-	tenant, queue, _ := strings.Cut(r.Key(), "\x1f")
+	tenant, queue := hotlist.SplitKey(r.Key())
 	after, added := "", 0
 	var err error
 	for page := 0; page < reseedMaxPages; page++ {
@@ -195,22 +194,9 @@ func (b *Broker) probe(ctx context.Context, args pg.PopArgs, ring *hotlist.Ring,
 		byName[c.Name] = c
 	}
 	args.Names = names
-	b.stats.PopSQLCalls.Add(1)
-	out, err := b.db.Pop(ctx, args)
+	out, err := b.claim(ctx, args)
 	if err != nil {
-		if ctx.Err() != nil {
-			// The claim may have committed before the cancellation reached
-			// us: release the lease rather than let it run out.
-			if !args.AutoAck {
-				b.dropLease(args.LeaseID)
-			}
-			return nil, false, ctx.Err()
-		}
-		return nil, false, wrap(err)
-	}
-	if len(out.Messages) > 0 && ctx.Err() != nil && !args.AutoAck {
-		b.dropLease(args.LeaseID)
-		return nil, false, ctx.Err() // the drop guard re-appends
+		return nil, false, err // the drop guard re-appends
 	}
 	b.hot.SetOpts(ring.Key(), queueOpts(out))
 	results := make([]hotlist.Result, 0, len(cands))
@@ -270,7 +256,7 @@ func queueOpts(out *pg.PopOutcome) hotlist.QueueOpts {
 }
 
 func queueName(key string) string {
-	_, q, _ := strings.Cut(key, "\x1f")
+	_, q := hotlist.SplitKey(key)
 	return q
 }
 

@@ -100,7 +100,7 @@ func (b *Broker) subscription(req PopRequest) (string, *time.Time) {
 		if req.SubscriptionFrom == "now" {
 			return pg.SubNew, nil
 		}
-		if ts, err := ParseTime(req.SubscriptionFrom); err == nil {
+		if ts, err := time.Parse(time.RFC3339Nano, req.SubscriptionFrom); err == nil {
 			return pg.SubFrom, &ts
 		}
 	}
@@ -129,28 +129,32 @@ func (b *Broker) popOnce(ctx context.Context, args pg.PopArgs, wait bool) (*PopR
 // sqlPop runs the claim core on args.Names, or on the SQL candidate scan
 // when Names is nil.
 func (b *Broker) sqlPop(ctx context.Context, args pg.PopArgs) (*PopResult, *pg.PopOutcome, error) {
-	b.stats.PopSQLCalls.Add(1)
-	out, err := b.db.Pop(ctx, args)
+	out, err := b.claim(ctx, args)
 	if err != nil {
-		if ctx.Err() != nil {
-			// The claim may have committed before the cancellation reached
-			// us: release the lease rather than let it run out.
-			if !args.AutoAck {
-				b.dropLease(args.LeaseID)
-			}
-			return nil, nil, ctx.Err()
-		}
-		return nil, nil, wrap(err)
+		return nil, nil, err
 	}
 	if len(out.Messages) == 0 {
 		return nil, out, nil
 	}
-	if ctx.Err() != nil && !args.AutoAck {
-		// The client is gone: never leave a lease on a response nobody reads.
-		b.dropLease(args.LeaseID)
-		return nil, out, ctx.Err()
-	}
 	return b.popResult(args, out), out, nil
+}
+
+// claim is one round trip to the claim core. When the request ends during
+// it, the claim may have committed anyway: its lease is released at once
+// rather than left on messages nobody will read (API.md 2.10).
+func (b *Broker) claim(ctx context.Context, args pg.PopArgs) (*pg.PopOutcome, error) {
+	b.stats.PopSQLCalls.Add(1)
+	out, err := b.db.Pop(ctx, args)
+	if ctx.Err() != nil {
+		if !args.AutoAck && (err != nil || len(out.Messages) > 0) {
+			b.dropLease(args.LeaseID)
+		}
+		return nil, ctx.Err()
+	}
+	if err != nil {
+		return nil, wrap(err)
+	}
+	return out, nil
 }
 
 func (b *Broker) popResult(args pg.PopArgs, out *pg.PopOutcome) *PopResult {
@@ -195,14 +199,4 @@ func (b *Broker) dropLease(leaseID string) {
 
 func clamp(v, lo, hi int) int {
 	return max(lo, min(v, hi))
-}
-
-// ParseTime parses the ISO-8601 / RFC 3339 forms Queen clients send.
-func ParseTime(s string) (time.Time, error) {
-	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05.999999999", "2006-01-02T15:04:05Z0700", "2006-01-02"} {
-		if t, err := time.Parse(layout, s); err == nil {
-			return t, nil
-		}
-	}
-	return time.Time{}, BadRequest("invalid timestamp %q: want ISO-8601, e.g. 2026-05-06T10:01:42Z", s)
 }

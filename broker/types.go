@@ -92,7 +92,7 @@ type PopRequest struct {
 	Timeout          time.Duration
 	AutoAck          bool
 	SubscriptionMode string // "", "all", "new", "new-only", anything else = all
-	SubscriptionFrom string // "", "now" or an RFC 3339 timestamp (validated by api)
+	SubscriptionFrom string // "", "now" or an RFC 3339 timestamp (api validates and normalizes it)
 	Partitions       int    // >= 1, wildcard only
 	LeaseSeconds     int    // 0 = the queue's leaseTime
 }

@@ -155,7 +155,7 @@ func (h *Hotlist) Register(key, group string, opts QueueOpts, now time.Time) *Ri
 		if q == nil {
 			q = &queue{key: key, index: map[string]uint32{}, byID: map[string]uint32{}, rings: map[string]*Ring{}, opts: opts}
 			if h.cfg.TracePrefix != "" {
-				_, name, _ := strings.Cut(key, "\x1f")
+				_, name := SplitKey(key)
 				q.traced = strings.HasPrefix(name, h.cfg.TracePrefix)
 			}
 			h.queues[key] = q

@@ -283,7 +283,7 @@ type RingStat struct {
 func (h *Hotlist) TopRings(n int) []RingStat {
 	var all []RingStat
 	for _, q := range h.snapshot() {
-		tenant, name, _ := strings.Cut(q.key, "\x1f")
+		tenant, name := SplitKey(q.key)
 		q.mu.RLock()
 		for g, r := range q.rings {
 			ready, wheel, inflight := r.Counts()

@@ -221,9 +221,6 @@ func (m *Mesh) Enqueue(tenant, queue, partition string) {
 // HasPeers tells whether any peer is alive (callers can skip building hints).
 func (m *Mesh) HasPeers() bool { return m.live.Load() > 0 }
 
-// LocalName is this node's mesh name.
-func (m *Mesh) LocalName() string { return m.cfg.Name }
-
 // Stats returns the counters.
 func (m *Mesh) Stats() Stats {
 	m.setMu.Lock()

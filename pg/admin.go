@@ -66,30 +66,6 @@ func (db *DB) Configure(ctx context.Context, tenant, queue, defaultPartition str
 	return queueID, partitionID, err
 }
 
-// QueueInfo is what the broker caches about a queue.
-type QueueInfo struct {
-	ID                string
-	DelayedProcessing int
-	WindowBuffer      int
-	LeaseTime         int
-}
-
-// LookupQueue returns a queue's id and deferral options; found=false when
-// the queue does not exist.
-func (db *DB) LookupQueue(ctx context.Context, tenant, queue string) (QueueInfo, bool, error) {
-	var qi QueueInfo
-	err := db.pool.QueryRow(ctx, `SELECT id::text, delayed_processing, window_buffer, lease_time
-		FROM queen.queues WHERE tenant = $1 AND name = $2`, tenant, queue).
-		Scan(&qi.ID, &qi.DelayedProcessing, &qi.WindowBuffer, &qi.LeaseTime)
-	if err == pgx.ErrNoRows {
-		return qi, false, nil
-	}
-	if err != nil {
-		return qi, false, fmt.Errorf("lookup queue %s: %w", queue, err)
-	}
-	return qi, true, nil
-}
-
 // DeleteQueue deletes a queue with everything below it (partitions,
 // messages, cursors, leases, dead letters, group markers).
 func (db *DB) DeleteQueue(ctx context.Context, tenant, queue string) (existed bool, err error) {

@@ -167,3 +167,21 @@ func withDatabase(raw, db string) (string, error) {
 	u.Path, u.RawPath = "/"+db, ""
 	return u.String(), nil
 }
+
+// TransactionCount returns the transactions (committed and rolled back) the
+// database at url has run, from pg_stat_database. It counts its own query
+// too: subtract one per call between two readings.
+func TransactionCount(ctx context.Context, url string) (int64, error) {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return 0, fmt.Errorf("pgtest: connect: %w", err)
+	}
+	defer conn.Close(ctx)
+	var n int64
+	err = conn.QueryRow(ctx, `SELECT xact_commit + xact_rollback FROM pg_stat_database
+		WHERE datname = current_database()`).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("pgtest: pg_stat_database: %w", err)
+	}
+	return n, nil
+}

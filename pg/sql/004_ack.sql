@@ -42,8 +42,10 @@ DECLARE
     v_released   boolean;
     v_this_dlq   boolean;
 BEGIN
+    -- The items in application order, then one sentinel row that flushes
+    -- the last (partition, group).
     FOR r IN
-        SELECT (a.ord - 1)::int AS idx,
+        SELECT false AS sentinel, (a.ord - 1)::int AS idx,
                COALESCE(NULLIF(a.grp, ''), '__QUEUE_MODE__') AS grp,
                a.pid, a.txid,
                COALESCE(NULLIF(lower(a.st), ''), 'completed') AS st,
@@ -55,9 +57,11 @@ BEGIN
         LEFT JOIN queen.partitions p ON p.id = a.pid
         LEFT JOIN queen.queues q ON q.id = p.queue_id AND q.tenant = p_tenant
         LEFT JOIN queen.messages m ON q.id IS NOT NULL AND m.partition_id = a.pid AND m.transaction_id = a.txid
-        ORDER BY a.pid, 2, m.off NULLS FIRST, a.ord
+        UNION ALL
+        SELECT true, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+        ORDER BY sentinel, pid, grp, off NULLS FIRST, idx
     LOOP
-        IF r.off IS NULL THEN
+        IF NOT r.sentinel AND r.off IS NULL THEN
             o_idx := r.idx; o_success := false; o_error := 'Message not found';
             o_queue := r.qname; o_partition := r.pname; o_released := false; o_dlq := false;
             o_pending := false; o_pid := r.pid; o_group := r.grp; o_off := NULL;
@@ -65,9 +69,9 @@ BEGIN
             CONTINUE;
         END IF;
 
-        IF v_key IS DISTINCT FROM (r.pid::text || '/' || r.grp) THEN
+        IF r.sentinel OR v_key IS DISTINCT FROM (r.pid::text || '/' || r.grp) THEN
             IF v_key IS NOT NULL THEN
-                -- flush the previous (partition, group): see the same block after the loop
+                -- flush the previous (partition, group)
                 v_released := false;
                 IF v_release AND v_lease IS NOT NULL THEN
                     v_released := v_live; v_lease := NULL; v_batch_end := v_committed;
@@ -92,6 +96,7 @@ BEGIN
                 o_pid := v_pid; o_group := v_group; o_off := NULL;
                 RETURN NEXT;
             END IF;
+            EXIT WHEN r.sentinel;
 
             v_key := r.pid::text || '/' || r.grp;
             v_pid := r.pid; v_group := r.grp; v_queue := r.qname; v_pname := r.pname;
@@ -161,30 +166,5 @@ BEGIN
         o_pid := r.pid; o_group := r.grp; o_off := r.off;
         RETURN NEXT;
     END LOOP;
-
-    IF v_key IS NOT NULL THEN
-        v_released := false;
-        IF v_release AND v_lease IS NOT NULL THEN
-            v_released := v_live; v_lease := NULL; v_batch_end := v_committed;
-        ELSIF v_lease IS NOT NULL AND v_committed >= v_batch_end THEN
-            -- the held batch is fully resolved (acked or dead-lettered): the
-            -- retry counter starts over; a call that resolves nothing keeps it
-            v_released := v_live; v_lease := NULL;
-            IF v_decision IS DISTINCT FROM 'retry' THEN
-                v_retry := 0;
-            END IF;
-        END IF;
-        UPDATE queen.consumers c
-        SET committed_offset = v_committed, batch_end = greatest(v_batch_end, v_committed),
-            lease_id = v_lease,
-            lease_owner = CASE WHEN v_lease IS NULL THEN NULL ELSE c.lease_owner END,
-            lease_expires_at = CASE WHEN v_lease IS NULL THEN NULL ELSE c.lease_expires_at END,
-            retry_count = v_retry, updated_at = v_now
-        WHERE c.partition_id = v_pid AND c.consumer_group = v_group;
-        o_idx := -1; o_success := true; o_error := NULL; o_queue := v_queue; o_partition := v_pname;
-        o_released := v_released; o_dlq := false; o_pending := v_committed < v_last;
-        o_pid := v_pid; o_group := v_group; o_off := NULL;
-        RETURN NEXT;
-    END IF;
 END;
 $$;
