@@ -193,7 +193,7 @@ func (db *DB) Seek(ctx context.Context, tenant, group, queue string, toEnd bool,
 			batch_end = CASE WHEN $4 THEN p.last_offset ELSE
 				COALESCE((SELECT max(m.off) FROM queen.messages m
 				          WHERE m.partition_id = p.id AND m.created_at <= $5), 0) END,
-			lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, retry_count = 0,
+			acked = '{}', lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, retry_count = 0,
 			updated_at = clock_timestamp()
 		FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
 		WHERE c.partition_id = p.id AND q.tenant = $1 AND q.name = $3 AND c.consumer_group = $2`,

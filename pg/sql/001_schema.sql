@@ -82,6 +82,12 @@ CREATE TABLE IF NOT EXISTS queen.consumers (
     updated_at       timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (partition_id, consumer_group)
 );
+-- acked holds the offsets past committed_offset that are already resolved
+-- (acked completed or dead-lettered) while an earlier message is not: the
+-- cursor only passes a contiguous resolved prefix, pops skip these offsets,
+-- and the cursor jumps over them once the gap closes (docs/api.md, "Acks").
+-- Sorted, distinct, all > committed_offset; empty in the in-order case.
+ALTER TABLE queen.consumers ADD COLUMN IF NOT EXISTS acked bigint[] NOT NULL DEFAULT '{}';
 CREATE INDEX IF NOT EXISTS consumers_lease ON queen.consumers (lease_id) WHERE lease_id IS NOT NULL;
 CREATE INDEX IF NOT EXISTS consumers_group ON queen.consumers (consumer_group);
 

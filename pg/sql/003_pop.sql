@@ -51,6 +51,7 @@ DECLARE
     v_end        bigint;
     v_seed       bigint;
     v_until      timestamptz;
+    v_all        boolean;
     i            int;
 BEGIN
     SELECT * INTO v_q FROM queen.queues q WHERE q.tenant = p_tenant AND q.name = p_queue;
@@ -156,6 +157,7 @@ BEGIN
             SELECT m.off, m.id, m.transaction_id, m.trace_id, m.payload, m.created_at, m.producer_sub
             FROM queen.messages m
             WHERE m.partition_id = v_pid AND m.off > v_c.committed_offset AND m.off <= v_last
+              AND m.off <> ALL (v_c.acked) -- acked past a gap (docs/api.md, "Acks")
             ORDER BY m.off
             LIMIT v_budget
         LOOP
@@ -174,7 +176,18 @@ BEGIN
         o_kind := 'verdict'; o_off := NULL; o_mid := NULL; o_txid := NULL; o_trace := NULL;
         o_payload := NULL; o_created := NULL; o_sub := NULL; o_retry := NULL;
 
+        -- Every message up to the watermark was served or is acked already.
+        v_all := v_count < v_budget AND v_until IS NULL;
         IF v_count = 0 THEN
+            IF v_all AND cardinality(v_c.acked) > 0 THEN
+                -- Only remembered acks remain past the cursor: pass them.
+                UPDATE queen.consumers c
+                SET committed_offset = greatest(c.committed_offset,
+                        (SELECT max(x) FROM unnest(c.acked) x WHERE x <= v_last)),
+                    acked = ARRAY(SELECT x FROM unnest(c.acked) x WHERE x > v_last ORDER BY x),
+                    updated_at = v_now
+                WHERE c.partition_id = v_pid AND c.consumer_group = p_group;
+            END IF;
             IF v_c.lease_id IS NOT NULL THEN
                 -- an expired lease with nothing left to redeliver
                 UPDATE queen.consumers c
@@ -185,10 +198,16 @@ BEGIN
             o_verdict := 'empty'; o_until := v_until; RETURN NEXT; CONTINUE;
         END IF;
 
-        o_drained := v_end >= v_last;
+        o_drained := v_end >= v_last OR v_all;
         IF p_auto_ack THEN
+            IF v_all THEN
+                -- remembered acks past the served end are passed too
+                v_end := greatest(v_end, COALESCE((SELECT max(x) FROM unnest(v_c.acked) x WHERE x <= v_last), 0));
+            END IF;
             UPDATE queen.consumers c
-            SET committed_offset = v_end, batch_end = v_end, lease_id = NULL, lease_owner = NULL,
+            SET committed_offset = v_end, batch_end = v_end,
+                acked = ARRAY(SELECT x FROM unnest(c.acked) x WHERE x > v_end ORDER BY x),
+                lease_id = NULL, lease_owner = NULL,
                 lease_expires_at = NULL, retry_count = 0, updated_at = v_now
             WHERE c.partition_id = v_pid AND c.consumer_group = p_group;
             o_until := NULL;

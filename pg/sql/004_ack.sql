@@ -1,9 +1,23 @@
--- queen.ack_v1 resolves a batch of acknowledgements in one round trip.
--- Items are applied per (partition, group) in message order, under the
--- consumer row's lock (taken in partition id order, so concurrent acks cannot
--- deadlock). The retry-or-dead-letter decision is taken once per
--- (partition, group) per call, on its first 'failed' item. With p_tx_mode
--- (POST /api/v1/transaction) a 'failed' item is dead-lettered at once.
+-- queen.ack_v1 resolves a batch of acknowledgements in one round trip
+-- (docs/api.md, "Acks"). Items are applied per (partition, group) in message
+-- order, under the consumer row's lock (taken in partition id order, so
+-- concurrent acks cannot deadlock).
+--
+-- The cursor only passes a contiguous prefix of resolved messages: a
+-- completed (or dead-lettered) message past an unresolved one is remembered
+-- in consumers.acked until the gap closes, pops skip it, and the cursor then
+-- jumps over it. So a message acked 'failed', or never acked, is never
+-- passed over by a later message's ack, whatever the order of the acks.
+--
+-- The retry-or-dead-letter decision is taken once per (partition, group) per
+-- call, on its first 'failed' item for an unresolved message delivered under
+-- the live lease. With p_tx_mode (POST /api/v1/transaction) a 'failed' item
+-- is dead-lettered at once.
+--
+-- A 'completed' ack for a message already resolved succeeds whatever its
+-- lease says, so a client retrying an ack whose answer it lost is told the
+-- truth.
+--
 -- Rows come back in processing order; o_idx is the 0-based input position.
 -- After the items of each (partition, group) comes one summary row with
 -- o_idx = -1 telling whether the lease was released and whether messages
@@ -22,6 +36,9 @@ RETURNS TABLE (o_idx int, o_success boolean, o_error text, o_queue text, o_parti
                o_off bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
+    -- Bound of consumers.acked: a client acking far ahead of an open gap
+    -- (without leases) must not grow one row without limit.
+    c_max_acked  constant int := 100000;
     v_now        timestamptz := clock_timestamp();
     r            record;
     v_c          record;
@@ -32,7 +49,12 @@ DECLARE
     v_pname      text;
     v_last       bigint;
     v_committed  bigint;
-    v_start      bigint;
+    v_old        bigint[];  -- consumers.acked at the start of the call (sorted)
+    v_nold       int;
+    v_j          int;       -- merge position in v_old (items come in offset order)
+    v_new        bigint[];  -- offsets this call resolved past a gap (ascending)
+    v_all        bigint[];
+    v_n          int;
     v_batch_end  bigint;
     v_lease      text;
     v_live       boolean;
@@ -41,6 +63,8 @@ DECLARE
     v_release    boolean;
     v_released   boolean;
     v_this_dlq   boolean;
+    v_resolved   boolean;
+    v_resolve    boolean;
 BEGIN
     -- The items in application order, then one sentinel row that flushes
     -- the last (partition, group).
@@ -71,7 +95,30 @@ BEGIN
 
         IF r.sentinel OR v_key IS DISTINCT FROM (r.pid::text || '/' || r.grp) THEN
             IF v_key IS NOT NULL THEN
-                -- flush the previous (partition, group)
+                -- Flush the previous (partition, group). First the cursor:
+                -- it passes the resolved offsets that follow it, directly or
+                -- across offsets no message holds (a duplicate push skips its
+                -- offset), and stops at the first unresolved message.
+                v_all := v_old || v_new;
+                IF cardinality(v_new) > 0 AND cardinality(v_old) > 0 THEN
+                    v_all := ARRAY(SELECT DISTINCT x FROM unnest(v_all) x ORDER BY x);
+                END IF;
+                v_n := cardinality(v_all);
+                v_j := 1;
+                WHILE v_j <= v_n LOOP
+                    IF v_all[v_j] > v_committed THEN
+                        EXIT WHEN v_all[v_j] > v_committed + 1 AND EXISTS (
+                            SELECT 1 FROM queen.messages m
+                            WHERE m.partition_id = v_pid AND m.off > v_committed AND m.off < v_all[v_j]);
+                        v_committed := v_all[v_j];
+                    END IF;
+                    v_j := v_j + 1;
+                END LOOP;
+                v_all := v_all[v_j:v_n];
+                IF v_all IS NULL THEN
+                    v_all := '{}';
+                END IF;
+
                 v_released := false;
                 IF v_release AND v_lease IS NOT NULL THEN
                     v_released := v_live; v_lease := NULL; v_batch_end := v_committed;
@@ -85,6 +132,7 @@ BEGIN
                 END IF;
                 UPDATE queen.consumers c
                 SET committed_offset = v_committed, batch_end = greatest(v_batch_end, v_committed),
+                    acked = v_all,
                     lease_id = v_lease,
                     lease_owner = CASE WHEN v_lease IS NULL THEN NULL ELSE c.lease_owner END,
                     lease_expires_at = CASE WHEN v_lease IS NULL THEN NULL ELSE c.lease_expires_at END,
@@ -105,17 +153,34 @@ BEGIN
             SELECT c.* INTO v_c FROM queen.consumers c
             WHERE c.partition_id = r.pid AND c.consumer_group = r.grp FOR UPDATE;
             SELECT p.last_offset INTO v_last FROM queen.partitions p WHERE p.id = r.pid;
-            v_committed := v_c.committed_offset; v_start := v_c.committed_offset;
+            v_committed := v_c.committed_offset;
+            v_old := v_c.acked; v_nold := cardinality(v_old); v_j := 1; v_new := '{}';
             v_batch_end := v_c.batch_end; v_lease := v_c.lease_id;
             v_live := v_c.lease_id IS NOT NULL AND v_c.lease_expires_at > v_now;
             v_retry := v_c.retry_count; v_decision := NULL; v_release := false;
         END IF;
 
-        v_this_dlq := false;
+        v_this_dlq := false; v_resolve := false;
         o_idx := r.idx; o_queue := r.qname; o_partition := r.pname; o_released := false;
         o_pending := false; o_pid := r.pid; o_group := r.grp; o_off := r.off; o_dlq := false;
         IF r.st NOT IN ('completed', 'success', 'failed', 'dlq', 'retry') THEN
             o_success := false; o_error := 'Invalid status'; RETURN NEXT;
+            CONTINUE;
+        END IF;
+
+        -- Resolved already: at or before the cursor, remembered past it, or
+        -- resolved by an earlier item of this call (items of one partition
+        -- come in offset order, so that one is the last remembered).
+        WHILE v_j <= v_nold AND v_old[v_j] < r.off LOOP
+            v_j := v_j + 1;
+        END LOOP;
+        v_resolved := r.off <= v_committed
+                      OR (v_j <= v_nold AND v_old[v_j] = r.off)
+                      OR (cardinality(v_new) > 0 AND v_new[cardinality(v_new)] = r.off);
+
+        IF v_resolved AND r.st IN ('completed', 'success') THEN
+            -- idempotent: a retried completed ack whose first answer was lost
+            o_success := true; o_error := NULL; RETURN NEXT;
             CONTINUE;
         END IF;
         IF r.lease IS NOT NULL AND NOT (v_live AND r.lease = v_c.lease_id) THEN
@@ -123,10 +188,13 @@ BEGIN
             CONTINUE;
         END IF;
 
-        IF r.off <= v_start THEN
-            NULL; -- already resolved before this call: success, nothing changes
+        IF v_resolved THEN
+            NULL; -- resolved before: success, nothing changes
+        ELSIF v_nold + cardinality(v_new) >= c_max_acked AND r.off > v_committed + 1 THEN
+            o_success := false; o_error := 'Too many acks past an unresolved message'; RETURN NEXT;
+            CONTINUE;
         ELSIF r.st IN ('completed', 'success') THEN
-            v_committed := greatest(v_committed, r.off);
+            v_resolve := true;
         ELSIF r.st = 'retry' THEN
             v_release := true;
         ELSIF r.st = 'dlq' OR p_tx_mode THEN
@@ -134,8 +202,9 @@ BEGIN
             v_release := v_release OR (p_tx_mode AND r.st = 'failed');
         ELSE -- failed
             -- A failed delivery is decided once, and only while its lease is
-            -- live and the message was delivered under it: a failed ack for an
-            -- already released (or expired, or never taken) lease is a no-op.
+            -- live and the message was delivered under it. Otherwise the
+            -- message simply stays unresolved: the cursor cannot pass it, so
+            -- the next pop after the lease delivers it again.
             IF v_decision IS NULL AND v_live AND r.off <= v_batch_end THEN
                 IF v_retry < r.retry_limit THEN
                     v_decision := 'retry'; v_retry := v_retry + 1; v_release := true;
@@ -153,12 +222,13 @@ BEGIN
                    COALESCE(r.err, CASE WHEN p_tx_mode OR r.st = 'dlq' THEN 'Unknown error' ELSE 'Retries exhausted' END),
                    v_retry, m.created_at
             FROM queen.messages m WHERE m.partition_id = r.pid AND m.off = r.off;
-            -- The cursor moves past a dead-lettered message only when nothing
-            -- before it is unresolved; jumping over unacked messages would
-            -- lose them.
-            IF NOT EXISTS (SELECT 1 FROM queen.messages m
-                           WHERE m.partition_id = r.pid AND m.off > v_committed AND m.off < r.off) THEN
-                v_committed := greatest(v_committed, r.off);
+            v_resolve := true;
+        END IF;
+        IF v_resolve THEN
+            IF r.off = v_committed + 1 AND cardinality(v_new) = 0 THEN
+                v_committed := r.off; -- the in-order case: no set to keep
+            ELSE
+                v_new := array_append(v_new, r.off);
             END IF;
         END IF;
         o_idx := r.idx; o_success := true; o_error := NULL; o_dlq := v_this_dlq;
