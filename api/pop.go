@@ -1,6 +1,8 @@
 package api
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -31,15 +33,68 @@ type popMessage struct {
 	RetryCount    int             `json:"retryCount"`
 }
 
-type popResponse struct {
-	Success           bool         `json:"success"`
-	Queue             string       `json:"queue"`
-	Partition         string       `json:"partition"`
-	PartitionID       string       `json:"partitionId"`
-	LeaseID           string       `json:"leaseId"`
-	ConsumerGroup     string       `json:"consumerGroup"`
-	PartitionsClaimed int          `json:"partitionsClaimed"`
-	Messages          []popMessage `json:"messages"`
+// popHead is the pop response without its messages, which writePop
+// streams after it as the last field, "messages".
+type popHead struct {
+	Success           bool   `json:"success"`
+	Queue             string `json:"queue"`
+	Partition         string `json:"partition"`
+	PartitionID       string `json:"partitionId"`
+	LeaseID           string `json:"leaseId"`
+	ConsumerGroup     string `json:"consumerGroup"`
+	PartitionsClaimed int    `json:"partitionsClaimed"`
+}
+
+// writePop writes a 200 pop response one message at a time, so a large
+// response is never held twice (messages plus their encoding) in memory.
+// Its size is bounded by the claim (broker.Config.MaxPopBytes). An error
+// means the client may not have the whole body.
+func writePop(w http.ResponseWriter, res *broker.PopResult) error {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // payloads come back byte-for-byte as stored
+	if err := enc.Encode(popHead{Success: true, Queue: res.Queue, Partition: res.Partition,
+		PartitionID: res.PartitionID, LeaseID: res.LeaseID, ConsumerGroup: res.ConsumerGroup,
+		PartitionsClaimed: res.PartitionsClaimed}); err != nil {
+		return err
+	}
+	head := bytes.TrimSuffix(buf.Bytes(), []byte("}\n"))
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	bw := bufio.NewWriterSize(w, 64<<10)
+	_, _ = bw.Write(head)
+	_, _ = bw.WriteString(`,"messages":[`)
+	for i, m := range res.Messages {
+		data := m.Data
+		if data == nil {
+			data = json.RawMessage("null")
+		}
+		buf.Reset()
+		if err := enc.Encode(popMessage{
+			ID:            m.ID,
+			TransactionID: m.TransactionID,
+			TraceID:       m.TraceID,
+			Data:          data,
+			CreatedAt:     fmtMicro(m.CreatedAt),
+			Queue:         m.Queue,
+			Partition:     m.Partition,
+			PartitionID:   m.PartitionID,
+			LeaseID:       m.LeaseID,
+			ConsumerGroup: m.ConsumerGroup,
+			ProducerSub:   m.ProducerSub,
+			RetryCount:    m.RetryCount,
+		}); err != nil {
+			return err // stored payloads are valid JSON: not reached
+		}
+		if i > 0 {
+			_ = bw.WriteByte(',')
+		}
+		if _, err := bw.Write(bytes.TrimRight(buf.Bytes(), "\n")); err != nil {
+			return err
+		}
+	}
+	_, _ = bw.WriteString("]}\n")
+	return bw.Flush()
 }
 
 // GET /api/v1/pop/queue/{queue}[/partition/{partition}]
@@ -70,43 +125,16 @@ func (s *Server) handlePop(w http.ResponseWriter, r *http.Request, _ *string) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	msgs := make([]popMessage, 0, len(res.Messages))
-	for _, m := range res.Messages {
-		data := m.Data
-		if data == nil {
-			data = json.RawMessage("null")
-		}
-		msgs = append(msgs, popMessage{
-			ID:            m.ID,
-			TransactionID: m.TransactionID,
-			TraceID:       m.TraceID,
-			Data:          data,
-			CreatedAt:     fmtMicro(m.CreatedAt),
-			Queue:         m.Queue,
-			Partition:     m.Partition,
-			PartitionID:   m.PartitionID,
-			LeaseID:       m.LeaseID,
-			ConsumerGroup: m.ConsumerGroup,
-			ProducerSub:   m.ProducerSub,
-			RetryCount:    m.RetryCount,
-		})
-	}
 	// A client that left while the claim ran must not keep the lease until
 	// it expires (API.md 2.10).
 	if r.Context().Err() != nil {
 		s.releaseUndelivered(res)
 		return
 	}
-	writeJSON(w, http.StatusOK, popResponse{
-		Success:           true,
-		Queue:             res.Queue,
-		Partition:         res.Partition,
-		PartitionID:       res.PartitionID,
-		LeaseID:           res.LeaseID,
-		ConsumerGroup:     res.ConsumerGroup,
-		PartitionsClaimed: res.PartitionsClaimed,
-		Messages:          msgs,
-	})
+	if err := writePop(w, res); err != nil {
+		s.releaseUndelivered(res)
+		return
+	}
 	if err := http.NewResponseController(w).Flush(); err != nil {
 		s.releaseUndelivered(res)
 	}

@@ -114,6 +114,9 @@ func (c *Config) validate() error {
 	if c.PopBackoffMax < c.PopBackoffMin {
 		c.PopBackoffMax = max(DefaultPopBackoffMax, c.PopBackoffMin)
 	}
+	if c.MaxPopBytes < 0 {
+		return fmt.Errorf("max pop bytes %d: want 0 (no bound) or more", c.MaxPopBytes)
+	}
 	if c.HotlistShards <= 0 {
 		c.HotlistShards = DefaultHotlistShards
 	}

@@ -10,6 +10,7 @@ const (
 	DefaultPopBackoffMax   = 1000 * time.Millisecond
 	DefaultPopTimeout      = 30 * time.Second
 	DefaultMaxPopBatch     = 10000
+	DefaultMaxPopBytes     = 16 << 20 // a pop response's payload bytes, about (docs/operations.md, "Limits")
 	DefaultHotlistEnabled  = true
 	DefaultHotlistShards   = 8
 	DefaultHotlistReseed   = 30 * time.Second
@@ -26,6 +27,10 @@ type Config struct {
 	PoolMaxConns  int32         // PostgreSQL pool size, default 32
 	PopBackoffMin time.Duration // first re-poll delay of a parked long-poll, default 25 ms
 	PopBackoffMax time.Duration // re-poll delay cap of a parked long-poll, default 1 s
+	// MaxPopBytes bounds one pop response (QUEEN_POP_MAX_BYTES), default
+	// 16 MiB: messages past it are neither returned nor leased, but the
+	// first message of a response is always returned, whatever its size.
+	MaxPopBytes int64
 
 	Hotlist             bool          // QUEEN_HOTLIST, default true
 	HotlistShards       int           // QUEEN_HOTLIST_SHARDS, default 8
@@ -43,6 +48,7 @@ func DefaultConfig() Config {
 		PoolMaxConns:       DefaultPoolMaxConns,
 		PopBackoffMin:      DefaultPopBackoffMin,
 		PopBackoffMax:      DefaultPopBackoffMax,
+		MaxPopBytes:        DefaultMaxPopBytes,
 		Hotlist:            DefaultHotlistEnabled,
 		HotlistShards:      DefaultHotlistShards,
 		HotlistReseed:      DefaultHotlistReseed,

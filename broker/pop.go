@@ -28,6 +28,7 @@ func (b *Broker) Pop(ctx context.Context, tenant string, req PopRequest) (*PopRe
 		Tenant: tenant, Queue: req.Queue, Group: req.Group,
 		ScanLimit: clamp(req.Partitions*8, 16, 256), Budget: req.Batch, MaxParts: req.Partitions,
 		LeaseSeconds: req.LeaseSeconds, AutoAck: req.AutoAck, Owner: b.cfg.NodeName,
+		MaxBytes: b.cfg.MaxPopBytes,
 	}
 	args.SubMode, args.SubFrom = b.subscription(req)
 	if req.Partition != "" {

@@ -125,6 +125,7 @@ type PopArgs struct {
 	Owner                string
 	SubMode              string // SubAll, SubNew, SubFrom
 	SubFrom              *time.Time
+	MaxBytes             int64 // payload bytes of the response, about; one message always fits; 0 = no bound
 }
 
 // Verdict kinds of the claim core.
@@ -175,9 +176,9 @@ func (db *DB) Pop(ctx context.Context, a PopArgs) (*PopOutcome, error) {
 	}
 	rs, err := db.pool.Query(ctx, `SELECT o_kind, o_pname, o_pid, o_verdict, o_until, o_drained, o_off,
 			o_mid, o_txid, o_trace, o_payload::text, o_created, o_sub, o_retry, o_delay, o_window
-		FROM queen.pop_v1($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
+		FROM queen.pop_v1($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
 		a.Tenant, a.Queue, a.Group, names, a.ScanLimit, a.Budget, a.MaxParts, a.LeaseID,
-		a.LeaseSeconds, a.AutoAck, a.Owner, a.SubMode, a.SubFrom)
+		a.LeaseSeconds, a.AutoAck, a.Owner, a.SubMode, a.SubFrom, a.MaxBytes)
 	if err != nil {
 		return nil, fmt.Errorf("pop %s: %w", a.Queue, err)
 	}

@@ -84,6 +84,13 @@ func settings() []setting {
 			apply: func(c *Config, v string) error {
 				return durationMS(v, &c.Broker.PopBackoffMax, int(broker.DefaultPopBackoffMin/time.Millisecond), 60000)
 			}},
+		{env: "QUEEN_POP_MAX_BYTES", flag: "pop-max-bytes", def: strconv.Itoa(broker.DefaultMaxPopBytes),
+			usage: "payload bytes of one pop response, about (fewer messages past it; the first always fits)",
+			apply: func(c *Config, v string) error {
+				n, err := intIn(v, 1024, 1<<30)
+				c.Broker.MaxPopBytes = int64(n)
+				return err
+			}},
 		{env: "QUEEN_DEFAULT_SUBSCRIPTION_MODE", flag: "default-subscription-mode", usage: "subscription of new consumer groups: all, new or new-only (empty = all)",
 			apply: func(c *Config, v string) error {
 				// The broker knows "" (= all) and "new"; new-only is an alias (API.md 9).

@@ -10,10 +10,14 @@
 --   leased   a live lease of this group until o_until
 --   busy     another transaction holds the consumer row right now
 --   requeue  not evaluated: the budget ran out first
+-- p_max_bytes bounds the response: a message whose payload would take the
+-- served bytes past it is not served (nor leased), unless nothing was served
+-- yet, so one message always fits; 0 = no bound.
 -- The first row is kind 'meta': whether the group marker already existed
 -- (o_verdict 'seeded') or was written by this call ('fresh'), and the queue's
 -- deferral options. The queue row and the group marker are provisioned on
 -- first contact (a subscription may precede the first push).
+DROP FUNCTION IF EXISTS queen.pop_v1(text, text, text, text[], int, int, int, text, int, boolean, text, text, timestamptz);
 CREATE OR REPLACE FUNCTION queen.pop_v1(
     p_tenant        text,
     p_queue         text,
@@ -27,7 +31,8 @@ CREATE OR REPLACE FUNCTION queen.pop_v1(
     p_auto_ack      boolean,
     p_owner         text,
     p_sub_mode      text,
-    p_sub_from      timestamptz)
+    p_sub_from      timestamptz,
+    p_max_bytes     bigint)
 RETURNS TABLE (o_kind text, o_pname text, o_pid uuid, o_verdict text, o_until timestamptz,
                o_drained boolean, o_off bigint, o_mid uuid, o_txid text, o_trace uuid,
                o_payload json, o_created timestamptz, o_sub text, o_retry int,
@@ -52,6 +57,9 @@ DECLARE
     v_seed       bigint;
     v_until      timestamptz;
     v_all        boolean;
+    v_bytes      bigint := 0;    -- payload bytes served so far (plus a per-message allowance)
+    v_size       bigint;
+    v_full       boolean := false;
     i            int;
 BEGIN
     SELECT * INTO v_q FROM queen.queues q WHERE q.tenant = p_tenant AND q.name = p_queue;
@@ -152,7 +160,7 @@ BEGIN
             RETURN NEXT; CONTINUE;
         END IF;
 
-        v_count := 0; v_end := v_c.committed_offset; v_until := NULL;
+        v_count := 0; v_end := v_c.committed_offset; v_until := NULL; v_full := false;
         FOR v_m IN
             SELECT m.off, m.id, m.transaction_id, m.trace_id, m.payload, m.created_at, m.producer_sub
             FROM queen.messages m
@@ -166,6 +174,15 @@ BEGIN
                 v_until := v_m.created_at + make_interval(secs => v_q.delayed_processing);
                 EXIT; -- later messages are younger still: keep partition order
             END IF;
+            IF p_max_bytes > 0 THEN
+                -- 512 bytes stand for the message's envelope (ids, names, times).
+                v_size := COALESCE(octet_length(v_m.payload::text), 4) + 512;
+                IF v_bytes + v_size > p_max_bytes AND v_bytes > 0 THEN
+                    v_full := true;
+                    EXIT;
+                END IF;
+                v_bytes := v_bytes + v_size;
+            END IF;
             o_kind := 'msg'; o_verdict := NULL; o_until := NULL;
             o_off := v_m.off; o_mid := v_m.id; o_txid := v_m.transaction_id; o_trace := v_m.trace_id;
             o_payload := v_m.payload; o_created := v_m.created_at; o_sub := v_m.producer_sub;
@@ -177,7 +194,14 @@ BEGIN
         o_payload := NULL; o_created := NULL; o_sub := NULL; o_retry := NULL;
 
         -- Every message up to the watermark was served or is acked already.
-        v_all := v_count < v_budget AND v_until IS NULL;
+        v_all := v_count < v_budget AND v_until IS NULL AND NOT v_full;
+        IF v_full AND v_count = 0 THEN
+            -- the response is full before this partition's first message:
+            -- not evaluated, and nothing after it either
+            o_verdict := 'requeue'; RETURN NEXT;
+            v_budget := 0;
+            CONTINUE;
+        END IF;
         IF v_count = 0 THEN
             IF v_all AND cardinality(v_c.acked) > 0 THEN
                 -- Only remembered acks remain past the cursor: pass them.
@@ -219,7 +243,7 @@ BEGIN
             WHERE c.partition_id = v_pid AND c.consumer_group = p_group;
         END IF;
         o_verdict := 'took'; RETURN NEXT;
-        v_budget := v_budget - v_count;
+        v_budget := CASE WHEN v_full THEN 0 ELSE v_budget - v_count END;
         v_claimed := v_claimed + 1;
     END LOOP;
 END;
