@@ -341,6 +341,10 @@ var (
 	dCoalSize      = desc("queen_mesh_coalescer_size", "Hints waiting in the coalescing set.")
 	dCoalCap       = desc("queen_mesh_coalescer_capacity", "Bound of the coalescing set (QUEEN_MESH_HINT_CAP).")
 	dCoalDropped   = desc("queen_mesh_coalescer_dropped_total", "Hints dropped because the coalescing set was full.")
+	dInStreams     = desc("queen_mesh_inbound_streams", "Inbound hint streams open now.")
+	dInRefused     = desc("queen_mesh_inbound_refused_total", "Inbound hint streams refused, by reason: limit (per-address or total streams).", "reason")
+	dInEvicted     = desc("queen_mesh_inbound_evicted_total", "Inbound hint streams that had not delivered a frame, closed to make room for a new one from the same address.")
+	dInTimedOut    = desc("queen_mesh_inbound_timed_out_total", "Inbound hint streams closed because a read deadline passed.")
 
 	dPGMax      = desc("queen_pg_pool_max_conns", "Maximum connections of the PostgreSQL pool.")
 	dPGTotal    = desc("queen_pg_pool_total_conns", "Connections currently open.")
@@ -371,6 +375,7 @@ var allDescs = []*prometheus.Desc{
 	dHotReseedAdd, dHotReclaimed, dHotSwept,
 	dMeshEnabled, dMeshMembers, dMeshLivePeers, dFramesSent, dFramesRecv, dHintsSent, dHintsRecv,
 	dFramesDropped, dFramesReject, dFramesQDrop, dCoalSize, dCoalCap, dCoalDropped,
+	dInStreams, dInRefused, dInEvicted, dInTimedOut,
 	dPGMax, dPGTotal, dPGIdle, dPGAcquired, dPGAcquires, dPGEmptyAcq, dPGNewConns,
 	dParked, dPushes, dPushedMsgs, dDuplicates, dPopsStarted, dPops, dPoppedMsgs, dPopSQL, dAcks,
 	dAcksRefused, dDeadLettered, dTransactions, dLeasesDrop,
@@ -443,6 +448,10 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(dCoalSize, float64(ms.Coalescer.Size))
 	gauge(dCoalCap, float64(ms.Coalescer.Cap))
 	counter(dCoalDropped, float64(ms.Coalescer.Dropped))
+	gauge(dInStreams, float64(ms.InboundStreams))
+	counter(dInRefused, float64(ms.InboundRefused), "limit")
+	counter(dInEvicted, float64(ms.InboundEvicted))
+	counter(dInTimedOut, float64(ms.InboundTimedOut))
 
 	p := st.PG
 	gauge(dPGMax, float64(p.MaxConns))

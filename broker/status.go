@@ -77,6 +77,11 @@ type MeshStatus struct {
 	FramesRejected uint64          `json:"frames_rejected"`
 	QueueDropped   uint64          `json:"frames_queue_dropped"`
 	Coalescer      CoalescerStatus `json:"coalescer"`
+	// Hint port limits (docs/operations.md, "Limits").
+	InboundStreams  int    `json:"inbound_streams"`   // inbound hint streams open now
+	InboundRefused  uint64 `json:"inbound_refused"`   // refused: per-address or total stream limit
+	InboundEvicted  uint64 `json:"inbound_evicted"`   // unproven streams closed to make room for a new one
+	InboundTimedOut uint64 `json:"inbound_timed_out"` // closed: a read deadline passed
 }
 
 // CoalescerStatus reports the bounded set of pending hints.
@@ -142,8 +147,10 @@ func (b *Broker) Status(version, httpAddr, tenant string) Status {
 			st.Mesh = MeshStatus{Enabled: true, Members: mv.Members(), LivePeers: ms.LivePeers,
 				FramesSent: ms.FramesSent, FramesReceived: ms.FramesReceived, HintsSent: ms.HintsSent,
 				HintsReceived: ms.HintsReceived, FramesDropped: ms.FramesDropped, FramesRejected: ms.FramesRejected,
-				QueueDropped: ms.QueueDropped,
-				Coalescer:    CoalescerStatus{Size: ms.CoalescerSize, Cap: ms.CoalescerCap, Dropped: ms.CoalescerDropped}}
+				QueueDropped:   ms.QueueDropped,
+				Coalescer:      CoalescerStatus{Size: ms.CoalescerSize, Cap: ms.CoalescerCap, Dropped: ms.CoalescerDropped},
+				InboundStreams: ms.InboundStreams, InboundRefused: ms.InboundRefusedLimit,
+				InboundEvicted: ms.InboundEvicted, InboundTimedOut: ms.InboundTimedOut}
 		}
 	}
 	return st

@@ -39,6 +39,10 @@ type Stats struct {
 	FramesDropped              uint64 // chaos drops (QUEEN_MESH_DROP_RATE)
 	FramesRejected             uint64 // bad or unauthenticated frames received
 	QueueDropped               uint64 // frames dropped because a peer's send queue was full or it was unreachable
+	InboundStreams             int    // inbound hint streams open now
+	InboundRefusedLimit        uint64 // inbound streams refused: per-address or total limit reached
+	InboundEvicted             uint64 // unproven inbound streams closed to make room for a new one from the same address
+	InboundTimedOut            uint64 // inbound streams closed because a read deadline passed
 	CoalescerSize              int
 	CoalescerCap               int
 	CoalescerDropped           uint64
@@ -87,7 +91,10 @@ type Mesh struct {
 
 	inbound atomic.Int32
 	inMu    sync.Mutex
-	perIP   map[string]int // inbound streams per remote address
+	perIP   map[string][]*inConn // inbound streams per remote address
+	logs    *logLimiter
+
+	inRefusedLimit, inEvicted, inTimedOut atomic.Uint64
 
 	framesSent, framesRecv, hintsSent, hintsRecv atomic.Uint64
 	framesDropped, framesRejected, queueDropped  atomic.Uint64
@@ -112,6 +119,12 @@ func New(cfg Config, recv Receiver) (*Mesh, error) {
 	if cfg.Timings == (Timings{}) {
 		cfg.Timings = LANTimings()
 	}
+	if cfg.HintFrameTimeout <= 0 {
+		cfg.HintFrameTimeout = DefaultHintFrameTimeout
+	}
+	if cfg.HintIdleTimeout <= 0 {
+		cfg.HintIdleTimeout = DefaultHintIdleTimeout
+	}
 	sealer, err := NewSealer(cfg.Secret)
 	if err != nil {
 		return nil, fmt.Errorf("mesh: %w", err)
@@ -125,6 +138,7 @@ func New(cfg Config, recv Receiver) (*Mesh, error) {
 		set:     coalesce.New(cfg.HintCap),
 		members: map[string]*Member{},
 		peers:   map[string]*peer{},
+		logs:    newLogLimiter(DefaultLogEvery),
 		stop:    make(chan struct{}),
 	}
 	bindHost, bindPort, err := splitHostPort(cfg.Bind)
@@ -230,7 +244,9 @@ func (m *Mesh) Stats() Stats {
 		FramesSent: m.framesSent.Load(), FramesReceived: m.framesRecv.Load(),
 		HintsSent: m.hintsSent.Load(), HintsReceived: m.hintsRecv.Load(),
 		FramesDropped: m.framesDropped.Load(), FramesRejected: m.framesRejected.Load(),
-		QueueDropped:  m.queueDropped.Load(),
+		QueueDropped:   m.queueDropped.Load(),
+		InboundStreams: int(m.inbound.Load()), InboundRefusedLimit: m.inRefusedLimit.Load(),
+		InboundEvicted: m.inEvicted.Load(), InboundTimedOut: m.inTimedOut.Load(),
 		CoalescerSize: size, CoalescerCap: capacity, CoalescerDropped: dropped,
 		LivePeers: int(m.live.Load()),
 	}
