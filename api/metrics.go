@@ -342,9 +342,10 @@ var (
 	dCoalCap       = desc("queen_mesh_coalescer_capacity", "Bound of the coalescing set (QUEEN_MESH_HINT_CAP).")
 	dCoalDropped   = desc("queen_mesh_coalescer_dropped_total", "Hints dropped because the coalescing set was full.")
 	dInStreams     = desc("queen_mesh_inbound_streams", "Inbound hint streams open now.")
-	dInRefused     = desc("queen_mesh_inbound_refused_total", "Inbound hint streams refused, by reason: limit (per-address or total streams).", "reason")
+	dInRefused     = desc("queen_mesh_inbound_refused_total", "Inbound hint streams refused, by reason: limit (per-address or total streams), not_member.", "reason")
 	dInEvicted     = desc("queen_mesh_inbound_evicted_total", "Inbound hint streams that had not delivered a frame, closed to make room for a new one from the same address.")
 	dInTimedOut    = desc("queen_mesh_inbound_timed_out_total", "Inbound hint streams closed because a read deadline passed.")
+	dHintsLimited  = desc("queen_mesh_hints_rate_limited_total", "Received hints dropped because their peer exceeded its rate (QUEEN_MESH_HINT_RATE).")
 
 	dPGMax      = desc("queen_pg_pool_max_conns", "Maximum connections of the PostgreSQL pool.")
 	dPGTotal    = desc("queen_pg_pool_total_conns", "Connections currently open.")
@@ -375,7 +376,7 @@ var allDescs = []*prometheus.Desc{
 	dHotReseedAdd, dHotReclaimed, dHotSwept,
 	dMeshEnabled, dMeshMembers, dMeshLivePeers, dFramesSent, dFramesRecv, dHintsSent, dHintsRecv,
 	dFramesDropped, dFramesReject, dFramesQDrop, dCoalSize, dCoalCap, dCoalDropped,
-	dInStreams, dInRefused, dInEvicted, dInTimedOut,
+	dInStreams, dInRefused, dInEvicted, dInTimedOut, dHintsLimited,
 	dPGMax, dPGTotal, dPGIdle, dPGAcquired, dPGAcquires, dPGEmptyAcq, dPGNewConns,
 	dParked, dPushes, dPushedMsgs, dDuplicates, dPopsStarted, dPops, dPoppedMsgs, dPopSQL, dAcks,
 	dAcksRefused, dDeadLettered, dTransactions, dLeasesDrop,
@@ -451,7 +452,9 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(dInStreams, float64(ms.InboundStreams))
 	counter(dInRefused, float64(ms.InboundRefused), "limit")
 	counter(dInEvicted, float64(ms.InboundEvicted))
+	counter(dInRefused, float64(ms.InboundNotMember), "not_member")
 	counter(dInTimedOut, float64(ms.InboundTimedOut))
+	counter(dHintsLimited, float64(ms.HintsRateLimited))
 
 	p := st.PG
 	gauge(dPGMax, float64(p.MaxConns))

@@ -78,10 +78,12 @@ type MeshStatus struct {
 	QueueDropped   uint64          `json:"frames_queue_dropped"`
 	Coalescer      CoalescerStatus `json:"coalescer"`
 	// Hint port limits (docs/operations.md, "Limits").
-	InboundStreams  int    `json:"inbound_streams"`   // inbound hint streams open now
-	InboundRefused  uint64 `json:"inbound_refused"`   // refused: per-address or total stream limit
-	InboundEvicted  uint64 `json:"inbound_evicted"`   // unproven streams closed to make room for a new one
-	InboundTimedOut uint64 `json:"inbound_timed_out"` // closed: a read deadline passed
+	InboundStreams   int    `json:"inbound_streams"`            // inbound hint streams open now
+	InboundRefused   uint64 `json:"inbound_refused"`            // refused: per-address or total stream limit
+	InboundEvicted   uint64 `json:"inbound_evicted"`            // unproven streams closed to make room for a new one
+	InboundTimedOut  uint64 `json:"inbound_timed_out"`          // closed: a read deadline passed
+	InboundNotMember uint64 `json:"inbound_refused_not_member"` // refused: not from a current member's address
+	HintsRateLimited uint64 `json:"hints_rate_limited"`         // received hints dropped over the per-peer rate
 }
 
 // CoalescerStatus reports the bounded set of pending hints.
@@ -150,7 +152,8 @@ func (b *Broker) Status(version, httpAddr, tenant string) Status {
 				QueueDropped:   ms.QueueDropped,
 				Coalescer:      CoalescerStatus{Size: ms.CoalescerSize, Cap: ms.CoalescerCap, Dropped: ms.CoalescerDropped},
 				InboundStreams: ms.InboundStreams, InboundRefused: ms.InboundRefusedLimit,
-				InboundEvicted: ms.InboundEvicted, InboundTimedOut: ms.InboundTimedOut}
+				InboundEvicted: ms.InboundEvicted, InboundTimedOut: ms.InboundTimedOut,
+				InboundNotMember: ms.InboundRefusedNotMember, HintsRateLimited: ms.HintsRateLimited}
 		}
 	}
 	return st

@@ -65,10 +65,14 @@ type Config struct {
 	// it without a frame and redials on the next one, so a healthy stream
 	// is never cut: keep it the same on every node.
 	HintIdleTimeout time.Duration
-	HTTPAddr        string       // advertised in metadata for `queen-node status --cluster`
-	Version         string       // advertised in metadata
-	Timings         Timings      // default LANTimings()
-	Logger          hclog.Logger // default: discard
+	// HintRate is how many received hints one peer (one source address) may
+	// have applied per second, with a burst of one second's worth; the
+	// excess is dropped and counted. Default 100,000 (DefaultHintRate).
+	HintRate int
+	HTTPAddr string       // advertised in metadata for `queen-node status --cluster`
+	Version  string       // advertised in metadata
+	Timings  Timings      // default LANTimings()
+	Logger   hclog.Logger // default: discard
 }
 
 // DefaultConfig returns a Config with every default filled in.
@@ -81,6 +85,7 @@ func DefaultConfig() Config {
 
 		HintFrameTimeout: DefaultHintFrameTimeout,
 		HintIdleTimeout:  DefaultHintIdleTimeout,
+		HintRate:         DefaultHintRate,
 		Logger:           hclog.NewNullLogger(),
 	}
 }

@@ -1,9 +1,14 @@
 package mesh
 
 import (
+	"encoding/binary"
+	"errors"
+	"fmt"
 	"net"
 	"testing"
 	"time"
+
+	"queen-node/coalesce"
 )
 
 // stall opens n connections to addr from the source IP src, sends each two
@@ -43,11 +48,12 @@ func TestStalledHintConnectionsDoNotLockOutAPeer(t *testing.T) {
 		a.m.Enqueue("t", "q", "p") // again: a refused stream loses its frame
 		return b.rec.total() >= 1
 	})
-	// Every stalled stream is closed and counted: one per address made room
-	// for a's stream, the others ran out of time for their first frame.
+	// Every stalled stream is closed and counted: those from 127.0.0.1 are
+	// not from a member (refused at once), one from a's address made room for
+	// a's stream, the others ran out of time for their first frame.
 	eventually(t, 10*time.Second, "the stalled streams closed and counted", func() bool {
 		st := b.m.Stats()
-		return st.InboundTimedOut+st.InboundEvicted == 2*maxPerIP
+		return st.InboundTimedOut+st.InboundEvicted+st.InboundRefusedNotMember == 2*maxPerIP
 	})
 	if st := b.m.Stats(); st.InboundEvicted == 0 || st.InboundStreams > 1 {
 		t.Fatalf("stats: %+v", st)
@@ -68,5 +74,96 @@ func TestStalledHintConnectionsDoNotLockOutAPeer(t *testing.T) {
 	}
 	if b.rec.total() <= got {
 		t.Fatal("no hint after the quiet period")
+	}
+}
+
+// Issue 9, item 11 (a): on an open mesh (no secret) a hint stream from an
+// address that is not a current member is refused, and never applied.
+func TestNonMemberHintStreamRefused(t *testing.T) {
+	a := start(t, "a", "127.0.4.12", nil, nil)
+	b := start(t, "b", "127.0.4.13", nil, []string{a.m.cfg.Bind})
+	eventually(t, 10*time.Second, "a and b see each other", func() bool {
+		return len(alive(a.m)) == 2 && len(alive(b.m)) == 2
+	})
+	f, err := EncodeFrames("mallory", []coalesce.Batch{{Tenant: "t", Queue: "q", Partitions: []string{"fake"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.4.19")}, Timeout: 2 * time.Second}
+	c, err := d.Dial("tcp", b.m.self.Hint)
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	defer c.Close()
+	var hdr [lengthPrefix]byte
+	binary.BigEndian.PutUint32(hdr[:], uint32(len(f[0])))
+	_, _ = c.Write(append(hdr[:], f[0]...))
+	// b closes the stream without reading a frame; a read sees the end.
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, rerr := c.Read(make([]byte, 1))
+	if b.rec.total() != 0 {
+		t.Fatalf("a non-member's hint was applied: %v", b.rec.hints)
+	}
+	var ne net.Error
+	if errors.As(rerr, &ne) && ne.Timeout() {
+		t.Fatal("b kept a non-member's hint stream open")
+	}
+	// A member's stream is still accepted.
+	eventually(t, 5*time.Second, "a's hint reaches b", func() bool {
+		a.m.Enqueue("t", "q", "real")
+		return b.rec.count("t/q/real") >= 1
+	})
+	if b.rec.count("t/q/fake") != 0 {
+		t.Fatal("the non-member's hint was applied")
+	}
+	if st := b.m.Stats(); st.InboundRefusedNotMember != 1 || st.FramesReceived == 0 {
+		t.Fatalf("stats: %+v", st)
+	}
+}
+
+func TestHintLimiterBucket(t *testing.T) {
+	l := newHintLimiter(1000)
+	t0 := time.Unix(1000, 0)
+	if got := l.take("p", 1500, t0); got != 1000 {
+		t.Fatalf("burst: got %d, want 1000", got)
+	}
+	if got := l.take("p", 10, t0); got != 0 {
+		t.Fatalf("empty bucket: got %d", got)
+	}
+	if got := l.take("p", 1000, t0.Add(250*time.Millisecond)); got != 250 {
+		t.Fatalf("refill over 250 ms: got %d, want 250", got)
+	}
+	if got := l.take("other", 1000, t0); got != 1000 {
+		t.Fatalf("peers have their own buckets: got %d", got)
+	}
+	if got := l.take("p", 5000, t0.Add(time.Hour)); got != 1000 {
+		t.Fatalf("refill is capped at the burst: got %d", got)
+	}
+}
+
+// Issue 9, item 11 (b): one peer cannot make more marks per second than
+// HintRate; the excess is dropped and counted.
+func TestHintRatePerPeer(t *testing.T) {
+	a := start(t, "a", "127.0.4.22", nil, nil)
+	b := start(t, "b", "127.0.4.23", nil, []string{a.m.cfg.Bind}, func(c *Config) { c.HintRate = 1000 })
+	eventually(t, 10*time.Second, "a and b see each other", func() bool {
+		return len(alive(a.m)) == 2 && len(alive(b.m)) == 2
+	})
+	began := time.Now()
+	const sent = 20000
+	for i := 0; i < sent; i++ {
+		a.m.Enqueue("t", "q", fmt.Sprintf("p%d", i))
+	}
+	eventually(t, 10*time.Second, "every hint received or dropped", func() bool {
+		return b.m.Stats().HintsReceived == sent
+	})
+	took := time.Since(began).Seconds()
+	got, st := b.rec.total(), b.m.Stats()
+	// At most the burst plus the refill over the time it took.
+	if limit := 1000 + int(1000*took) + 1; got > limit {
+		t.Fatalf("b applied %d hints from one peer in %.2fs, limit %d", got, took, limit)
+	}
+	if got < 1000 || st.HintsRateLimited != uint64(sent-got) {
+		t.Fatalf("applied %d, stats %+v", got, st)
 	}
 }

@@ -43,6 +43,8 @@ type Stats struct {
 	InboundRefusedLimit        uint64 // inbound streams refused: per-address or total limit reached
 	InboundEvicted             uint64 // unproven inbound streams closed to make room for a new one from the same address
 	InboundTimedOut            uint64 // inbound streams closed because a read deadline passed
+	InboundRefusedNotMember    uint64 // inbound streams refused: the remote address is not a current member's
+	HintsRateLimited           uint64 // received hints dropped: over the sending peer's rate (HintRate)
 	CoalescerSize              int
 	CoalescerCap               int
 	CoalescerDropped           uint64
@@ -95,6 +97,10 @@ type Mesh struct {
 	logs    *logLimiter
 
 	inRefusedLimit, inEvicted, inTimedOut atomic.Uint64
+	inRefusedNotMember, hintsLimited      atomic.Uint64
+	limiter                               *hintLimiter
+
+	dialer net.Dialer // hint streams leave from our own bind or advertise address (isMember)
 
 	framesSent, framesRecv, hintsSent, hintsRecv atomic.Uint64
 	framesDropped, framesRejected, queueDropped  atomic.Uint64
@@ -125,6 +131,9 @@ func New(cfg Config, recv Receiver) (*Mesh, error) {
 	if cfg.HintIdleTimeout <= 0 {
 		cfg.HintIdleTimeout = DefaultHintIdleTimeout
 	}
+	if cfg.HintRate <= 0 {
+		cfg.HintRate = DefaultHintRate
+	}
 	sealer, err := NewSealer(cfg.Secret)
 	if err != nil {
 		return nil, fmt.Errorf("mesh: %w", err)
@@ -139,6 +148,7 @@ func New(cfg Config, recv Receiver) (*Mesh, error) {
 		members: map[string]*Member{},
 		peers:   map[string]*peer{},
 		logs:    newLogLimiter(DefaultLogEvery),
+		limiter: newHintLimiter(cfg.HintRate),
 		stop:    make(chan struct{}),
 	}
 	bindHost, bindPort, err := splitHostPort(cfg.Bind)
@@ -161,6 +171,7 @@ func New(cfg Config, recv Receiver) (*Mesh, error) {
 		return nil, fmt.Errorf("mesh: hint listener: %w", err)
 	}
 	m.ln = ln
+	m.dialer = net.Dialer{Timeout: DefaultDialTimeout, LocalAddr: sourceAddr(bindHost, advHost)}
 	m.self = meta{Version: cfg.Version, HTTP: advertisedHTTP(cfg.HTTPAddr, advHost),
 		Hint: net.JoinHostPort(advHost, strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))}
 
@@ -247,6 +258,7 @@ func (m *Mesh) Stats() Stats {
 		QueueDropped:   m.queueDropped.Load(),
 		InboundStreams: int(m.inbound.Load()), InboundRefusedLimit: m.inRefusedLimit.Load(),
 		InboundEvicted: m.inEvicted.Load(), InboundTimedOut: m.inTimedOut.Load(),
+		InboundRefusedNotMember: m.inRefusedNotMember.Load(), HintsRateLimited: m.hintsLimited.Load(),
 		CoalescerSize: size, CoalescerCap: capacity, CoalescerDropped: dropped,
 		LivePeers: int(m.live.Load()),
 	}
@@ -472,6 +484,29 @@ func defaultAdvertiseIP() (string, error) {
 		}
 	}
 	return "127.0.0.1", nil
+}
+
+// sourceAddr is the local address hint streams are dialled from, so that
+// receivers recognise a member by the connection's source address: the bind
+// host when it is a specific address, else the advertise host when it can be
+// bound here (not behind NAT), else nil (the route picks).
+func sourceAddr(bindHost, advHost string) net.Addr {
+	for _, h := range []string{bindHost, advHost} {
+		if h == "" || h == "0.0.0.0" || h == "::" {
+			continue
+		}
+		ip := net.ParseIP(h)
+		if ip == nil {
+			continue
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort(h, "0"))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return &net.TCPAddr{IP: ip}
+	}
+	return nil
 }
 
 // advertisedHTTP turns a listen address such as ":6632" into one peers can

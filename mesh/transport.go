@@ -3,6 +3,7 @@ package mesh
 import (
 	"bufio"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -30,6 +31,35 @@ func remoteIP(c net.Conn) string {
 		return a.IP.String()
 	}
 	return c.RemoteAddr().String()
+}
+
+// isMember tells whether ip is the address of a current member other than
+// this node (alive or suspect: memberlist's Members() leaves out dead and
+// left ones): its gossip address or the host of its advertised hint
+// address. Senders dial from their own bind or advertise address (see
+// New), so a member's stream comes from an address the others know even
+// when the route to the peer would pick another source (loopback, a
+// multi-homed host). Checked once per accepted stream.
+func (m *Mesh) isMember(ip string) bool {
+	from := net.ParseIP(ip)
+	if from == nil {
+		return false
+	}
+	for _, n := range m.ml.Members() {
+		if n.Name == m.cfg.Name {
+			continue
+		}
+		if n.Addr.Equal(from) {
+			return true
+		}
+		var md meta
+		if json.Unmarshal(n.Meta, &md) == nil && md.Hint != "" {
+			if h, _, err := net.SplitHostPort(md.Hint); err == nil && net.ParseIP(h).Equal(from) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // inConn is one inbound hint stream. It is "proven" once it delivered a
@@ -165,7 +195,7 @@ func (p *peer) run() {
 				p.m.queueDropped.Add(1)
 				continue
 			}
-			c, err := net.DialTimeout("tcp", p.addr, DefaultDialTimeout)
+			c, err := p.m.dialer.Dial("tcp", p.addr)
 			if err != nil {
 				p.m.queueDropped.Add(1)
 				retryAt = time.Now().Add(backoff)
@@ -227,6 +257,12 @@ func (m *Mesh) acceptLoop() {
 			continue
 		}
 		ic := &inConn{conn: conn, ip: remoteIP(conn), at: time.Now()}
+		if !m.isMember(ic.ip) {
+			m.inRefusedNotMember.Add(1)
+			m.logLimited("refused-not-member", "refused a hint stream: not from a current member", "from", ic.ip)
+			conn.Close()
+			continue
+		}
 		if m.inbound.Add(1) > DefaultMaxInbound || !m.admit(ic) {
 			m.inbound.Add(-1)
 			m.inRefusedLimit.Add(1)
@@ -316,7 +352,7 @@ func (m *Mesh) serve(ic *inConn) {
 		}
 		plain, err := m.sealer.Open(buf)
 		if err == nil {
-			err = m.apply(plain)
+			err = m.apply(plain, ic.ip)
 		}
 		if err != nil {
 			m.framesRejected.Add(1)
@@ -327,18 +363,34 @@ func (m *Mesh) serve(ic *inConn) {
 	}
 }
 
-// apply decodes a frame and hands its hints to the receiver. Received
-// hints are never forwarded.
-func (m *Mesh) apply(frame []byte) error {
+// apply decodes a frame and hands its hints to the receiver, as many as the
+// sending peer's token bucket allows (the rest are dropped and counted).
+// Received hints are never forwarded.
+func (m *Mesh) apply(frame []byte, from string) error {
 	f, err := DecodeFrame(frame)
 	if err != nil {
 		return err
 	}
 	m.framesRecv.Add(1)
+	total := 0
 	for _, b := range f.Batches {
-		m.hintsRecv.Add(uint64(len(b.Partitions)))
+		total += len(b.Partitions)
+	}
+	m.hintsRecv.Add(uint64(total))
+	allowed := m.limiter.take(from, total, time.Now())
+	if allowed < total {
+		m.hintsLimited.Add(uint64(total - allowed))
+		m.logLimited("rate-limited", "dropped hints over the per-peer rate", "from", from,
+			"rate_per_s", m.cfg.HintRate, "dropped", total-allowed)
+	}
+	for _, b := range f.Batches {
+		if allowed <= 0 {
+			break
+		}
+		parts := b.Partitions[:min(len(b.Partitions), allowed)]
+		allowed -= len(parts)
 		if m.recv != nil {
-			m.recv.HintsReceived(b.Tenant, b.Queue, b.Partitions)
+			m.recv.HintsReceived(b.Tenant, b.Queue, parts)
 		}
 	}
 	return nil

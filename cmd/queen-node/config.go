@@ -48,6 +48,7 @@ type MeshConfig struct {
 
 	HintFrameTimeout time.Duration // QUEEN_MESH_HINT_FRAME_TIMEOUT_MS, default 5 s: one inbound frame (and a new stream's first)
 	HintIdleTimeout  time.Duration // QUEEN_MESH_HINT_IDLE_TIMEOUT_MS, default 2 min: quiet between frames of an inbound stream
+	HintRate         int           // QUEEN_MESH_HINT_RATE, default 100000: hints one peer may have applied per second
 }
 
 // setting is one QUEEN_* variable and its flag. apply parses a value into
@@ -228,6 +229,13 @@ func settings() []setting {
 		{env: "QUEEN_MESH_HINT_IDLE_TIMEOUT_MS", flag: "mesh-hint-idle-timeout-ms", def: ms(mesh.DefaultHintIdleTimeout),
 			usage: "inbound hint stream: quiet allowed between frames (senders close idle streams at half of it; same value on every node)",
 			apply: func(c *Config, v string) error { return durationMS(v, &c.Mesh.HintIdleTimeout, 1000, 86400000) }},
+		{env: "QUEEN_MESH_HINT_RATE", flag: "mesh-hint-rate", def: strconv.Itoa(mesh.DefaultHintRate),
+			usage: "received hints one peer may have applied per second (burst: one second's worth); the excess is dropped and counted",
+			apply: func(c *Config, v string) error {
+				var err error
+				c.Mesh.HintRate, err = intIn(v, 1, 100000000)
+				return err
+			}},
 	}
 }
 

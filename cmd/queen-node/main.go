@@ -154,6 +154,7 @@ func runNode(cfg Config, logger hclog.Logger) error {
 		mc.FlushInterval, mc.HintCap, mc.DropRate = cfg.Mesh.FlushInterval, cfg.Mesh.HintCap, cfg.Mesh.DropRate
 		mc.HTTPAddr, mc.Version, mc.HintPort = httpAddr, version, cfg.Mesh.HintPort
 		mc.HintFrameTimeout, mc.HintIdleTimeout = cfg.Mesh.HintFrameTimeout, cfg.Mesh.HintIdleTimeout
+		mc.HintRate = cfg.Mesh.HintRate
 		mc.Timings.GossipInterval = time.Duration(cfg.Mesh.GossipMS) * time.Millisecond
 		mc.Timings.ProbeInterval = time.Duration(cfg.Mesh.ProbeMS) * time.Millisecond
 		mc.Timings.ProbeTimeout = mc.Timings.ProbeInterval / 2
