@@ -328,6 +328,8 @@ var (
 	dHotReseedAdd  = desc("queen_hotlist_reseed_added_total", "Entries a reseed found in PostgreSQL that were missing from the ring (lost hints healed).")
 	dHotReclaimed  = desc("queen_hotlist_reclaimed_total", "Inflight entries stranded by a dropped pop and reclaimed by a reseed.")
 	dHotSwept      = desc("queen_hotlist_swept_total", "Queues dropped by the idle sweep.")
+	dHotUnconf     = desc("queen_hotlist_unconfirmed_entries", "Ring entries that only peers' hints vouch for (not yet confirmed by a push, a reseed or a claim).")
+	dHotPruned     = desc("queen_hotlist_pruned_total", "Unconfirmed entries a complete reseed dropped in bulk (fake or stale hints).")
 	dMeshEnabled   = desc("queen_mesh_enabled", "1 when membership and hints are on.")
 	dMeshMembers   = desc("queen_mesh_members", "Members this node knows, itself included, by state.", "state")
 	dMeshLivePeers = desc("queen_mesh_live_peers", "Alive members other than this node (hint recipients).")
@@ -373,7 +375,7 @@ var (
 var allDescs = []*prometheus.Desc{
 	dBuildInfo, dUptime,
 	dHotEnabled, dHotRings, dHotQueues, dHotReady, dHotWheel, dHotInflight, dHotMarks, dHotReseeds,
-	dHotReseedAdd, dHotReclaimed, dHotSwept,
+	dHotReseedAdd, dHotReclaimed, dHotSwept, dHotUnconf, dHotPruned,
 	dMeshEnabled, dMeshMembers, dMeshLivePeers, dFramesSent, dFramesRecv, dHintsSent, dHintsRecv,
 	dFramesDropped, dFramesReject, dFramesQDrop, dCoalSize, dCoalCap, dCoalDropped,
 	dInStreams, dInRefused, dInEvicted, dInTimedOut, dHintsLimited,
@@ -424,6 +426,8 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(dHotReseedAdd, float64(h.ReseedAdded))
 	counter(dHotReclaimed, float64(h.Reclaimed))
 	counter(dHotSwept, float64(h.Swept))
+	gauge(dHotUnconf, float64(h.Unconfirmed))
+	counter(dHotPruned, float64(h.Pruned))
 
 	ms := st.Mesh
 	gauge(dMeshEnabled, b2f(ms.Enabled))

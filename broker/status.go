@@ -52,6 +52,8 @@ type HotlistStatus struct {
 	Reclaimed   int64      `json:"reclaimed"`
 	Swept       int64      `json:"swept"`
 	TopRings    []RingStat `json:"top_rings"`
+	Unconfirmed int64      `json:"unconfirmed"` // entries only peers' hints vouch for (docs/hotlist.md)
+	Pruned      int64      `json:"pruned"`      // unconfirmed entries a reseed dropped in bulk
 }
 
 // RingStat is one of the busiest rings.
@@ -141,7 +143,8 @@ func (b *Broker) Status(version, httpAddr, tenant string) Status {
 		st.Hotlist = HotlistStatus{Enabled: true, Rings: hs.Rings, Queues: hs.Queues, Ready: hs.Ready,
 			Wheel: hs.Wheel, Inflight: hs.Inflight, MarksLocal: hs.MarksLocal, MarksRemote: hs.MarksRemote,
 			MarksCommit: hs.MarksCommit, Reseeds: hs.Reseeds, ReseedAdded: hs.ReseedAdded,
-			Reclaimed: hs.Reclaimed, Swept: hs.Swept, TopRings: ringStats(b.hot.TopRings(b.cfg.LogTopNQueues))}
+			Reclaimed: hs.Reclaimed, Swept: hs.Swept, TopRings: ringStats(b.hot.TopRings(b.cfg.LogTopNQueues)),
+			Unconfirmed: hs.Unconfirmed, Pruned: hs.Pruned}
 	}
 	if ref := b.mesh.Load(); ref != nil {
 		if mv, ok := ref.h.(MeshView); ok {
