@@ -347,6 +347,7 @@ var (
 	dInRefused     = desc("queen_mesh_inbound_refused_total", "Inbound hint streams refused, by reason: limit (per-address or total streams), not_member.", "reason")
 	dInEvicted     = desc("queen_mesh_inbound_evicted_total", "Inbound hint streams that had not delivered a frame, closed to make room for a new one from the same address.")
 	dInTimedOut    = desc("queen_mesh_inbound_timed_out_total", "Inbound hint streams closed because a read deadline passed.")
+	dGossipErrors  = desc("queen_mesh_gossip_errors_total", "Error lines memberlist logged: garbage, undecodable or unauthenticated gossip packets and streams, failed probes or state exchanges.")
 	dHintsLimited  = desc("queen_mesh_hints_rate_limited_total", "Received hints dropped because their peer exceeded its rate (QUEEN_MESH_HINT_RATE).")
 
 	dPGMax      = desc("queen_pg_pool_max_conns", "Maximum connections of the PostgreSQL pool.")
@@ -378,7 +379,7 @@ var allDescs = []*prometheus.Desc{
 	dHotReseedAdd, dHotReclaimed, dHotSwept, dHotUnconf, dHotPruned,
 	dMeshEnabled, dMeshMembers, dMeshLivePeers, dFramesSent, dFramesRecv, dHintsSent, dHintsRecv,
 	dFramesDropped, dFramesReject, dFramesQDrop, dCoalSize, dCoalCap, dCoalDropped,
-	dInStreams, dInRefused, dInEvicted, dInTimedOut, dHintsLimited,
+	dInStreams, dInRefused, dInEvicted, dInTimedOut, dHintsLimited, dGossipErrors,
 	dPGMax, dPGTotal, dPGIdle, dPGAcquired, dPGAcquires, dPGEmptyAcq, dPGNewConns,
 	dParked, dPushes, dPushedMsgs, dDuplicates, dPopsStarted, dPops, dPoppedMsgs, dPopSQL, dAcks,
 	dAcksRefused, dDeadLettered, dTransactions, dLeasesDrop,
@@ -459,6 +460,7 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(dInRefused, float64(ms.InboundNotMember), "not_member")
 	counter(dInTimedOut, float64(ms.InboundTimedOut))
 	counter(dHintsLimited, float64(ms.HintsRateLimited))
+	counter(dGossipErrors, float64(ms.GossipErrors))
 
 	p := st.PG
 	gauge(dPGMax, float64(p.MaxConns))

@@ -86,6 +86,7 @@ type MeshStatus struct {
 	InboundTimedOut  uint64 `json:"inbound_timed_out"`          // closed: a read deadline passed
 	InboundNotMember uint64 `json:"inbound_refused_not_member"` // refused: not from a current member's address
 	HintsRateLimited uint64 `json:"hints_rate_limited"`         // received hints dropped over the per-peer rate
+	GossipErrors     uint64 `json:"gossip_errors"`              // memberlist error lines (garbage packets, failed exchanges)
 }
 
 // CoalescerStatus reports the bounded set of pending hints.
@@ -156,7 +157,8 @@ func (b *Broker) Status(version, httpAddr, tenant string) Status {
 				Coalescer:      CoalescerStatus{Size: ms.CoalescerSize, Cap: ms.CoalescerCap, Dropped: ms.CoalescerDropped},
 				InboundStreams: ms.InboundStreams, InboundRefused: ms.InboundRefusedLimit,
 				InboundEvicted: ms.InboundEvicted, InboundTimedOut: ms.InboundTimedOut,
-				InboundNotMember: ms.InboundRefusedNotMember, HintsRateLimited: ms.HintsRateLimited}
+				InboundNotMember: ms.InboundRefusedNotMember, HintsRateLimited: ms.HintsRateLimited,
+				GossipErrors: ms.GossipErrors}
 		}
 	}
 	return st

@@ -1,12 +1,17 @@
 package mesh
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
+	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
 
 	"queen-node/coalesce"
 )
@@ -165,5 +170,52 @@ func TestHintRatePerPeer(t *testing.T) {
 	}
 	if got < 1000 || st.HintsRateLimited != uint64(sent-got) {
 		t.Fatalf("applied %d, stats %+v", got, st)
+	}
+}
+
+// lockedBuffer is a log sink safe for concurrent writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) lines(substr string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, line := range strings.Split(l.b.String(), "\n") {
+		if strings.Contains(line, substr) {
+			n++
+		}
+	}
+	return n
+}
+
+// Issue 9, item 13: garbage packets on the gossip port are counted, and the
+// log gets at most one line per DefaultLogEvery, not one ERROR line each.
+func TestGarbageGossipPacketsCountedAndLogRateLimited(t *testing.T) {
+	var logs lockedBuffer
+	a := start(t, "a", "127.0.4.32", nil, nil, func(c *Config) {
+		c.Logger = hclog.New(&hclog.LoggerOptions{Name: "a", Level: hclog.Info, Output: &logs})
+	})
+	conn, err := net.Dial("udp", a.m.cfg.Bind)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	const sent = 300
+	for i := 0; i < sent; i++ {
+		_, _ = conn.Write([]byte{0xff, byte(i), 0x42, 0x42}) // not a memberlist message type
+	}
+	// UDP may drop some on a loaded machine: most must arrive and be counted.
+	eventually(t, 10*time.Second, "garbage packets counted", func() bool { return a.m.Stats().GossipErrors >= sent/2 })
+	if n := logs.lines("memberlist"); n > 2 {
+		t.Fatalf("%d memberlist log lines for %d garbage packets, want at most 2:\n%s", n, a.m.Stats().GossipErrors, logs.b.String())
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log"
 	"math/rand/v2"
 	"net"
 	"sort"
@@ -45,6 +46,7 @@ type Stats struct {
 	InboundTimedOut            uint64 // inbound streams closed because a read deadline passed
 	InboundRefusedNotMember    uint64 // inbound streams refused: the remote address is not a current member's
 	HintsRateLimited           uint64 // received hints dropped: over the sending peer's rate (HintRate)
+	GossipErrors               uint64 // error lines memberlist logged (garbage packets, failed exchanges)
 	CoalescerSize              int
 	CoalescerCap               int
 	CoalescerDropped           uint64
@@ -98,6 +100,7 @@ type Mesh struct {
 
 	inRefusedLimit, inEvicted, inTimedOut atomic.Uint64
 	inRefusedNotMember, hintsLimited      atomic.Uint64
+	gossipErrors                          atomic.Uint64
 	limiter                               *hintLimiter
 
 	dialer net.Dialer // hint streams leave from our own bind or advertise address (isMember)
@@ -187,7 +190,7 @@ func New(cfg Config, recv Receiver) (*Mesh, error) {
 	mc.SecretKey = cfg.Secret
 	mc.Delegate = delegate{m}
 	mc.Events = events{m}
-	mc.Logger = cfg.Logger.Named("memberlist").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})
+	mc.Logger = log.New(memberlistLog{m: m, log: cfg.Logger.Named("memberlist")}, "", 0)
 	ml, err := memberlist.Create(mc)
 	if err != nil {
 		ln.Close()
@@ -259,6 +262,7 @@ func (m *Mesh) Stats() Stats {
 		InboundStreams: int(m.inbound.Load()), InboundRefusedLimit: m.inRefusedLimit.Load(),
 		InboundEvicted: m.inEvicted.Load(), InboundTimedOut: m.inTimedOut.Load(),
 		InboundRefusedNotMember: m.inRefusedNotMember.Load(), HintsRateLimited: m.hintsLimited.Load(),
+		GossipErrors:  m.gossipErrors.Load(),
 		CoalescerSize: size, CoalescerCap: capacity, CoalescerDropped: dropped,
 		LivePeers: int(m.live.Load()),
 	}
