@@ -246,6 +246,9 @@ func (m *Mesh) Enqueue(tenant, queue, partition string) {
 	m.setMu.Unlock()
 }
 
+// HintAddr is the host:port of this node's hint listener, as advertised.
+func (m *Mesh) HintAddr() string { return m.self.Hint }
+
 // HasPeers tells whether any peer is alive (callers can skip building hints).
 func (m *Mesh) HasPeers() bool { return m.live.Load() > 0 }
 
