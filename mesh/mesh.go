@@ -61,6 +61,8 @@ type Member struct {
 	State    string `json:"state"`     // alive, suspect, dead, left
 	Version  string `json:"version,omitempty"`
 	Self     bool   `json:"self,omitempty"`
+
+	hint string // advertised hint address (metadata)
 }
 
 // meta is what a node advertises in memberlist metadata (at most 512 bytes).
@@ -374,19 +376,19 @@ func (m *Mesh) flush() {
 
 // syncPeers makes the sender set match the live membership and returns it.
 func (m *Mesh) syncPeers() []*peer {
+	// From our member table, filled by memberlist's event callbacks (which
+	// run under its lock): the *Node pointers of ml.Members() are updated by
+	// memberlist concurrently, so reading their metadata here would race.
+	// "alive" there includes suspect members (most likely alive and slow to
+	// answer probes: keep hinting them rather than tear their stream down).
 	want := map[string]string{}
-	for _, n := range m.ml.Members() {
-		// Members() lists alive and suspect members (a suspect one is most
-		// likely alive and slow to answer probes: keep hinting it rather than
-		// tear its stream down and lose the frames queued on it).
-		if n.Name == m.cfg.Name {
-			continue
-		}
-		var md meta
-		if json.Unmarshal(n.Meta, &md) == nil && md.Hint != "" {
-			want[n.Name] = md.Hint
+	m.memMu.Lock()
+	for name, mb := range m.members {
+		if !mb.Self && mb.State == "alive" && mb.hint != "" {
+			want[name] = mb.hint
 		}
 	}
+	m.memMu.Unlock()
 	m.peerMu.Lock()
 	defer m.peerMu.Unlock()
 	for name, p := range m.peers {
@@ -453,7 +455,7 @@ func (m *Mesh) upsert(n *memberlist.Node, state string) {
 	m.memMu.Lock()
 	defer m.memMu.Unlock()
 	m.members[n.Name] = &Member{Name: n.Name, Addr: n.Address(), HTTPAddr: md.HTTP, State: state,
-		Version: md.Version, Self: n.Name == m.cfg.Name}
+		Version: md.Version, Self: n.Name == m.cfg.Name, hint: md.Hint}
 	live := 0
 	for _, mb := range m.members {
 		if !mb.Self && mb.State == "alive" {

@@ -3,7 +3,6 @@ package mesh
 import (
 	"bufio"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -34,9 +33,8 @@ func remoteIP(c net.Conn) string {
 }
 
 // isMember tells whether ip is the address of a current member other than
-// this node (alive or suspect: memberlist's Members() leaves out dead and
-// left ones): its gossip address or the host of its advertised hint
-// address. Senders dial from their own bind or advertise address (see
+// this node (alive, which includes suspect: see Members): its gossip address
+// or the host of its advertised hint address. Senders dial from their own bind or advertise address (see
 // New), so a member's stream comes from an address the others know even
 // when the route to the peer would pick another source (loopback, a
 // multi-homed host). Checked once per accepted stream.
@@ -45,16 +43,14 @@ func (m *Mesh) isMember(ip string) bool {
 	if from == nil {
 		return false
 	}
-	for _, n := range m.ml.Members() {
-		if n.Name == m.cfg.Name {
+	m.memMu.Lock()
+	defer m.memMu.Unlock()
+	for _, mb := range m.members {
+		if mb.Self || mb.State != "alive" {
 			continue
 		}
-		if n.Addr.Equal(from) {
-			return true
-		}
-		var md meta
-		if json.Unmarshal(n.Meta, &md) == nil && md.Hint != "" {
-			if h, _, err := net.SplitHostPort(md.Hint); err == nil && net.ParseIP(h).Equal(from) {
+		for _, hp := range []string{mb.Addr, mb.hint} {
+			if h, _, err := net.SplitHostPort(hp); err == nil && net.ParseIP(h).Equal(from) {
 				return true
 			}
 		}
