@@ -328,6 +328,8 @@ var (
 	dHotReseedAdd  = desc("queen_hotlist_reseed_added_total", "Entries a reseed found in PostgreSQL that were missing from the ring (lost hints healed).")
 	dHotReclaimed  = desc("queen_hotlist_reclaimed_total", "Inflight entries stranded by a dropped pop and reclaimed by a reseed.")
 	dHotSwept      = desc("queen_hotlist_swept_total", "Queues dropped by the idle sweep.")
+	dHotUnconf     = desc("queen_hotlist_unconfirmed_entries", "Ring entries that only peers' hints vouch for (not yet confirmed by a push, a reseed or a claim).")
+	dHotPruned     = desc("queen_hotlist_pruned_total", "Unconfirmed entries a complete reseed dropped in bulk (fake or stale hints).")
 	dMeshEnabled   = desc("queen_mesh_enabled", "1 when membership and hints are on.")
 	dMeshMembers   = desc("queen_mesh_members", "Members this node knows, itself included, by state.", "state")
 	dMeshLivePeers = desc("queen_mesh_live_peers", "Alive members other than this node (hint recipients).")
@@ -341,6 +343,12 @@ var (
 	dCoalSize      = desc("queen_mesh_coalescer_size", "Hints waiting in the coalescing set.")
 	dCoalCap       = desc("queen_mesh_coalescer_capacity", "Bound of the coalescing set (QUEEN_MESH_HINT_CAP).")
 	dCoalDropped   = desc("queen_mesh_coalescer_dropped_total", "Hints dropped because the coalescing set was full.")
+	dInStreams     = desc("queen_mesh_inbound_streams", "Inbound hint streams open now.")
+	dInRefused     = desc("queen_mesh_inbound_refused_total", "Inbound hint streams refused, by reason: limit (per-address or total streams), not_member.", "reason")
+	dInEvicted     = desc("queen_mesh_inbound_evicted_total", "Inbound hint streams that had not delivered a frame, closed to make room for a new one from the same address.")
+	dInTimedOut    = desc("queen_mesh_inbound_timed_out_total", "Inbound hint streams closed because a read deadline passed.")
+	dGossipErrors  = desc("queen_mesh_gossip_errors_total", "Error lines memberlist logged: garbage, undecodable or unauthenticated gossip packets and streams, failed probes or state exchanges.")
+	dHintsLimited  = desc("queen_mesh_hints_rate_limited_total", "Received hints dropped because their peer exceeded its rate (QUEEN_MESH_HINT_RATE).")
 
 	dPGMax      = desc("queen_pg_pool_max_conns", "Maximum connections of the PostgreSQL pool.")
 	dPGTotal    = desc("queen_pg_pool_total_conns", "Connections currently open.")
@@ -368,9 +376,10 @@ var (
 var allDescs = []*prometheus.Desc{
 	dBuildInfo, dUptime,
 	dHotEnabled, dHotRings, dHotQueues, dHotReady, dHotWheel, dHotInflight, dHotMarks, dHotReseeds,
-	dHotReseedAdd, dHotReclaimed, dHotSwept,
+	dHotReseedAdd, dHotReclaimed, dHotSwept, dHotUnconf, dHotPruned,
 	dMeshEnabled, dMeshMembers, dMeshLivePeers, dFramesSent, dFramesRecv, dHintsSent, dHintsRecv,
 	dFramesDropped, dFramesReject, dFramesQDrop, dCoalSize, dCoalCap, dCoalDropped,
+	dInStreams, dInRefused, dInEvicted, dInTimedOut, dHintsLimited, dGossipErrors,
 	dPGMax, dPGTotal, dPGIdle, dPGAcquired, dPGAcquires, dPGEmptyAcq, dPGNewConns,
 	dParked, dPushes, dPushedMsgs, dDuplicates, dPopsStarted, dPops, dPoppedMsgs, dPopSQL, dAcks,
 	dAcksRefused, dDeadLettered, dTransactions, dLeasesDrop,
@@ -418,6 +427,8 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(dHotReseedAdd, float64(h.ReseedAdded))
 	counter(dHotReclaimed, float64(h.Reclaimed))
 	counter(dHotSwept, float64(h.Swept))
+	gauge(dHotUnconf, float64(h.Unconfirmed))
+	counter(dHotPruned, float64(h.Pruned))
 
 	ms := st.Mesh
 	gauge(dMeshEnabled, b2f(ms.Enabled))
@@ -443,6 +454,13 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(dCoalSize, float64(ms.Coalescer.Size))
 	gauge(dCoalCap, float64(ms.Coalescer.Cap))
 	counter(dCoalDropped, float64(ms.Coalescer.Dropped))
+	gauge(dInStreams, float64(ms.InboundStreams))
+	counter(dInRefused, float64(ms.InboundRefused), "limit")
+	counter(dInEvicted, float64(ms.InboundEvicted))
+	counter(dInRefused, float64(ms.InboundNotMember), "not_member")
+	counter(dInTimedOut, float64(ms.InboundTimedOut))
+	counter(dHintsLimited, float64(ms.HintsRateLimited))
+	counter(dGossipErrors, float64(ms.GossipErrors))
 
 	p := st.PG
 	gauge(dPGMax, float64(p.MaxConns))

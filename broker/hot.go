@@ -94,7 +94,7 @@ func (b *Broker) runReseed(r *hotlist.Ring) {
 // caller has claimed it (BeginReseed / DueReseeds).
 func (b *Broker) reseed(ctx context.Context, r *hotlist.Ring) error {
 	tenant, queue := hotlist.SplitKey(r.Key())
-	after, added := "", 0
+	after, added, complete := "", 0, false
 	var err error
 	for page := 0; page < reseedMaxPages; page++ {
 		var rows []pg.ReseedRow
@@ -108,11 +108,13 @@ func (b *Broker) reseed(ctx context.Context, r *hotlist.Ring) error {
 		}
 		added += b.hot.Reseed(r, hr, time.Now())
 		if len(rows) < reseedPageSize {
+			complete = true
 			break
 		}
 		after = rows[len(rows)-1].PartitionID
 	}
-	b.hot.EndReseed(r, err == nil, time.Now())
+	// Only a walk that reached the end may prune what it did not list.
+	b.hot.EndReseedWalk(r, err == nil, err == nil && complete, time.Now())
 	if added > 0 {
 		b.gates.notify(r.Key())
 	}
@@ -143,6 +145,14 @@ func (b *Broker) hotPop(ctx context.Context, args pg.PopArgs, wait bool) (*PopRe
 	k := clamp(args.MaxParts*8, 16, 256)
 	for round := 0; round < 8; round++ {
 		now := time.Now()
+		if b.hot.BeginPrune(ring, now) {
+			// Many entries only remote marks vouch for (a flood of fake
+			// hints): one walk of the partitions with work drops them all,
+			// where probing them would cost one empty claim each.
+			if err := b.reseed(ctx, ring); err != nil {
+				return nil, true, wrap(err)
+			}
+		}
 		cands := b.hot.Take(ring, k, now)
 		if cands == nil {
 			if !ring.Ready(now) && b.hot.BeginReseed(ring, now, false) {

@@ -52,6 +52,8 @@ type HotlistStatus struct {
 	Reclaimed   int64      `json:"reclaimed"`
 	Swept       int64      `json:"swept"`
 	TopRings    []RingStat `json:"top_rings"`
+	Unconfirmed int64      `json:"unconfirmed"` // entries only peers' hints vouch for (docs/hotlist.md)
+	Pruned      int64      `json:"pruned"`      // unconfirmed entries a reseed dropped in bulk
 }
 
 // RingStat is one of the busiest rings.
@@ -77,6 +79,14 @@ type MeshStatus struct {
 	FramesRejected uint64          `json:"frames_rejected"`
 	QueueDropped   uint64          `json:"frames_queue_dropped"`
 	Coalescer      CoalescerStatus `json:"coalescer"`
+	// Hint port limits (docs/operations.md, "Limits").
+	InboundStreams   int    `json:"inbound_streams"`            // inbound hint streams open now
+	InboundRefused   uint64 `json:"inbound_refused"`            // refused: per-address or total stream limit
+	InboundEvicted   uint64 `json:"inbound_evicted"`            // unproven streams closed to make room for a new one
+	InboundTimedOut  uint64 `json:"inbound_timed_out"`          // closed: a read deadline passed
+	InboundNotMember uint64 `json:"inbound_refused_not_member"` // refused: not from a current member's address
+	HintsRateLimited uint64 `json:"hints_rate_limited"`         // received hints dropped over the per-peer rate
+	GossipErrors     uint64 `json:"gossip_errors"`              // memberlist error lines (garbage packets, failed exchanges)
 }
 
 // CoalescerStatus reports the bounded set of pending hints.
@@ -134,7 +144,8 @@ func (b *Broker) Status(version, httpAddr, tenant string) Status {
 		st.Hotlist = HotlistStatus{Enabled: true, Rings: hs.Rings, Queues: hs.Queues, Ready: hs.Ready,
 			Wheel: hs.Wheel, Inflight: hs.Inflight, MarksLocal: hs.MarksLocal, MarksRemote: hs.MarksRemote,
 			MarksCommit: hs.MarksCommit, Reseeds: hs.Reseeds, ReseedAdded: hs.ReseedAdded,
-			Reclaimed: hs.Reclaimed, Swept: hs.Swept, TopRings: ringStats(b.hot.TopRings(b.cfg.LogTopNQueues))}
+			Reclaimed: hs.Reclaimed, Swept: hs.Swept, TopRings: ringStats(b.hot.TopRings(b.cfg.LogTopNQueues)),
+			Unconfirmed: hs.Unconfirmed, Pruned: hs.Pruned}
 	}
 	if ref := b.mesh.Load(); ref != nil {
 		if mv, ok := ref.h.(MeshView); ok {
@@ -142,8 +153,12 @@ func (b *Broker) Status(version, httpAddr, tenant string) Status {
 			st.Mesh = MeshStatus{Enabled: true, Members: mv.Members(), LivePeers: ms.LivePeers,
 				FramesSent: ms.FramesSent, FramesReceived: ms.FramesReceived, HintsSent: ms.HintsSent,
 				HintsReceived: ms.HintsReceived, FramesDropped: ms.FramesDropped, FramesRejected: ms.FramesRejected,
-				QueueDropped: ms.QueueDropped,
-				Coalescer:    CoalescerStatus{Size: ms.CoalescerSize, Cap: ms.CoalescerCap, Dropped: ms.CoalescerDropped}}
+				QueueDropped:   ms.QueueDropped,
+				Coalescer:      CoalescerStatus{Size: ms.CoalescerSize, Cap: ms.CoalescerCap, Dropped: ms.CoalescerDropped},
+				InboundStreams: ms.InboundStreams, InboundRefused: ms.InboundRefusedLimit,
+				InboundEvicted: ms.InboundEvicted, InboundTimedOut: ms.InboundTimedOut,
+				InboundNotMember: ms.InboundRefusedNotMember, HintsRateLimited: ms.HintsRateLimited,
+				GossipErrors: ms.GossipErrors}
 		}
 	}
 	return st

@@ -12,6 +12,8 @@ const (
 	DefaultReseedInterval = 30 * time.Second // QUEEN_HOTLIST_RESEED_MS
 	DefaultMaxPhase       = 15 * time.Second // reseed phase lies in [0, min(15 s, interval))
 	DefaultStrandedAfter  = 10 * time.Second // an INFLIGHT entry older than this is reclaimed by a reseed
+	DefaultSuspectUnconf  = 1024             // unconfirmed remote-marked entries that make a ring suspect
+	DefaultPruneEvery     = time.Second      // at most one early (pruning) reseed per ring per interval
 
 	// DelayPad is added to a delayedProcessing deadline: the broker clock only
 	// schedules the retry, PostgreSQL enforces the exact cut.
@@ -28,14 +30,20 @@ const (
 
 // Config configures a Hotlist. Use DefaultConfig and change what you need.
 type Config struct {
-	Shards         int                                   // sub-rings per ring, default 8
-	WindowBatch    int                                   // windowBuffer early promotion threshold, default 100
-	ReseedInterval time.Duration                         // per-ring reseed floor interval, default 30 s
-	MaxPhase       time.Duration                         // upper bound of a ring's random reseed phase, default 15 s
-	StrandedAfter  time.Duration                         // INFLIGHT age after which a reseed reclaims the entry, default 10 s
-	Jitter         func(max time.Duration) time.Duration // random phase in [0, max); default math/rand
-	TracePrefix    string                                // queue-name prefix that emits trace breadcrumbs; "" = off
-	Trace          func(key, event string, kv ...any)    // breadcrumb sink; nil = off
+	Shards         int           // sub-rings per ring, default 8
+	WindowBatch    int           // windowBuffer early promotion threshold, default 100
+	ReseedInterval time.Duration // per-ring reseed floor interval, default 30 s
+	MaxPhase       time.Duration // upper bound of a ring's random reseed phase, default 15 s
+	StrandedAfter  time.Duration // INFLIGHT age after which a reseed reclaims the entry, default 10 s
+	// SuspectUnconfirmed is how many unconfirmed remote-marked entries make a
+	// ring suspect: a pop then reseeds it early (BeginPrune) to drop the fake
+	// ones in bulk. Default 1024: four full take batches (k = 256) of empty
+	// probes cost more than one walk of the partitions that have work.
+	SuspectUnconfirmed int
+	PruneEvery         time.Duration                         // at most one BeginPrune reseed per ring per interval, default 1 s
+	Jitter             func(max time.Duration) time.Duration // random phase in [0, max); default math/rand
+	TracePrefix        string                                // queue-name prefix that emits trace breadcrumbs; "" = off
+	Trace              func(key, event string, kv ...any)    // breadcrumb sink; nil = off
 }
 
 // DefaultConfig returns a Config with every default filled in.
@@ -47,6 +55,9 @@ func DefaultConfig() Config {
 		MaxPhase:       DefaultMaxPhase,
 		StrandedAfter:  DefaultStrandedAfter,
 		Jitter:         randomJitter,
+
+		SuspectUnconfirmed: DefaultSuspectUnconf,
+		PruneEvery:         DefaultPruneEvery,
 	}
 }
 
@@ -76,6 +87,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Jitter == nil {
 		c.Jitter = d.Jitter
+	}
+	if c.SuspectUnconfirmed <= 0 {
+		c.SuspectUnconfirmed = d.SuspectUnconfirmed
+	}
+	if c.PruneEvery <= 0 {
+		c.PruneEvery = d.PruneEvery
 	}
 	return c
 }

@@ -34,7 +34,7 @@ type Hotlist struct {
 
 	marksLocal, marksRemote, marksCommit atomic.Int64
 	reseeds, reseedAdded, reclaimed      atomic.Int64
-	swept, dropped                       atomic.Int64
+	swept, dropped, pruned               atomic.Int64
 }
 
 // queue is one tenant queue's state: the interning table and its rings.
@@ -65,6 +65,13 @@ type Ring struct {
 	nextReseed int64 // unix nanos
 	cold       bool  // never reseeded: the pop path reseeds before trusting it
 	reseeding  bool
+	lastPrune  int64 // unix nanos of the last reseed claimed by BeginPrune
+
+	// gen counts reseeds begun. A remote mark stamps it on its entry; a
+	// complete reseed that began later drops the entries it did not list and
+	// that nothing confirmed (Hotlist.prune).
+	gen      atomic.Uint32
+	beginGen uint32 // gen of the reseed in progress (resMu)
 }
 
 // New returns an empty Hotlist.
@@ -238,7 +245,7 @@ func (h *Hotlist) Mark(key string, parts []PartMark, src Source, now time.Time) 
 	}
 	wake := true
 	if q := h.acquire(key); q != nil {
-		wake = h.markQueue(q, parts, now)
+		wake = h.markQueue(q, parts, src, now)
 		q.release()
 	}
 	if wake && src == SourceLocal {
@@ -250,7 +257,7 @@ func (h *Hotlist) Mark(key string, parts []PartMark, src Source, now time.Time) 
 	return wake
 }
 
-func (h *Hotlist) markQueue(q *queue, parts []PartMark, now time.Time) bool {
+func (h *Hotlist) markQueue(q *queue, parts []PartMark, src Source, now time.Time) bool {
 	// A mark usually names one or a few partitions: index them on the stack.
 	var buf [16]uint32
 	var idx []uint32
@@ -270,7 +277,7 @@ func (h *Hotlist) markQueue(q *queue, parts []PartMark, now time.Time) bool {
 	wake := false
 	for _, r := range q.list {
 		for i, p := range parts {
-			if h.markSlot(r, idx[i], p.Count, q.opts, now) {
+			if h.markSlot(r, idx[i], p.Count, q.opts, src, now) {
 				wake = true
 			}
 		}
@@ -283,11 +290,18 @@ func (h *Hotlist) markQueue(q *queue, parts []PartMark, now time.Time) bool {
 
 // markSlot applies one mark to one ring entry and reports whether it
 // entered Ready. q.mu is held (read).
-func (h *Hotlist) markSlot(r *Ring, i uint32, count int, opts QueueOpts, now time.Time) bool {
+func (h *Hotlist) markSlot(r *Ring, i uint32, count int, opts QueueOpts, src Source, now time.Time) bool {
 	s, pos := h.sub(r, i)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sl := s.slot(pos)
+	// A remote mark that starts tracking an entry (or renews one that only
+	// remote marks track) leaves it unconfirmed; any other mark confirms it.
+	if src != SourceRemote {
+		s.confirm(pos, &h.c)
+	} else if sl.state == Idle || sl.remote {
+		defer s.markRemote(pos, r.gen.Load(), &h.c) // after the state change below
+	}
 	sl.epoch++
 	sl.batch += uint32(max(count, 1))
 	n := now.UnixNano()
@@ -466,6 +480,9 @@ func (h *Hotlist) CheckIn(r *Ring, results []Result, now time.Time) bool {
 			// A reseed reclaimed this entry meanwhile and someone else owns it.
 			s.mu.Unlock()
 			continue
+		}
+		if res.Verdict == Took || res.Verdict == Leased {
+			s.confirm(pos, &h.c) // the partition exists and has (or had) data
 		}
 		switch res.Verdict {
 		case Took:

@@ -35,7 +35,45 @@ func (h *Hotlist) BeginReseed(r *Ring, now time.Time, force bool) bool {
 	if r.reseeding || !(force || r.cold || r.nextReseed <= now.UnixNano()) {
 		return false
 	}
+	r.begin()
+	return true
+}
+
+// begin marks a reseed in progress and opens a new generation: remote marks
+// from here on are not pruned by it. r.resMu is held.
+func (r *Ring) begin() {
 	r.reseeding = true
+	r.beginGen = r.gen.Add(1)
+}
+
+// Unconfirmed returns how many of the ring's entries only remote marks
+// track (nothing confirmed that their partition has data).
+func (r *Ring) Unconfirmed() int {
+	n := 0
+	for _, s := range r.subs {
+		n += int(s.nRemote.Load())
+	}
+	return n
+}
+
+// BeginPrune claims a reseed of the ring ahead of its floor when at least
+// SuspectUnconfirmed entries are unconfirmed remote marks and the last such
+// claim is PruneEvery old: one keyset walk of the partitions that really have
+// work then drops every unconfirmed entry it does not list (EndReseedWalk),
+// instead of one empty probe each (docs/hotlist.md, "Unconfirmed remote
+// marks"). The caller runs the reseed as after BeginReseed.
+func (h *Hotlist) BeginPrune(r *Ring, now time.Time) bool {
+	if r.Unconfirmed() < h.cfg.SuspectUnconfirmed {
+		return false
+	}
+	r.resMu.Lock()
+	defer r.resMu.Unlock()
+	n := now.UnixNano()
+	if r.reseeding || n-r.lastPrune < int64(h.cfg.PruneEvery) {
+		return false
+	}
+	r.lastPrune = n
+	r.begin()
 	return true
 }
 
@@ -73,6 +111,7 @@ func (h *Hotlist) Reseed(r *Ring, rows []ReseedRow, now time.Time) int {
 		s, pos := h.sub(r, i)
 		s.mu.Lock()
 		sl := s.slot(pos)
+		s.confirm(pos, &h.c) // PostgreSQL listed it: its partition has work
 		switch sl.state {
 		case Idle:
 			// Ready even on a deferral queue: a reseed row is usually old
@@ -103,15 +142,25 @@ func (h *Hotlist) Reseed(r *Ring, rows []ReseedRow, now time.Time) int {
 	return added
 }
 
-// EndReseed finishes a reseed claimed with BeginReseed or DueReseeds. A
-// successful reseed warms the ring and schedules the next one an interval
-// after the previous due time, keeping the ring's random phase.
+// EndReseed finishes a complete reseed (the walk listed every probably-
+// pending partition) claimed with BeginReseed, BeginPrune or DueReseeds.
 func (h *Hotlist) EndReseed(r *Ring, ok bool, now time.Time) {
+	h.EndReseedWalk(r, ok, ok, now)
+}
+
+// EndReseedWalk finishes a reseed. A successful one warms the ring and
+// schedules the next one an interval after the previous due time, keeping
+// the ring's random phase. A complete one (every page walked) also drops the
+// unconfirmed remote-marked entries it did not list (prune).
+func (h *Hotlist) EndReseedWalk(r *Ring, ok, complete bool, now time.Time) {
 	r.resMu.Lock()
 	defer r.resMu.Unlock()
 	r.reseeding = false
 	if !ok {
 		return
+	}
+	if complete {
+		h.prune(r, r.beginGen)
 	}
 	h.reseeds.Add(1)
 	r.cold = false
@@ -126,6 +175,38 @@ func (h *Hotlist) EndReseed(r *Ring, ok bool, now time.Time) {
 	h.reclaimUnlisted(r, now)
 	if r.q.traced {
 		h.trace(r.q, "reseed", "group", r.group)
+	}
+}
+
+// prune drops every Ready or Wheel entry that only remote marks track, was
+// last remote-marked before the reseed of generation gen began, and that the
+// reseed did not list (listing confirms). Why that loses nothing: a peer
+// sends a hint only after its push committed, so a real partition's push
+// committed before the mark, hence before the reseed began and before its
+// query ran; PostgreSQL's walk therefore saw it and listed it if it still
+// had work for the group. A mark during the reseed carries the new
+// generation and stays. Inflight entries are left to their check-in. It
+// costs one pass over the ring's slots, only when it holds unconfirmed
+// entries.
+func (h *Hotlist) prune(r *Ring, gen uint32) {
+	dropped := 0
+	for _, s := range r.subs {
+		if s.nRemote.Load() == 0 {
+			continue
+		}
+		s.mu.Lock()
+		for pos := range s.slots {
+			sl := &s.slots[pos]
+			if sl.remote && sl.remoteGen < gen && (sl.state == Ready || sl.state == Wheel) {
+				s.set(int32(pos), Idle, 0, &h.c)
+				dropped++
+			}
+		}
+		s.mu.Unlock()
+	}
+	h.pruned.Add(int64(dropped))
+	if dropped > 0 && r.q.traced {
+		h.trace(r.q, "prune", "group", r.group, "dropped", dropped)
 	}
 }
 
@@ -256,6 +337,8 @@ type Stats struct {
 	MarksCommit                 int64
 	Reseeds, ReseedAdded        int64
 	Reclaimed, Swept, RingsDrop int64
+	Unconfirmed                 int64 // entries only remote marks track
+	Pruned                      int64 // unconfirmed entries a reseed dropped
 }
 
 // Stats returns the counters; it takes only the registry read lock.
@@ -269,6 +352,7 @@ func (h *Hotlist) Stats() Stats {
 		MarksLocal: h.marksLocal.Load(), MarksRemote: h.marksRemote.Load(), MarksCommit: h.marksCommit.Load(),
 		Reseeds: h.reseeds.Load(), ReseedAdded: h.reseedAdded.Load(),
 		Reclaimed: h.reclaimed.Load(), Swept: h.swept.Load(), RingsDrop: h.dropped.Load(),
+		Unconfirmed: h.c.remote.Load(), Pruned: h.pruned.Load(),
 	}
 }
 

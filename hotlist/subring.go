@@ -27,10 +27,12 @@ type slot struct {
 	state     State
 	drained   bool   // the last took claim exhausted the visible backlog
 	tookValid bool   // tookEpoch belongs to the current lease park
+	remote    bool   // unconfirmed: tracked only because of remote marks (see Hotlist.prune)
 	epoch     uint32 // bumped by every mark
 	tookEpoch uint32 // the epoch snapshot of the checkout that took
 	gen       uint32 // checkout generation: a stale check-in is ignored
 	batch     uint32 // marks accumulated since the entry was last taken
+	remoteGen uint32 // the ring's reseed generation at the last remote mark (remote only)
 	revisitAt int64  // unix nanos, meaningful in Wheel
 	takenAt   int64  // unix nanos, meaningful in Inflight
 	prev      int32  // ready list links, shard-local positions
@@ -69,6 +71,7 @@ type subRing struct {
 
 	// counts, readable without the lock (status, top rings, wheel tick skip)
 	nReady, nWheel, nInflight atomic.Int32
+	nRemote                   atomic.Int32 // unconfirmed entries
 
 	// detached is set (under mu) when the ring was dropped from the
 	// registry; a pop still holding it must not move the global totals.
@@ -79,7 +82,7 @@ func newSubRing() *subRing { return &subRing{head: none, tail: none} }
 
 // counters is where state changes are also totalled for the whole Hotlist.
 type counters struct {
-	ready, wheel, inflight atomic.Int64
+	ready, wheel, inflight, remote atomic.Int64
 }
 
 func (s *subRing) slot(pos int32) *slot {
@@ -108,6 +111,34 @@ func (s *subRing) set(pos int32, to State, at int64, c *counters) {
 		heap.Push(&s.wheel, wheelEntry{at: at, pos: pos})
 	case Idle:
 		sl.batch, sl.drained, sl.tookValid = 0, false, false
+		s.confirm(pos, c)
+	}
+}
+
+// markRemote flags an entry as tracked only because of remote marks, or
+// restamps its generation if it already is.
+func (s *subRing) markRemote(pos int32, gen uint32, c *counters) {
+	sl := &s.slots[pos]
+	if !sl.remote {
+		sl.remote = true
+		s.nRemote.Add(1)
+		if !s.detached {
+			c.remote.Add(1)
+		}
+	}
+	sl.remoteGen = gen
+}
+
+// confirm clears the unconfirmed flag: a local push, a commit, a reseed row
+// or a took/leased verdict showed the partition is real.
+func (s *subRing) confirm(pos int32, c *counters) {
+	sl := &s.slots[pos]
+	if sl.remote {
+		sl.remote = false
+		s.nRemote.Add(-1)
+		if !s.detached {
+			c.remote.Add(-1)
+		}
 	}
 }
 
@@ -168,6 +199,7 @@ func (s *subRing) detach(c *counters) {
 	c.ready.Add(-int64(s.nReady.Load()))
 	c.wheel.Add(-int64(s.nWheel.Load()))
 	c.inflight.Add(-int64(s.nInflight.Load()))
+	c.remote.Add(-int64(s.nRemote.Load()))
 	s.detached = true
 }
 

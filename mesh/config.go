@@ -16,6 +16,9 @@ const (
 	DefaultDialTimeout   = 2 * time.Second
 	DefaultWriteTimeout  = 5 * time.Second
 	DefaultMaxInbound    = 256 // concurrent inbound hint connections
+
+	DefaultHintFrameTimeout = 5 * time.Second // QUEEN_MESH_HINT_FRAME_TIMEOUT_MS
+	DefaultHintIdleTimeout  = 2 * time.Minute // QUEEN_MESH_HINT_IDLE_TIMEOUT_MS
 )
 
 // Timings are memberlist's gossip and failure-detection cadences.
@@ -51,10 +54,25 @@ type Config struct {
 	FlushInterval time.Duration // hint flush cadence, default 20 ms
 	HintCap       int           // coalescing set bound, default 200,000
 	DropRate      float64       // chaos: fraction of outgoing hint frames dropped on purpose, default 0
-	HTTPAddr      string        // advertised in metadata for `queen-node status --cluster`
-	Version       string        // advertised in metadata
-	Timings       Timings       // default LANTimings()
-	Logger        hclog.Logger  // default: discard
+
+	// HintFrameTimeout bounds how long one inbound frame may take to
+	// arrive once its first byte has, and how long a new inbound stream may
+	// take to deliver its first frame; default 5 s (a 64 KiB frame takes
+	// milliseconds on a LAN).
+	HintFrameTimeout time.Duration
+	// HintIdleTimeout bounds the quiet between two frames of an inbound
+	// stream; default 2 min. A sender closes its own stream after half of
+	// it without a frame and redials on the next one, so a healthy stream
+	// is never cut: keep it the same on every node.
+	HintIdleTimeout time.Duration
+	// HintRate is how many received hints one peer (one source address) may
+	// have applied per second, with a burst of one second's worth; the
+	// excess is dropped and counted. Default 100,000 (DefaultHintRate).
+	HintRate int
+	HTTPAddr string       // advertised in metadata for `queen-node status --cluster`
+	Version  string       // advertised in metadata
+	Timings  Timings      // default LANTimings()
+	Logger   hclog.Logger // default: discard
 }
 
 // DefaultConfig returns a Config with every default filled in.
@@ -64,6 +82,10 @@ func DefaultConfig() Config {
 		FlushInterval: DefaultFlushInterval,
 		HintCap:       DefaultHintCap,
 		Timings:       LANTimings(),
-		Logger:        hclog.NewNullLogger(),
+
+		HintFrameTimeout: DefaultHintFrameTimeout,
+		HintIdleTimeout:  DefaultHintIdleTimeout,
+		HintRate:         DefaultHintRate,
+		Logger:           hclog.NewNullLogger(),
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log"
 	"math/rand/v2"
 	"net"
 	"sort"
@@ -39,6 +40,13 @@ type Stats struct {
 	FramesDropped              uint64 // chaos drops (QUEEN_MESH_DROP_RATE)
 	FramesRejected             uint64 // bad or unauthenticated frames received
 	QueueDropped               uint64 // frames dropped because a peer's send queue was full or it was unreachable
+	InboundStreams             int    // inbound hint streams open now
+	InboundRefusedLimit        uint64 // inbound streams refused: per-address or total limit reached
+	InboundEvicted             uint64 // unproven inbound streams closed to make room for a new one from the same address
+	InboundTimedOut            uint64 // inbound streams closed because a read deadline passed
+	InboundRefusedNotMember    uint64 // inbound streams refused: the remote address is not a current member's
+	HintsRateLimited           uint64 // received hints dropped: over the sending peer's rate (HintRate)
+	GossipErrors               uint64 // error lines memberlist logged (garbage packets, failed exchanges)
 	CoalescerSize              int
 	CoalescerCap               int
 	CoalescerDropped           uint64
@@ -53,6 +61,8 @@ type Member struct {
 	State    string `json:"state"`     // alive, suspect, dead, left
 	Version  string `json:"version,omitempty"`
 	Self     bool   `json:"self,omitempty"`
+
+	hint string // advertised hint address (metadata)
 }
 
 // meta is what a node advertises in memberlist metadata (at most 512 bytes).
@@ -87,7 +97,15 @@ type Mesh struct {
 
 	inbound atomic.Int32
 	inMu    sync.Mutex
-	perIP   map[string]int // inbound streams per remote address
+	perIP   map[string][]*inConn // inbound streams per remote address
+	logs    *logLimiter
+
+	inRefusedLimit, inEvicted, inTimedOut atomic.Uint64
+	inRefusedNotMember, hintsLimited      atomic.Uint64
+	gossipErrors                          atomic.Uint64
+	limiter                               *hintLimiter
+
+	dialer net.Dialer // hint streams leave from our own bind or advertise address (isMember)
 
 	framesSent, framesRecv, hintsSent, hintsRecv atomic.Uint64
 	framesDropped, framesRejected, queueDropped  atomic.Uint64
@@ -112,6 +130,15 @@ func New(cfg Config, recv Receiver) (*Mesh, error) {
 	if cfg.Timings == (Timings{}) {
 		cfg.Timings = LANTimings()
 	}
+	if cfg.HintFrameTimeout <= 0 {
+		cfg.HintFrameTimeout = DefaultHintFrameTimeout
+	}
+	if cfg.HintIdleTimeout <= 0 {
+		cfg.HintIdleTimeout = DefaultHintIdleTimeout
+	}
+	if cfg.HintRate <= 0 {
+		cfg.HintRate = DefaultHintRate
+	}
 	sealer, err := NewSealer(cfg.Secret)
 	if err != nil {
 		return nil, fmt.Errorf("mesh: %w", err)
@@ -125,6 +152,8 @@ func New(cfg Config, recv Receiver) (*Mesh, error) {
 		set:     coalesce.New(cfg.HintCap),
 		members: map[string]*Member{},
 		peers:   map[string]*peer{},
+		logs:    newLogLimiter(DefaultLogEvery),
+		limiter: newHintLimiter(cfg.HintRate),
 		stop:    make(chan struct{}),
 	}
 	bindHost, bindPort, err := splitHostPort(cfg.Bind)
@@ -147,6 +176,7 @@ func New(cfg Config, recv Receiver) (*Mesh, error) {
 		return nil, fmt.Errorf("mesh: hint listener: %w", err)
 	}
 	m.ln = ln
+	m.dialer = net.Dialer{Timeout: DefaultDialTimeout, LocalAddr: sourceAddr(bindHost, advHost)}
 	m.self = meta{Version: cfg.Version, HTTP: advertisedHTTP(cfg.HTTPAddr, advHost),
 		Hint: net.JoinHostPort(advHost, strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))}
 
@@ -162,7 +192,7 @@ func New(cfg Config, recv Receiver) (*Mesh, error) {
 	mc.SecretKey = cfg.Secret
 	mc.Delegate = delegate{m}
 	mc.Events = events{m}
-	mc.Logger = cfg.Logger.Named("memberlist").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})
+	mc.Logger = log.New(memberlistLog{m: m, log: cfg.Logger.Named("memberlist")}, "", 0)
 	ml, err := memberlist.Create(mc)
 	if err != nil {
 		ln.Close()
@@ -218,6 +248,9 @@ func (m *Mesh) Enqueue(tenant, queue, partition string) {
 	m.setMu.Unlock()
 }
 
+// HintAddr is the host:port of this node's hint listener, as advertised.
+func (m *Mesh) HintAddr() string { return m.self.Hint }
+
 // HasPeers tells whether any peer is alive (callers can skip building hints).
 func (m *Mesh) HasPeers() bool { return m.live.Load() > 0 }
 
@@ -230,7 +263,11 @@ func (m *Mesh) Stats() Stats {
 		FramesSent: m.framesSent.Load(), FramesReceived: m.framesRecv.Load(),
 		HintsSent: m.hintsSent.Load(), HintsReceived: m.hintsRecv.Load(),
 		FramesDropped: m.framesDropped.Load(), FramesRejected: m.framesRejected.Load(),
-		QueueDropped:  m.queueDropped.Load(),
+		QueueDropped:   m.queueDropped.Load(),
+		InboundStreams: int(m.inbound.Load()), InboundRefusedLimit: m.inRefusedLimit.Load(),
+		InboundEvicted: m.inEvicted.Load(), InboundTimedOut: m.inTimedOut.Load(),
+		InboundRefusedNotMember: m.inRefusedNotMember.Load(), HintsRateLimited: m.hintsLimited.Load(),
+		GossipErrors:  m.gossipErrors.Load(),
 		CoalescerSize: size, CoalescerCap: capacity, CoalescerDropped: dropped,
 		LivePeers: int(m.live.Load()),
 	}
@@ -339,19 +376,19 @@ func (m *Mesh) flush() {
 
 // syncPeers makes the sender set match the live membership and returns it.
 func (m *Mesh) syncPeers() []*peer {
+	// From our member table, filled by memberlist's event callbacks (which
+	// run under its lock): the *Node pointers of ml.Members() are updated by
+	// memberlist concurrently, so reading their metadata here would race.
+	// "alive" there includes suspect members (most likely alive and slow to
+	// answer probes: keep hinting them rather than tear their stream down).
 	want := map[string]string{}
-	for _, n := range m.ml.Members() {
-		// Members() lists alive and suspect members (a suspect one is most
-		// likely alive and slow to answer probes: keep hinting it rather than
-		// tear its stream down and lose the frames queued on it).
-		if n.Name == m.cfg.Name {
-			continue
-		}
-		var md meta
-		if json.Unmarshal(n.Meta, &md) == nil && md.Hint != "" {
-			want[n.Name] = md.Hint
+	m.memMu.Lock()
+	for name, mb := range m.members {
+		if !mb.Self && mb.State == "alive" && mb.hint != "" {
+			want[name] = mb.hint
 		}
 	}
+	m.memMu.Unlock()
 	m.peerMu.Lock()
 	defer m.peerMu.Unlock()
 	for name, p := range m.peers {
@@ -418,7 +455,7 @@ func (m *Mesh) upsert(n *memberlist.Node, state string) {
 	m.memMu.Lock()
 	defer m.memMu.Unlock()
 	m.members[n.Name] = &Member{Name: n.Name, Addr: n.Address(), HTTPAddr: md.HTTP, State: state,
-		Version: md.Version, Self: n.Name == m.cfg.Name}
+		Version: md.Version, Self: n.Name == m.cfg.Name, hint: md.Hint}
 	live := 0
 	for _, mb := range m.members {
 		if !mb.Self && mb.State == "alive" {
@@ -456,6 +493,29 @@ func defaultAdvertiseIP() (string, error) {
 		}
 	}
 	return "127.0.0.1", nil
+}
+
+// sourceAddr is the local address hint streams are dialled from, so that
+// receivers recognise a member by the connection's source address: the bind
+// host when it is a specific address, else the advertise host when it can be
+// bound here (not behind NAT), else nil (the route picks).
+func sourceAddr(bindHost, advHost string) net.Addr {
+	for _, h := range []string{bindHost, advHost} {
+		if h == "" || h == "0.0.0.0" || h == "::" {
+			continue
+		}
+		ip := net.ParseIP(h)
+		if ip == nil {
+			continue
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort(h, "0"))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return &net.TCPAddr{IP: ip}
+	}
+	return nil
 }
 
 // advertisedHTTP turns a listen address such as ":6632" into one peers can

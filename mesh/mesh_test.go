@@ -188,16 +188,21 @@ func TestSecretMeshEncryptsAndRefusesOutsiders(t *testing.T) {
 
 func TestWrongKeyFramesRejectedAndNeverApplied(t *testing.T) {
 	secret := []byte("0123456789abcdef")
-	b := start(t, "b", "127.0.0.8", secret, nil)
+	a := start(t, "a", "127.0.0.9", secret, nil)
+	b := start(t, "b", "127.0.0.8", secret, []string{a.m.cfg.Bind})
+	eventually(t, 10*time.Second, "a and b see each other", func() bool {
+		return len(alive(a.m)) == 2 && len(alive(b.m)) == 2
+	})
 	// Forge a peer that speaks the hint protocol with another key, straight
-	// at b's hint listener.
+	// at b's hint listener, from a member's address (a non-member's stream
+	// is refused before any frame is read: TestNonMemberHintStreamRefused).
 	other, _ := NewSealer([]byte("fedcba9876543210"))
 	f, err := EncodeFrames("forger", []coalesce.Batch{{Tenant: "t", Queue: "q", Partitions: []string{"p"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &peer{m: b.m, name: "b", addr: b.m.self.Hint, ch: make(chan []byte, 4), done: make(chan struct{})}
-	b.m.wg.Add(1)
+	p := &peer{m: a.m, name: "b", addr: b.m.self.Hint, ch: make(chan []byte, 4), done: make(chan struct{})}
+	a.m.wg.Add(1)
 	go p.run()
 	defer p.close()
 	p.send(other.Seal(f[0]))

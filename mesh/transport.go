@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"sync/atomic"
 	"time"
 )
 
@@ -20,13 +21,9 @@ const lengthPrefix = 4
 // maxWireBytes bounds one message on the stream.
 const maxWireBytes = MaxFrameBytes + SealOverhead
 
-// frameBodyTimeout bounds how long a frame may take to arrive once its
-// length prefix has; maxPerIP bounds inbound streams from one address (a
-// peer needs one), so nobody can take every inbound slot from one host.
-const (
-	frameBodyTimeout = 10 * time.Second
-	maxPerIP         = 8
-)
+// maxPerIP bounds inbound streams from one address (a peer needs one), so
+// nobody can take every inbound slot from one host.
+const maxPerIP = 8
 
 func remoteIP(c net.Conn) string {
 	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
@@ -35,25 +32,86 @@ func remoteIP(c net.Conn) string {
 	return c.RemoteAddr().String()
 }
 
-// admit counts an inbound stream from ip, refusing beyond maxPerIP.
-func (m *Mesh) admit(ip string) bool {
+// isMember tells whether ip is the address of a current member other than
+// this node (alive, which includes suspect: see Members): its gossip address
+// or the host of its advertised hint address. Senders dial from their own bind or advertise address (see
+// New), so a member's stream comes from an address the others know even
+// when the route to the peer would pick another source (loopback, a
+// multi-homed host). Checked once per accepted stream.
+func (m *Mesh) isMember(ip string) bool {
+	from := net.ParseIP(ip)
+	if from == nil {
+		return false
+	}
+	m.memMu.Lock()
+	defer m.memMu.Unlock()
+	for _, mb := range m.members {
+		if mb.Self || mb.State != "alive" {
+			continue
+		}
+		for _, hp := range []string{mb.Addr, mb.hint} {
+			if h, _, err := net.SplitHostPort(hp); err == nil && net.ParseIP(h).Equal(from) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// inConn is one inbound hint stream. It is "proven" once it delivered a
+// whole frame that opened and decoded: until then it is only a TCP
+// connection that anyone could have opened.
+type inConn struct {
+	conn   net.Conn
+	ip     string
+	at     time.Time
+	proven atomic.Bool
+}
+
+// admit registers an inbound stream. At the per-address limit it makes room
+// by closing that address's oldest unproven stream (a peer's stream proves
+// itself with its first frame, within milliseconds of the dial; a stalled or
+// garbage one never does), and refuses only when every stream from the
+// address is proven.
+func (m *Mesh) admit(ic *inConn) bool {
 	m.inMu.Lock()
 	defer m.inMu.Unlock()
 	if m.perIP == nil {
-		m.perIP = map[string]int{}
+		m.perIP = map[string][]*inConn{}
 	}
-	if m.perIP[ip] >= maxPerIP {
-		return false
+	list := m.perIP[ic.ip]
+	if len(list) >= maxPerIP {
+		victim := -1
+		for i, c := range list {
+			if !c.proven.Load() && (victim < 0 || c.at.Before(list[victim].at)) {
+				victim = i
+			}
+		}
+		if victim < 0 {
+			return false
+		}
+		list[victim].conn.Close() // its serve goroutine ends and calls leave
+		m.inEvicted.Add(1)
+		list = append(list[:victim:victim], list[victim+1:]...)
 	}
-	m.perIP[ip]++
+	m.perIP[ic.ip] = append(list, ic)
 	return true
 }
 
-func (m *Mesh) leave(ip string) {
+func (m *Mesh) leave(ic *inConn) {
 	m.inMu.Lock()
 	defer m.inMu.Unlock()
-	if m.perIP[ip]--; m.perIP[ip] <= 0 {
-		delete(m.perIP, ip)
+	list := m.perIP[ic.ip]
+	for i, c := range list {
+		if c == ic {
+			list = append(list[:i:i], list[i+1:]...)
+			break
+		}
+	}
+	if len(list) == 0 {
+		delete(m.perIP, ic.ip)
+	} else {
+		m.perIP[ic.ip] = list
 	}
 }
 
@@ -100,7 +158,14 @@ func (p *peer) run() {
 		w       *bufio.Writer
 		backoff = 100 * time.Millisecond
 		retryAt time.Time
+		// An idle stream is closed by its sender well before the receiver's
+		// idle deadline would cut it (half of it), so the receiver never
+		// closes a healthy stream under a frame about to be written; the next
+		// frame redials.
+		idleAfter = p.m.cfg.HintIdleTimeout / 2
+		idle      = time.NewTimer(idleAfter)
 	)
+	defer idle.Stop()
 	defer func() {
 		if conn != nil {
 			conn.Close()
@@ -113,6 +178,12 @@ func (p *peer) run() {
 			return
 		case <-p.m.stop:
 			return
+		case <-idle.C:
+			if conn != nil {
+				conn.Close()
+				conn, w = nil, nil
+			}
+			continue
 		case frame = <-p.ch:
 		}
 		if conn == nil {
@@ -120,7 +191,7 @@ func (p *peer) run() {
 				p.m.queueDropped.Add(1)
 				continue
 			}
-			c, err := net.DialTimeout("tcp", p.addr, DefaultDialTimeout)
+			c, err := p.m.dialer.Dial("tcp", p.addr)
 			if err != nil {
 				p.m.queueDropped.Add(1)
 				retryAt = time.Now().Add(backoff)
@@ -144,6 +215,7 @@ func (p *peer) run() {
 			conn, w = nil, nil
 			retryAt = time.Now().Add(backoff)
 		}
+		idle.Reset(idleAfter)
 	}
 }
 
@@ -161,7 +233,8 @@ func (p *peer) write(conn net.Conn, w *bufio.Writer, frame []byte) error {
 	return nil
 }
 
-// acceptLoop serves inbound hint streams, at most DefaultMaxInbound at once.
+// acceptLoop serves inbound hint streams, at most DefaultMaxInbound at once
+// and maxPerIP per address.
 func (m *Mesh) acceptLoop() {
 	defer m.wg.Done()
 	for {
@@ -175,12 +248,22 @@ func (m *Mesh) acceptLoop() {
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
+			m.logLimited("accept", "hint listener accept failed", "error", err)
 			time.Sleep(50 * time.Millisecond)
 			continue
 		}
-		ip := remoteIP(conn)
-		if m.inbound.Add(1) > DefaultMaxInbound || !m.admit(ip) {
+		ic := &inConn{conn: conn, ip: remoteIP(conn), at: time.Now()}
+		if !m.isMember(ic.ip) {
+			m.inRefusedNotMember.Add(1)
+			m.logLimited("refused-not-member", "refused a hint stream: not from a current member", "from", ic.ip)
+			conn.Close()
+			continue
+		}
+		if m.inbound.Add(1) > DefaultMaxInbound || !m.admit(ic) {
 			m.inbound.Add(-1)
+			m.inRefusedLimit.Add(1)
+			m.logLimited("refused-limit", "refused a hint stream: too many streams", "from", ic.ip,
+				"per_address", maxPerIP, "total", DefaultMaxInbound)
 			conn.Close()
 			continue
 		}
@@ -188,8 +271,8 @@ func (m *Mesh) acceptLoop() {
 		go func() {
 			defer m.wg.Done()
 			defer m.inbound.Add(-1)
-			defer m.leave(ip)
-			m.serve(conn)
+			defer m.leave(ic)
+			m.serve(ic)
 		}()
 	}
 }
@@ -198,7 +281,16 @@ func (m *Mesh) acceptLoop() {
 // fails authentication or decoding is rejected and counted and never
 // applied; the stream is closed, since a peer with the wrong key or a
 // broken framing will not recover by itself.
-func (m *Mesh) serve(conn net.Conn) {
+//
+// Read deadlines: a new stream must deliver its first whole frame within
+// HintFrameTimeout of the accept (a sender dials only when it has a frame to
+// write). Once proven, the wait for the first byte of the next frame is
+// bounded by HintIdleTimeout (generous: a quiet queue sends nothing for
+// minutes, and the sender closes an idle stream itself at half of it), and
+// the rest of the frame by HintFrameTimeout again, so a stream that starts
+// a frame and trickles cannot pin a slot.
+func (m *Mesh) serve(ic *inConn) {
+	conn := ic.conn
 	defer conn.Close()
 	done := make(chan struct{})
 	defer close(done)
@@ -209,20 +301,41 @@ func (m *Mesh) serve(conn net.Conn) {
 		case <-done:
 		}
 	}()
+	frameTimeout, idleTimeout := m.cfg.HintFrameTimeout, m.cfg.HintIdleTimeout
+	_ = conn.SetReadDeadline(ic.at.Add(frameTimeout))
 	r := bufio.NewReaderSize(conn, 64<<10)
 	buf := make([]byte, 0, 4096)
+	phase := "first frame"
+	timedOut := func(err error) {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			m.inTimedOut.Add(1)
+			m.logLimited("timeout", "closed a hint stream: read deadline passed", "from", conn.RemoteAddr(), "phase", phase)
+		}
+	}
 	for {
 		var hdr [lengthPrefix]byte
-		if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		if ic.proven.Load() {
+			phase = "idle"
+			_ = conn.SetReadDeadline(time.Now().Add(idleTimeout))
+			if _, err := io.ReadFull(r, hdr[:1]); err != nil {
+				timedOut(err)
+				return
+			}
+			phase = "frame"
+			_ = conn.SetReadDeadline(time.Now().Add(frameTimeout))
+		} else if _, err := io.ReadFull(r, hdr[:1]); err != nil {
+			timedOut(err)
 			return
 		}
-		// An idle stream is normal (no pushes); a frame that has started
-		// must arrive promptly, so a trickling sender cannot pin a slot.
-		_ = conn.SetReadDeadline(time.Now().Add(frameBodyTimeout))
+		if _, err := io.ReadFull(r, hdr[1:]); err != nil {
+			timedOut(err)
+			return
+		}
 		n := binary.BigEndian.Uint32(hdr[:])
 		if n == 0 || n > maxWireBytes {
 			m.framesRejected.Add(1)
-			m.log.Warn("rejected a hint frame", "from", conn.RemoteAddr(), "reason", "bad length", "length", n)
+			m.logLimited("rejected", "rejected a hint frame", "from", conn.RemoteAddr(), "reason", "bad length", "length", n)
 			return
 		}
 		if cap(buf) < int(n) {
@@ -230,33 +343,50 @@ func (m *Mesh) serve(conn net.Conn) {
 		}
 		buf = buf[:n]
 		if _, err := io.ReadFull(r, buf); err != nil {
+			timedOut(err)
 			return
 		}
-		_ = conn.SetReadDeadline(time.Time{})
 		plain, err := m.sealer.Open(buf)
 		if err == nil {
-			err = m.apply(plain)
+			err = m.apply(plain, ic.ip)
 		}
 		if err != nil {
 			m.framesRejected.Add(1)
-			m.log.Warn("rejected a hint frame", "from", conn.RemoteAddr(), "error", err)
+			m.logLimited("rejected", "rejected a hint frame", "from", conn.RemoteAddr(), "error", err)
 			return
 		}
+		ic.proven.Store(true)
 	}
 }
 
-// apply decodes a frame and hands its hints to the receiver. Received
-// hints are never forwarded.
-func (m *Mesh) apply(frame []byte) error {
+// apply decodes a frame and hands its hints to the receiver, as many as the
+// sending peer's token bucket allows (the rest are dropped and counted).
+// Received hints are never forwarded.
+func (m *Mesh) apply(frame []byte, from string) error {
 	f, err := DecodeFrame(frame)
 	if err != nil {
 		return err
 	}
 	m.framesRecv.Add(1)
+	total := 0
 	for _, b := range f.Batches {
-		m.hintsRecv.Add(uint64(len(b.Partitions)))
+		total += len(b.Partitions)
+	}
+	m.hintsRecv.Add(uint64(total))
+	allowed := m.limiter.take(from, total, time.Now())
+	if allowed < total {
+		m.hintsLimited.Add(uint64(total - allowed))
+		m.logLimited("rate-limited", "dropped hints over the per-peer rate", "from", from,
+			"rate_per_s", m.cfg.HintRate, "dropped", total-allowed)
+	}
+	for _, b := range f.Batches {
+		if allowed <= 0 {
+			break
+		}
+		parts := b.Partitions[:min(len(b.Partitions), allowed)]
+		allowed -= len(parts)
 		if m.recv != nil {
-			m.recv.HintsReceived(b.Tenant, b.Queue, b.Partitions)
+			m.recv.HintsReceived(b.Tenant, b.Queue, parts)
 		}
 	}
 	return nil

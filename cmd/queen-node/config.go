@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"queen-node/broker"
+	"queen-node/mesh"
 )
 
 // Config is everything the binary reads from QUEEN_* variables and flags.
@@ -44,6 +45,10 @@ type MeshConfig struct {
 	HintPort      int           // QUEEN_MESH_HINT_PORT, default 0 (any free port, advertised in metadata)
 	GossipMS      int           // QUEEN_MESH_GOSSIP_MS, default 200 (memberlist LAN)
 	ProbeMS       int           // QUEEN_MESH_PROBE_MS, default 1000 (memberlist LAN); failure detection scales with it
+
+	HintFrameTimeout time.Duration // QUEEN_MESH_HINT_FRAME_TIMEOUT_MS, default 5 s: one inbound frame (and a new stream's first)
+	HintIdleTimeout  time.Duration // QUEEN_MESH_HINT_IDLE_TIMEOUT_MS, default 2 min: quiet between frames of an inbound stream
+	HintRate         int           // QUEEN_MESH_HINT_RATE, default 100000: hints one peer may have applied per second
 }
 
 // setting is one QUEEN_* variable and its flag. apply parses a value into
@@ -223,6 +228,19 @@ func settings() []setting {
 			apply: func(c *Config, v string) error {
 				var err error
 				c.Mesh.ProbeMS, err = intIn(v, 20, 60000)
+				return err
+			}},
+		{env: "QUEEN_MESH_HINT_FRAME_TIMEOUT_MS", flag: "mesh-hint-frame-timeout-ms", def: ms(mesh.DefaultHintFrameTimeout),
+			usage: "inbound hint stream: time allowed for one frame once it started, and for a new stream's first frame",
+			apply: func(c *Config, v string) error { return durationMS(v, &c.Mesh.HintFrameTimeout, 50, 600000) }},
+		{env: "QUEEN_MESH_HINT_IDLE_TIMEOUT_MS", flag: "mesh-hint-idle-timeout-ms", def: ms(mesh.DefaultHintIdleTimeout),
+			usage: "inbound hint stream: quiet allowed between frames (senders close idle streams at half of it; same value on every node)",
+			apply: func(c *Config, v string) error { return durationMS(v, &c.Mesh.HintIdleTimeout, 1000, 86400000) }},
+		{env: "QUEEN_MESH_HINT_RATE", flag: "mesh-hint-rate", def: strconv.Itoa(mesh.DefaultHintRate),
+			usage: "received hints one peer may have applied per second (burst: one second's worth); the excess is dropped and counted",
+			apply: func(c *Config, v string) error {
+				var err error
+				c.Mesh.HintRate, err = intIn(v, 1, 100000000)
 				return err
 			}},
 	}

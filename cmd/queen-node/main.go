@@ -153,6 +153,8 @@ func runNode(cfg Config, logger hclog.Logger) error {
 		mc.Bind, mc.Advertise, mc.Join, mc.Secret = cfg.Mesh.Bind, cfg.Mesh.Advertise, cfg.Mesh.Join, cfg.Mesh.Secret
 		mc.FlushInterval, mc.HintCap, mc.DropRate = cfg.Mesh.FlushInterval, cfg.Mesh.HintCap, cfg.Mesh.DropRate
 		mc.HTTPAddr, mc.Version, mc.HintPort = httpAddr, version, cfg.Mesh.HintPort
+		mc.HintFrameTimeout, mc.HintIdleTimeout = cfg.Mesh.HintFrameTimeout, cfg.Mesh.HintIdleTimeout
+		mc.HintRate = cfg.Mesh.HintRate
 		mc.Timings.GossipInterval = time.Duration(cfg.Mesh.GossipMS) * time.Millisecond
 		mc.Timings.ProbeInterval = time.Duration(cfg.Mesh.ProbeMS) * time.Millisecond
 		mc.Timings.ProbeTimeout = mc.Timings.ProbeInterval / 2
