@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"queen-node/broker"
+	"queen-node/pg"
 )
 
 // Config is everything the binary reads from QUEEN_* variables and flags.
@@ -61,7 +62,15 @@ type setting struct {
 func settings() []setting {
 	return []setting{
 		{env: "QUEEN_PG_URL", flag: "pg-url", usage: "PostgreSQL connection URL (empty = libpq PG* variables)", secret: true,
-			apply: func(c *Config, v string) error { c.Broker.PGURL = v; return nil }},
+			apply: func(c *Config, v string) error {
+				c.Broker.PGURL = v
+				// Checked here: the broker retries a database that is down,
+				// and would retry an unparseable string forever.
+				if err := pg.CheckURL(v); err != nil {
+					return fmt.Errorf("want a postgres:// URL or key=value connection string (%v)", err)
+				}
+				return nil
+			}},
 		{env: "QUEEN_HTTP_ADDR", flag: "http-addr", def: ":6632", usage: "HTTP listen address",
 			apply: func(c *Config, v string) error { c.HTTPAddr = v; return checkAddr(v, false) }},
 		{env: "QUEEN_NODE_NAME", flag: "node-name", usage: "unique node name in the mesh (default: host name)",

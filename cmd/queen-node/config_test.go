@@ -166,3 +166,39 @@ func TestLoadConfigHelp(t *testing.T) {
 		}
 	}
 }
+
+// An unparseable QUEEN_PG_URL used to reach broker.New, which retried it
+// forever as if the database were merely down (issue 9, item 12).
+func TestLoadConfigBadPGURL(t *testing.T) {
+	for _, bad := range []string{
+		"postgres://u:hunter2@h:notaport/db",
+		"postgres://u:hunter2@[::1/db",
+		"host=h port=x password=hunter2",
+		"postgres://h/db?connect_timeout=x",
+	} {
+		for _, c := range []struct {
+			args []string
+			env  map[string]string
+			src  string
+		}{
+			{nil, map[string]string{"QUEEN_PG_URL": bad}, "QUEEN_PG_URL"},
+			{[]string{"-pg-url", bad}, nil, "-pg-url"},
+		} {
+			_, err := loadConfig(c.args, envOf(c.env))
+			if err == nil {
+				t.Errorf("%s=%q accepted", c.src, bad)
+				continue
+			}
+			msg := err.Error()
+			if !strings.HasPrefix(msg, "invalid "+c.src+": want a postgres:// URL or key=value connection string") ||
+				strings.Contains(msg, "\n") || strings.Contains(msg, "hunter2") {
+				t.Errorf("%s=%q: error %q", c.src, bad, msg)
+			}
+		}
+	}
+	for _, good := range []string{"", "postgres://u:p@h:5432/db?sslmode=disable", "host=h port=5432 dbname=q"} {
+		if _, err := loadConfig(nil, envOf(map[string]string{"QUEEN_PG_URL": good})); err != nil {
+			t.Errorf("%q refused: %v", good, err)
+		}
+	}
+}
