@@ -55,6 +55,12 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error
 		if errors.As(err, &mbe) {
 			return nil, tooLarge(fmt.Sprintf("request body too large (limit %d bytes)", limit))
 		}
+		if errors.Is(err, errBodyTimeout) {
+			// The connection cannot be read any more: close it after the answer.
+			w.Header().Set("Connection", "close")
+			return nil, &reqError{status: http.StatusRequestTimeout,
+				msg: fmt.Sprintf("request body not received within %v", s.cfg.BodyTimeout)}
+		}
 		return nil, badRequest("cannot read request body: " + err.Error())
 	}
 	return body, nil

@@ -31,6 +31,9 @@ func TestLoadConfigDefaults(t *testing.T) {
 	if cfg.HTTPAddr != ":6632" || cfg.Tenant != "default" || cfg.PprofAddr != "" || cfg.LogLevel != hclog.Info || cfg.LogJSON {
 		t.Fatalf("%+v", cfg)
 	}
+	if cfg.HTTP != (HTTPLimits{ReadHeaderTimeout: 10 * time.Second, BodyTimeout: 30 * time.Second, IdleTimeout: 120 * time.Second, MaxConns: 4096}) {
+		t.Fatalf("http %+v", cfg.HTTP)
+	}
 	m := cfg.Mesh
 	if !m.Enabled || m.Bind != "0.0.0.0:7946" || m.Advertise != "" || m.Join != nil || m.Secret != nil ||
 		m.FlushInterval != 20*time.Millisecond || m.HintCap != 200000 || m.DropRate != 0 {
@@ -132,6 +135,10 @@ func TestLoadConfigErrors(t *testing.T) {
 		{nil, map[string]string{"QUEEN_MESH_HINT_CAP": "0"}, `invalid QUEEN_MESH_HINT_CAP="0": want an integer from 1 to 100000000`},
 		{nil, map[string]string{"QUEEN_MESH_DROP_RATE": "1.5"}, `invalid QUEEN_MESH_DROP_RATE="1.5": want a number from 0 to 1`},
 		{nil, map[string]string{"QUEEN_MESH_DROP_RATE": "NaN"}, `invalid QUEEN_MESH_DROP_RATE="NaN": want a number from 0 to 1`},
+		{nil, map[string]string{"QUEEN_HTTP_READ_HEADER_TIMEOUT_MS": "0"}, `invalid QUEEN_HTTP_READ_HEADER_TIMEOUT_MS="0": want an integer number of milliseconds from 100 to 600000`},
+		{nil, map[string]string{"QUEEN_HTTP_BODY_TIMEOUT_MS": "30s"}, `invalid QUEEN_HTTP_BODY_TIMEOUT_MS="30s": want an integer number of milliseconds from 100 to 3600000`},
+		{nil, map[string]string{"QUEEN_HTTP_IDLE_TIMEOUT_MS": "-5"}, `invalid QUEEN_HTTP_IDLE_TIMEOUT_MS="-5": want an integer number of milliseconds from 100 to 3600000`},
+		{[]string{"-http-max-conns=0"}, nil, `invalid -http-max-conns="0": want an integer from 1 to 1000000`},
 		{[]string{"-no-such-flag"}, nil, `flag provided but not defined: -no-such-flag`},
 		{[]string{"stray"}, nil, `unexpected argument "stray"`},
 	}
