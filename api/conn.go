@@ -14,6 +14,9 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"queen-node/broker"
 )
 
 // Connection limits (docs/operations.md, "Limits"). net/http's ReadTimeout
@@ -31,19 +34,27 @@ type connStats struct {
 	acceptErrors atomic.Int64 // failed accepts (descriptor exhaustion and the like)
 }
 
-// ConnStatus is the connection section of /status.
-type ConnStatus struct {
-	Open         int64 `json:"open_conns"`
-	Max          int   `json:"max_conns"`
-	Refused      int64 `json:"conns_refused"`
-	BodyTimeouts int64 `json:"body_timeouts"`
-	AcceptErrors int64 `json:"accept_errors"`
+// ConnStatus reports the connection counters (the "http" section of /status).
+func (s *Server) ConnStatus() broker.HTTPStatus {
+	return broker.HTTPStatus{OpenConns: s.conns.open.Load(), MaxConns: s.cfg.MaxConns, ConnsRefused: s.conns.refused.Load(),
+		BodyTimeouts: s.conns.bodyTimeouts.Load(), AcceptErrors: s.conns.acceptErrors.Load()}
 }
 
-// ConnStatus reports the connection counters.
-func (s *Server) ConnStatus() ConnStatus {
-	return ConnStatus{Open: s.conns.open.Load(), Max: s.cfg.MaxConns, Refused: s.conns.refused.Load(),
-		BodyTimeouts: s.conns.bodyTimeouts.Load(), AcceptErrors: s.conns.acceptErrors.Load()}
+// registerConnMetrics exports the connection counters on /metrics.
+func (s *Server) registerConnMetrics() {
+	gauge := func(name, help string, f func() float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
+	}
+	counter := func(name, help string, v *atomic.Int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(v.Load()) })
+	}
+	s.metrics.reg.MustRegister(
+		gauge("queen_http_connections_open", "Client connections open now.", func() float64 { return float64(s.conns.open.Load()) }),
+		gauge("queen_http_connections_max", "Cap of open client connections (QUEEN_HTTP_MAX_CONNS).", func() float64 { return float64(s.cfg.MaxConns) }),
+		counter("queen_http_connections_refused_total", "Connections beyond the cap, answered 503 and closed.", &s.conns.refused),
+		counter("queen_http_body_timeouts_total", "Requests cut with 408 because their body did not arrive in time.", &s.conns.bodyTimeouts),
+		counter("queen_http_accept_errors_total", "Failed accepts of client connections, e.g. out of file descriptors.", &s.conns.acceptErrors),
+	)
 }
 
 // HTTPServer returns an http.Server for Handler with the header and idle

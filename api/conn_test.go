@@ -102,8 +102,11 @@ func TestSlowBodyIsCut(t *testing.T) {
 	if _, err := br.ReadByte(); err == nil {
 		t.Fatalf("connection still open after the 408")
 	}
-	if n := srv.conns.bodyTimeouts.Load(); n != 1 {
+	if n := srv.ConnStatus().BodyTimeouts; n != 1 {
 		t.Fatalf("body timeouts counted %d, want 1", n)
+	}
+	if v := gathered(t, srv, "queen_http_body_timeouts_total"); v != 1 {
+		t.Fatalf("queen_http_body_timeouts_total = %v, want 1", v)
 	}
 }
 
@@ -186,8 +189,11 @@ func TestConnectionCap(t *testing.T) {
 			t.Fatalf("existing conn %d: health %d", i, resp.StatusCode)
 		}
 	}
-	if n := srv.conns.refused.Load(); n != 1 {
-		t.Fatalf("refused %d, want 1", n)
+	if st := srv.ConnStatus(); st.ConnsRefused != 1 || st.MaxConns != 2 || st.OpenConns != 2 {
+		t.Fatalf("status %+v, want 1 refused, 2 open, max 2", st)
+	}
+	if v := gathered(t, srv, "queen_http_connections_refused_total"); v != 1 {
+		t.Fatalf("queen_http_connections_refused_total = %v, want 1", v)
 	}
 	// A slot freed by a client that leaves is usable again.
 	held[0].Close()
@@ -203,4 +209,25 @@ func TestConnectionCap(t *testing.T) {
 		t.Fatalf("after a slot freed: %v %v", resp2, err)
 	}
 	resp2.Body.Close()
+}
+
+// gathered reads one unlabelled metric from the Server's registry.
+func gathered(t *testing.T, srv *Server, name string) float64 {
+	t.Helper()
+	mfs, err := srv.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		m := mf.GetMetric()[0]
+		if c := m.GetCounter(); c != nil {
+			return c.GetValue()
+		}
+		return m.GetGauge().GetValue()
+	}
+	t.Fatalf("metric %s not registered", name)
+	return 0
 }

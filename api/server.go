@@ -181,6 +181,7 @@ func New(b Broker, cfg Config, logger hclog.Logger) *Server {
 	}
 	s := &Server{b: b, cfg: cfg.withDefaults(), log: logger, mux: http.NewServeMux(), metrics: newMetrics()}
 	s.drainCtx, s.drain = context.WithCancel(context.Background())
+	s.registerConnMetrics()
 
 	s.route("POST", "/api/v1/configure", AccessReadWrite, s.handleConfigure)
 	s.route("DELETE", "/api/v1/resources/queues/{queue}", AccessAdmin, s.handleDeleteQueue)
