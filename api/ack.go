@@ -116,7 +116,8 @@ type fastAck struct {
 
 func fastAckItems(raw []byte, maxItems int) ([]broker.AckItem, bool) {
 	fb := fastAckBody{Acknowledgments: limitedArray[fastAck]{max: maxItems}}
-	if err := json.Unmarshal(raw, &fb); err != nil || fb.Acknowledgments.elems == nil {
+	if err := json.Unmarshal(raw, &fb); err != nil || fb.Acknowledgments.elems == nil ||
+		foldedKeyVariant(raw, "consumerGroup", "acknowledgments", "transactionId", "partitionId", "status", "leaseId", "error") {
 		return nil, false
 	}
 	group, ok := fastString(fb.ConsumerGroup, true)

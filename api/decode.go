@@ -377,3 +377,56 @@ func compactJSON(raw json.RawMessage) (json.RawMessage, error) {
 	}
 	return json.RawMessage(buf.Bytes()), nil
 }
+
+// maxFoldedKey bounds the raw length of a key that could still fold to a
+// field name: each character of one escaped takes at most 6 bytes (\uXXXX).
+const maxFoldedKey = 6 * 16
+
+// foldedKeyVariant tells whether raw has an object key, at any depth, that
+// encoding/json's struct decoding could match to one of keys without being
+// exactly that key: "Queue" for "queue", or any escaped or non-ASCII key
+// short enough (Unicode folding maps 'ſ' to 's'). The fast decoders, which
+// decode into structs and so match keys case-insensitively, leave such
+// bodies to the field-by-field path, which matches exactly (issue 9 item 14:
+// the two paths must agree).
+func foldedKeyVariant(raw []byte, keys ...string) bool {
+	for i := 0; i < len(raw); i++ {
+		if raw[i] != '"' {
+			continue
+		}
+		start, plain := i+1, true
+		j := start
+		for ; j < len(raw) && raw[j] != '"'; j++ {
+			if raw[j] == '\\' {
+				plain = false
+				j++
+			} else if raw[j] >= utf8.RuneSelf {
+				plain = false
+			}
+		}
+		if j >= len(raw) {
+			return false
+		}
+		key := raw[start:j]
+		k := j + 1
+		for k < len(raw) && (raw[k] == ' ' || raw[k] == '\t' || raw[k] == '\r' || raw[k] == '\n') {
+			k++
+		}
+		i = j
+		if k >= len(raw) || raw[k] != ':' {
+			continue // a string value, not a key
+		}
+		if !plain {
+			if len(key) <= maxFoldedKey {
+				return true
+			}
+			continue
+		}
+		for _, want := range keys {
+			if len(key) == len(want) && string(key) != want && strings.EqualFold(string(key), want) {
+				return true
+			}
+		}
+	}
+	return false
+}

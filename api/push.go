@@ -118,7 +118,8 @@ type fastPushItem struct {
 
 func fastPushItems(raw []byte, maxItems int) ([]broker.PushItem, bool) {
 	fb := fastPushBody{Items: limitedArray[fastPushItem]{max: maxItems}}
-	if err := json.Unmarshal(raw, &fb); err != nil || fb.Items.elems == nil {
+	if err := json.Unmarshal(raw, &fb); err != nil || fb.Items.elems == nil ||
+		foldedKeyVariant(raw, "items", "queue", "partition", "transactionId", "traceId", "payload") {
 		return nil, false
 	}
 	items := make([]broker.PushItem, len(fb.Items.elems))
