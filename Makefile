@@ -53,8 +53,12 @@ fmt:
 vet:
 	$(GO) vet ./...
 
+# go test -fuzz takes one target at a time.
+API_FUZZ := FuzzDecodePush FuzzDecodeAckBatch FuzzDecodeAck FuzzDecodeTransaction FuzzDecodeConfigure FuzzCountElements
+
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeFrame -fuzztime $(FUZZTIME) ./mesh/
+	for t in $(API_FUZZ); do $(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) ./api/; done
 
 clean:
 	rm -rf bin/

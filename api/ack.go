@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 
@@ -100,20 +101,23 @@ func (s *Server) handleAck(w http.ResponseWriter, r *http.Request, _ *string) {
 // fastAckBody decodes a well-formed batch ack in one pass; anything
 // unexpected goes to the field-by-field path for a precise error.
 type fastAckBody struct {
-	ConsumerGroup   json.RawMessage `json:"consumerGroup"`
-	Acknowledgments []struct {
-		TransactionID json.RawMessage `json:"transactionId"`
-		PartitionID   json.RawMessage `json:"partitionId"`
-		Status        json.RawMessage `json:"status"`
-		ConsumerGroup json.RawMessage `json:"consumerGroup"`
-		LeaseID       json.RawMessage `json:"leaseId"`
-		Error         json.RawMessage `json:"error"`
-	} `json:"acknowledgments"`
+	ConsumerGroup   json.RawMessage       `json:"consumerGroup"`
+	Acknowledgments limitedArray[fastAck] `json:"acknowledgments"`
+}
+
+type fastAck struct {
+	TransactionID json.RawMessage `json:"transactionId"`
+	PartitionID   json.RawMessage `json:"partitionId"`
+	Status        json.RawMessage `json:"status"`
+	ConsumerGroup json.RawMessage `json:"consumerGroup"`
+	LeaseID       json.RawMessage `json:"leaseId"`
+	Error         json.RawMessage `json:"error"`
 }
 
 func fastAckItems(raw []byte, maxItems int) ([]broker.AckItem, bool) {
-	var fb fastAckBody
-	if err := json.Unmarshal(raw, &fb); err != nil || fb.Acknowledgments == nil || len(fb.Acknowledgments) > maxItems {
+	fb := fastAckBody{Acknowledgments: limitedArray[fastAck]{max: maxItems}}
+	if err := json.Unmarshal(raw, &fb); err != nil || fb.Acknowledgments.elems == nil ||
+		foldedKeyVariant(raw, "consumerGroup", "acknowledgments", "transactionId", "partitionId", "status", "leaseId", "error") {
 		return nil, false
 	}
 	group, ok := fastString(fb.ConsumerGroup, true)
@@ -123,8 +127,8 @@ func fastAckItems(raw []byte, maxItems int) ([]broker.AckItem, bool) {
 	if group == "" {
 		group = broker.QueueMode
 	}
-	items := make([]broker.AckItem, len(fb.Acknowledgments))
-	for i, a := range fb.Acknowledgments {
+	items := make([]broker.AckItem, len(fb.Acknowledgments.elems))
+	for i, a := range fb.Acknowledgments.elems {
 		var it broker.AckItem
 		var ok1, ok2, ok3, ok4, ok5 bool
 		it.TransactionID, ok1 = fastString(a.TransactionID, false)
@@ -157,46 +161,56 @@ func (s *Server) handleAckBatch(w http.ResponseWriter, r *http.Request, _ *strin
 		writeReqError(w, err)
 		return
 	}
-	if items, ok := fastAckItems(raw, s.cfg.MaxAckItems); ok {
-		s.ackItems(w, r, items)
-		return
-	}
-	body, err := parseObject(raw, "request body")
+	items, err := decodeAckBatch(raw, s.cfg.MaxAckItems)
 	if err != nil {
 		writeReqError(w, err)
 		return
+	}
+	s.ackItems(w, r, items)
+}
+
+// decodeAckBatch decodes a batch ack body (API.md 4.6): the fast path when
+// it can, else the field-by-field path, which names the exact problem.
+// Both refuse more than maxItems acknowledgments before decoding them.
+func decodeAckBatch(raw []byte, maxItems int) ([]broker.AckItem, error) {
+	if items, ok := fastAckItems(raw, maxItems); ok {
+		return items, nil
+	}
+	return slowAckItems(raw, maxItems)
+}
+
+// slowAckItems is the field-by-field decoder of a batch ack body.
+func slowAckItems(raw []byte, maxItems int) ([]broker.AckItem, error) {
+	body, err := parseObject(raw, "request body")
+	if err != nil {
+		return nil, err
 	}
 	// The top-level group applies to items without their own (API.md 9).
 	group, err := body.group("consumerGroup")
 	if err != nil {
-		writeReqError(w, err)
-		return
+		return nil, err
 	}
-	raws, ok, err := body.array("acknowledgments")
+	raws, ok, err := body.array("acknowledgments", maxItems)
+	var tm *tooManyError
+	if errors.As(err, &tm) {
+		return nil, tooLarge(fmt.Sprintf("too many acknowledgments: %d (max %d per request)", tm.n, tm.max))
+	}
 	if err != nil || !ok {
-		writeError(w, http.StatusBadRequest, "acknowledgments array is required")
-		return
-	}
-	if len(raws) > s.cfg.MaxAckItems {
-		writeError(w, http.StatusRequestEntityTooLarge,
-			fmt.Sprintf("too many acknowledgments: %d (max %d per request)", len(raws), s.cfg.MaxAckItems))
-		return
+		return nil, badRequest("acknowledgments array is required")
 	}
 	items := make([]broker.AckItem, 0, len(raws))
 	for _, raw := range raws {
 		o, err := parseObject(raw, "acknowledgment")
 		if err != nil || isNull(raw) {
-			writeError(w, http.StatusBadRequest, "each acknowledgment must be an object")
-			return
+			return nil, badRequest("each acknowledgment must be an object")
 		}
 		it, err := parseAckItem(o, group)
 		if err != nil {
-			writeReqError(w, err)
-			return
+			return nil, err
 		}
 		items = append(items, it)
 	}
-	s.ackItems(w, r, items)
+	return items, nil
 }
 
 func (s *Server) ackItems(w http.ResponseWriter, r *http.Request, items []broker.AckItem) {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
 	"net/url"
@@ -43,11 +42,24 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error
 	if r.ContentLength > limit {
 		return nil, tooLarge(fmt.Sprintf("request body too large (limit %d bytes)", limit))
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	// Sized from Content-Length when given, so a large body is not copied
+	// through io.ReadAll's doublings.
+	var buf bytes.Buffer
+	if r.ContentLength > 0 {
+		buf.Grow(int(r.ContentLength) + bytes.MinRead) // ReadFrom wants MinRead spare bytes to read EOF without growing
+	}
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit))
+	body := buf.Bytes()
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			return nil, tooLarge(fmt.Sprintf("request body too large (limit %d bytes)", limit))
+		}
+		if errors.Is(err, errBodyTimeout) {
+			// The connection cannot be read any more: close it after the answer.
+			w.Header().Set("Connection", "close")
+			return nil, &reqError{status: http.StatusRequestTimeout,
+				msg: fmt.Sprintf("request body not received within %v", s.cfg.BodyTimeout)}
 		}
 		return nil, badRequest("cannot read request body: " + err.Error())
 	}
@@ -144,10 +156,18 @@ func (o object) integer(key string, min, max int64) (val int, ok bool, err error
 }
 
 // array returns an array field's elements; ok is false when absent or null.
-func (o object) array(key string) (elems []json.RawMessage, ok bool, err error) {
+// More than maxElems elements is a *tooManyError, found by counting before
+// any element is decoded: a request's memory stays a small multiple of its
+// body however many tiny elements it holds.
+func (o object) array(key string, maxElems int) (elems []json.RawMessage, ok bool, err error) {
 	v := o.raw(key)
 	if v == nil {
 		return nil, false, nil
+	}
+	if n, isArray := countElements(v); !isArray {
+		return nil, false, badRequest(key + " must be an array")
+	} else if n > maxElems {
+		return nil, false, &tooManyError{n: n, max: maxElems}
 	}
 	if err := json.Unmarshal(v, &elems); err != nil {
 		return nil, false, badRequest(key + " must be an array")
@@ -156,6 +176,87 @@ func (o object) array(key string) (elems []json.RawMessage, ok bool, err error) 
 		elems = []json.RawMessage{}
 	}
 	return elems, true, nil
+}
+
+// tooManyError is an array longer than its limit; callers word the 413.
+type tooManyError struct{ n, max int }
+
+func (e *tooManyError) Error() string { return fmt.Sprintf("%d elements (max %d)", e.n, e.max) }
+
+// countElements counts the elements of the JSON array data without
+// decoding them; isArray is false when data is not an array. data must be
+// valid JSON (every caller's input has passed json.Unmarshal's validation);
+// on other input the count is meaningless but the call is safe.
+func countElements(data []byte) (n int, isArray bool) {
+	data = bytes.TrimSpace(data)
+	if len(data) == 0 || data[0] != '[' {
+		return 0, false
+	}
+	depth, inString, escaped, empty := 0, false, false, true
+	for _, c := range data {
+		if inString {
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+			continue
+		}
+		switch c {
+		case ' ', '\t', '\r', '\n':
+			continue
+		case '"':
+			inString = true
+		case '[', '{':
+			depth++
+		case ']', '}':
+			depth--
+			continue
+		case ',':
+			if depth == 1 {
+				n++
+			}
+			continue
+		}
+		if depth >= 1 && !(depth == 1 && c == '[') {
+			empty = false // a value starts inside the outer array
+		}
+	}
+	if !empty {
+		n++
+	}
+	return n, true
+}
+
+// limitedArray is a JSON array field of a fast-path struct that refuses,
+// before decoding any element, more than max elements (a *tooManyError).
+// Set max before json.Unmarshal; null or absent leaves elems nil.
+type limitedArray[T any] struct {
+	max   int
+	elems []T
+}
+
+func (a *limitedArray[T]) UnmarshalJSON(data []byte) error {
+	a.elems = nil // a repeated key replaces, as with a plain slice
+	if isNull(data) {
+		return nil
+	}
+	n, isArray := countElements(data)
+	if !isArray {
+		return errors.New("not an array")
+	}
+	if n > a.max {
+		return &tooManyError{n: n, max: a.max}
+	}
+	elems := make([]T, 0, n)
+	if err := json.Unmarshal(data, &elems); err != nil {
+		return err
+	}
+	a.elems = elems
+	return nil
 }
 
 // checkName enforces API.md 1.5: non-empty, at most 255 bytes; and what
@@ -275,4 +376,57 @@ func compactJSON(raw json.RawMessage) (json.RawMessage, error) {
 		return nil, err
 	}
 	return json.RawMessage(buf.Bytes()), nil
+}
+
+// maxFoldedKey bounds the raw length of a key that could still fold to a
+// field name: each character of one escaped takes at most 6 bytes (\uXXXX).
+const maxFoldedKey = 6 * 16
+
+// foldedKeyVariant tells whether raw has an object key, at any depth, that
+// encoding/json's struct decoding could match to one of keys without being
+// exactly that key: "Queue" for "queue", or any escaped or non-ASCII key
+// short enough (Unicode folding maps 'ſ' to 's'). The fast decoders, which
+// decode into structs and so match keys case-insensitively, leave such
+// bodies to the field-by-field path, which matches exactly (issue 9 item 14:
+// the two paths must agree).
+func foldedKeyVariant(raw []byte, keys ...string) bool {
+	for i := 0; i < len(raw); i++ {
+		if raw[i] != '"' {
+			continue
+		}
+		start, plain := i+1, true
+		j := start
+		for ; j < len(raw) && raw[j] != '"'; j++ {
+			if raw[j] == '\\' {
+				plain = false
+				j++
+			} else if raw[j] >= utf8.RuneSelf {
+				plain = false
+			}
+		}
+		if j >= len(raw) {
+			return false
+		}
+		key := raw[start:j]
+		k := j + 1
+		for k < len(raw) && (raw[k] == ' ' || raw[k] == '\t' || raw[k] == '\r' || raw[k] == '\n') {
+			k++
+		}
+		i = j
+		if k >= len(raw) || raw[k] != ':' {
+			continue // a string value, not a key
+		}
+		if !plain {
+			if len(key) <= maxFoldedKey {
+				return true
+			}
+			continue
+		}
+		for _, want := range keys {
+			if len(key) == len(want) && string(key) != want && strings.EqualFold(string(key), want) {
+				return true
+			}
+		}
+	}
+	return false
 }

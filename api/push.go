@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"unicode/utf8"
@@ -32,28 +33,10 @@ func (s *Server) handlePush(w http.ResponseWriter, r *http.Request, sub *string)
 		writeReqError(w, err)
 		return
 	}
-	items, ok := fastPushItems(raw)
-	if !ok || len(items) > s.cfg.MaxPushItems {
-		// The slow path decodes field by field and names the exact problem.
-		body, err := parseObject(raw, "request body")
-		if err != nil {
-			writeReqError(w, err)
-			return
-		}
-		raws, ok, err := body.array("items")
-		if err != nil || !ok {
-			writeError(w, http.StatusBadRequest, "items array is required")
-			return
-		}
-		if len(raws) > s.cfg.MaxPushItems {
-			writeError(w, http.StatusRequestEntityTooLarge,
-				fmt.Sprintf("too many items: %d (max %d per request)", len(raws), s.cfg.MaxPushItems))
-			return
-		}
-		if items, err = parsePushItems(raws); err != nil {
-			writeReqError(w, err)
-			return
-		}
+	items, err := decodePush(raw, s.cfg.MaxPushItems)
+	if err != nil {
+		writeReqError(w, err)
+		return
 	}
 	out := []pushResult{}
 	if len(items) > 0 {
@@ -91,27 +74,57 @@ func toPushResult(p broker.PushResult) pushResult {
 	return pr
 }
 
+// decodePush decodes a push body (API.md 4.3): the fast path when it can,
+// else the field-by-field path, which names the exact problem. Both refuse
+// more than maxItems items before decoding any of them.
+func decodePush(raw []byte, maxItems int) ([]broker.PushItem, error) {
+	if items, ok := fastPushItems(raw, maxItems); ok {
+		return items, nil
+	}
+	return slowPushItems(raw, maxItems)
+}
+
+// slowPushItems is the field-by-field decoder of a push body.
+func slowPushItems(raw []byte, maxItems int) ([]broker.PushItem, error) {
+	body, err := parseObject(raw, "request body")
+	if err != nil {
+		return nil, err
+	}
+	raws, ok, err := body.array("items", maxItems)
+	var tm *tooManyError
+	if errors.As(err, &tm) {
+		return nil, tooLarge(fmt.Sprintf("too many items: %d (max %d per request)", tm.n, tm.max))
+	}
+	if err != nil || !ok {
+		return nil, badRequest("items array is required")
+	}
+	return parsePushItems(raws)
+}
+
 // fastPushBody decodes a well-formed push in one pass (the field-by-field
 // path costs about twice the CPU on the push hot path). Any surprise sends
 // the request to the slow path, which gives the precise error.
 type fastPushBody struct {
-	Items []struct {
-		Queue         json.RawMessage `json:"queue"`
-		Partition     json.RawMessage `json:"partition"`
-		TransactionID json.RawMessage `json:"transactionId"`
-		TraceID       json.RawMessage `json:"traceId"`
-		Payload       json.RawMessage `json:"payload"`
-	} `json:"items"`
+	Items limitedArray[fastPushItem] `json:"items"`
 }
 
-func fastPushItems(raw []byte) ([]broker.PushItem, bool) {
-	var fb fastPushBody
-	if err := json.Unmarshal(raw, &fb); err != nil || fb.Items == nil {
+type fastPushItem struct {
+	Queue         json.RawMessage `json:"queue"`
+	Partition     json.RawMessage `json:"partition"`
+	TransactionID json.RawMessage `json:"transactionId"`
+	TraceID       json.RawMessage `json:"traceId"`
+	Payload       json.RawMessage `json:"payload"`
+}
+
+func fastPushItems(raw []byte, maxItems int) ([]broker.PushItem, bool) {
+	fb := fastPushBody{Items: limitedArray[fastPushItem]{max: maxItems}}
+	if err := json.Unmarshal(raw, &fb); err != nil || fb.Items.elems == nil ||
+		foldedKeyVariant(raw, "items", "queue", "partition", "transactionId", "traceId", "payload") {
 		return nil, false
 	}
-	items := make([]broker.PushItem, len(fb.Items))
+	items := make([]broker.PushItem, len(fb.Items.elems))
 	var err error
-	for i, f := range fb.Items {
+	for i, f := range fb.Items.elems {
 		q, ok := fastString(f.Queue, false)
 		if !ok || checkName("queue", q) != nil {
 			return nil, false

@@ -43,6 +43,10 @@ const (
 	DefaultPopTimeout         = 30 * time.Second
 	DefaultMaxPopTimeout      = 10 * time.Minute
 	DefaultLeaseExtendSeconds = 60 // API.md 4.7: `seconds` defaults to 60
+	DefaultReadHeaderTimeout  = 10 * time.Second
+	DefaultBodyTimeout        = 30 * time.Second
+	DefaultIdleTimeout        = 120 * time.Second
+	DefaultMaxConns           = 4096
 )
 
 // Config tunes the HTTP layer. Zero fields take their defaults in New.
@@ -56,6 +60,12 @@ type Config struct {
 	DefaultPopTimeout time.Duration // long-poll `timeout` when absent or unparseable; default 30 s
 	MaxPopTimeout     time.Duration // long-poll `timeout` cap; default 10 minutes
 	Version           string        // reported by /health; default "dev"
+
+	// Connection limits, applied by HTTPServer and Listener (docs/operations.md, "Limits").
+	ReadHeaderTimeout time.Duration // request line and headers; default 10 s
+	BodyTimeout       time.Duration // the whole request body, from the end of the headers (408 past it); default 30 s
+	IdleTimeout       time.Duration // keep-alive wait for a connection's next request; default 120 s
+	MaxConns          int           // open client connections; a new one beyond gets 503 and is closed; default 4096
 
 	// Auth, when non-nil, guards every API route except /health and routes
 	// added with Handle. nil = authentication off (the default).
@@ -74,6 +84,10 @@ func DefaultConfig() Config {
 		DefaultPopTimeout: DefaultPopTimeout,
 		MaxPopTimeout:     DefaultMaxPopTimeout,
 		Version:           "dev",
+		ReadHeaderTimeout: DefaultReadHeaderTimeout,
+		BodyTimeout:       DefaultBodyTimeout,
+		IdleTimeout:       DefaultIdleTimeout,
+		MaxConns:          DefaultMaxConns,
 	}
 }
 
@@ -111,6 +125,18 @@ func (c Config) withDefaults() Config {
 	if c.Version == "" {
 		c.Version = d.Version
 	}
+	if c.ReadHeaderTimeout <= 0 {
+		c.ReadHeaderTimeout = d.ReadHeaderTimeout
+	}
+	if c.BodyTimeout <= 0 {
+		c.BodyTimeout = d.BodyTimeout
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = d.IdleTimeout
+	}
+	if c.MaxConns <= 0 {
+		c.MaxConns = d.MaxConns
+	}
 	return c
 }
 
@@ -139,6 +165,7 @@ type Server struct {
 	mux     *http.ServeMux
 	handler http.Handler
 	metrics *metrics // request histograms and the /metrics registry
+	conns   connStats
 
 	// drainCtx is canceled by Drain so parked long-polls answer 204 at once
 	// instead of holding a graceful shutdown for their whole timeout.
@@ -154,6 +181,7 @@ func New(b Broker, cfg Config, logger hclog.Logger) *Server {
 	}
 	s := &Server{b: b, cfg: cfg.withDefaults(), log: logger, mux: http.NewServeMux(), metrics: newMetrics()}
 	s.drainCtx, s.drain = context.WithCancel(context.Background())
+	s.registerConnMetrics()
 
 	s.route("POST", "/api/v1/configure", AccessReadWrite, s.handleConfigure)
 	s.route("DELETE", "/api/v1/resources/queues/{queue}", AccessAdmin, s.handleDeleteQueue)
@@ -170,9 +198,9 @@ func New(b Broker, cfg Config, logger hclog.Logger) *Server {
 	s.route("POST", "/api/v1/consumer-groups/{group}/queues/{queue}/seek", AccessReadWrite, s.handleSeek)
 	s.route("GET", "/health", AccessPublic, s.handleHealth)
 
-	// instrument is outermost so panics (answered 500 by recoverPanics) and
+	// bodyDeadline bounds the body's arrival (conn.go). instrument is next so panics (answered 500 by recoverPanics) and
 	// preflights are observed too.
-	s.handler = s.instrument(s.recoverPanics(s.cors(http.HandlerFunc(s.dispatch))))
+	s.handler = s.bodyDeadline(s.instrument(s.recoverPanics(s.cors(http.HandlerFunc(s.dispatch)))))
 	return s
 }
 

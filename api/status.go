@@ -18,6 +18,7 @@ func (s *Server) StatusHandler(src StatusSource, httpAddr string) http.Handler {
 		st := src.Status(s.cfg.Version, httpAddr, s.cfg.Tenant)
 		// This request is itself in flight; report the others.
 		st.Requests.InFlight = max(s.metrics.inflight.Load()-1, 0)
+		st.HTTP = s.ConnStatus()
 		var buf bytes.Buffer
 		enc := json.NewEncoder(&buf)
 		enc.SetEscapeHTML(false)

@@ -99,24 +99,25 @@ func (s *Server) handleTransaction(w http.ResponseWriter, r *http.Request, sub *
 // parseTransaction returns a *reqError for a malformed request (400/413)
 // and a *txFailure for an invalid operation.
 func (s *Server) parseTransaction(body object) ([]broker.TxOp, []string, error) {
-	raws, ok, err := body.array("operations")
+	var tm *tooManyError
+	raws, ok, err := body.array("operations", s.cfg.MaxTxOps)
+	if errors.As(err, &tm) {
+		return nil, nil, tooLarge(fmt.Sprintf("too many operations: %d (max %d per transaction)", tm.n, tm.max))
+	}
 	if err != nil || !ok {
 		return nil, nil, badRequest("operations array required")
 	}
 	if len(raws) == 0 {
 		return nil, nil, badRequest("operations array cannot be empty")
 	}
-	if len(raws) > s.cfg.MaxTxOps {
-		return nil, nil, tooLarge(fmt.Sprintf("too many operations: %d (max %d per transaction)", len(raws), s.cfg.MaxTxOps))
-	}
 
 	var leases []string
-	leaseRaws, _, err := body.array("requiredLeases")
+	leaseRaws, _, err := body.array("requiredLeases", s.cfg.MaxTxOps)
+	if errors.As(err, &tm) {
+		return nil, nil, tooLarge(fmt.Sprintf("too many requiredLeases: %d (max %d)", tm.n, tm.max))
+	}
 	if err != nil {
 		return nil, nil, badRequest("requiredLeases must be an array of strings")
-	}
-	if len(leaseRaws) > s.cfg.MaxTxOps {
-		return nil, nil, tooLarge(fmt.Sprintf("too many requiredLeases: %d (max %d)", len(leaseRaws), s.cfg.MaxTxOps))
 	}
 	for _, lr := range leaseRaws {
 		var id string
@@ -149,14 +150,14 @@ func (s *Server) parseTransaction(body object) ([]broker.TxOp, []string, error) 
 			}
 			ops = append(ops, broker.TxOp{Type: "ack", Ack: it})
 		case "push":
-			items, ok, err := o.array("items")
+			items, ok, err := o.array("items", s.cfg.MaxPushItems-pushed)
+			if errors.As(err, &tm) {
+				return nil, nil, tooLarge(fmt.Sprintf("too many pushed items (max %d per transaction)", s.cfg.MaxPushItems))
+			}
 			if err != nil || !ok {
 				return nil, nil, &txFailure{fmt.Sprintf("operation %d: items array is required", i)}
 			}
 			pushed += len(items)
-			if pushed > s.cfg.MaxPushItems {
-				return nil, nil, tooLarge(fmt.Sprintf("too many pushed items (max %d per transaction)", s.cfg.MaxPushItems))
-			}
 			parsed, err := parsePushItems(items)
 			if err != nil {
 				return nil, nil, &txFailure{fmt.Sprintf("operation %d: %v", i, err)}

@@ -74,7 +74,7 @@ func New(ctx context.Context, cfg Config, log hclog.Logger) (*Broker, error) {
 		if err == nil {
 			break
 		}
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || errors.Is(err, pg.ErrBadURL) {
 			return nil, fmt.Errorf("connect to PostgreSQL: %w", err)
 		}
 		log.Warn("PostgreSQL not ready, retrying", "error", err, "in", backoff)

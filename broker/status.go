@@ -24,6 +24,7 @@ type Status struct {
 	Mesh     MeshStatus     `json:"mesh"`
 	PG       PGStatus       `json:"pg"`
 	Requests RequestsStatus `json:"requests"`
+	HTTP     HTTPStatus     `json:"http"` // filled by the HTTP layer
 }
 
 // NodeStatus identifies the node.
@@ -170,4 +171,13 @@ func ringStats(in []hotlist.RingStat) []RingStat {
 		out[i] = RingStat{Tenant: r.Tenant, Queue: r.Queue, Group: r.Group, Ready: r.Ready, Wheel: r.Wheel, Inflight: r.Inflight}
 	}
 	return out
+}
+
+// HTTPStatus reports the HTTP layer's client connections (api/conn.go).
+type HTTPStatus struct {
+	OpenConns    int64 `json:"open_conns"`    // client connections open now
+	MaxConns     int   `json:"max_conns"`     // QUEEN_HTTP_MAX_CONNS
+	ConnsRefused int64 `json:"conns_refused"` // connections beyond max_conns, answered 503 and closed
+	BodyTimeouts int64 `json:"body_timeouts"` // requests cut (408) because their body was slower than QUEEN_HTTP_BODY_TIMEOUT_MS
+	AcceptErrors int64 `json:"accept_errors"` // failed accepts, e.g. out of file descriptors
 }

@@ -45,7 +45,7 @@ type DB struct {
 func Open(ctx context.Context, url string, maxConns int32, log hclog.Logger) (*DB, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		return nil, fmt.Errorf("parse PostgreSQL URL: %w", err)
+		return nil, fmt.Errorf("parse PostgreSQL URL: %w", &badURLError{reason: parseReason(err)})
 	}
 	if maxConns > 0 {
 		cfg.MaxConns = maxConns

@@ -15,8 +15,10 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"queen-node/api"
 	"queen-node/broker"
 	"queen-node/mesh"
+	"queen-node/pg"
 )
 
 // Config is everything the binary reads from QUEEN_* variables and flags.
@@ -27,8 +29,17 @@ type Config struct {
 	LogLevel  hclog.Level // QUEEN_LOG_LEVEL, default info
 	LogJSON   bool        // QUEEN_LOG_JSON, default false
 
+	HTTP   HTTPLimits
 	Broker broker.Config // PGURL, NodeName, pool, pop back-off, hot-list, log report
 	Mesh   MeshConfig
+}
+
+// HTTPLimits bound what one client connection can hold (docs/operations.md, "Limits").
+type HTTPLimits struct {
+	ReadHeaderTimeout time.Duration // QUEEN_HTTP_READ_HEADER_TIMEOUT_MS, default 10 s
+	BodyTimeout       time.Duration // QUEEN_HTTP_BODY_TIMEOUT_MS, default 30 s (from the end of the headers)
+	IdleTimeout       time.Duration // QUEEN_HTTP_IDLE_TIMEOUT_MS, default 120 s (keep-alive)
+	MaxConns          int           // QUEEN_HTTP_MAX_CONNS, default 4096 (beyond: 503 and close)
 }
 
 // MeshConfig is parsed and validated now so bad settings fail at start;
@@ -66,9 +77,29 @@ type setting struct {
 func settings() []setting {
 	return []setting{
 		{env: "QUEEN_PG_URL", flag: "pg-url", usage: "PostgreSQL connection URL (empty = libpq PG* variables)", secret: true,
-			apply: func(c *Config, v string) error { c.Broker.PGURL = v; return nil }},
+			apply: func(c *Config, v string) error {
+				c.Broker.PGURL = v
+				// Checked here: the broker retries a database that is down,
+				// and would retry an unparseable string forever.
+				if err := pg.CheckURL(v); err != nil {
+					return fmt.Errorf("want a postgres:// URL or key=value connection string (%v)", err)
+				}
+				return nil
+			}},
 		{env: "QUEEN_HTTP_ADDR", flag: "http-addr", def: ":6632", usage: "HTTP listen address",
 			apply: func(c *Config, v string) error { c.HTTPAddr = v; return checkAddr(v, false) }},
+		{env: "QUEEN_HTTP_READ_HEADER_TIMEOUT_MS", flag: "http-read-header-timeout-ms", def: ms(api.DefaultReadHeaderTimeout), usage: "time a client has to send a request's line and headers",
+			apply: func(c *Config, v string) error { return durationMS(v, &c.HTTP.ReadHeaderTimeout, 100, 600000) }},
+		{env: "QUEEN_HTTP_BODY_TIMEOUT_MS", flag: "http-body-timeout-ms", def: ms(api.DefaultBodyTimeout), usage: "time a client has to send a request body, after its headers (408 past it)",
+			apply: func(c *Config, v string) error { return durationMS(v, &c.HTTP.BodyTimeout, 100, 3600000) }},
+		{env: "QUEEN_HTTP_IDLE_TIMEOUT_MS", flag: "http-idle-timeout-ms", def: ms(api.DefaultIdleTimeout), usage: "how long an idle keep-alive connection stays open",
+			apply: func(c *Config, v string) error { return durationMS(v, &c.HTTP.IdleTimeout, 100, 3600000) }},
+		{env: "QUEEN_HTTP_MAX_CONNS", flag: "http-max-conns", def: strconv.Itoa(api.DefaultMaxConns), usage: "open client connections; a new one beyond gets 503 and is closed",
+			apply: func(c *Config, v string) error {
+				var err error
+				c.HTTP.MaxConns, err = intIn(v, 1, 1000000)
+				return err
+			}},
 		{env: "QUEEN_NODE_NAME", flag: "node-name", usage: "unique node name in the mesh (default: host name)",
 			apply: func(c *Config, v string) error {
 				c.Broker.NodeName = v

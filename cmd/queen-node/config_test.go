@@ -31,6 +31,9 @@ func TestLoadConfigDefaults(t *testing.T) {
 	if cfg.HTTPAddr != ":6632" || cfg.Tenant != "default" || cfg.PprofAddr != "" || cfg.LogLevel != hclog.Info || cfg.LogJSON {
 		t.Fatalf("%+v", cfg)
 	}
+	if cfg.HTTP != (HTTPLimits{ReadHeaderTimeout: 10 * time.Second, BodyTimeout: 30 * time.Second, IdleTimeout: 120 * time.Second, MaxConns: 4096}) {
+		t.Fatalf("http %+v", cfg.HTTP)
+	}
 	m := cfg.Mesh
 	if !m.Enabled || m.Bind != "0.0.0.0:7946" || m.Advertise != "" || m.Join != nil || m.Secret != nil ||
 		m.FlushInterval != 20*time.Millisecond || m.HintCap != 200000 || m.DropRate != 0 {
@@ -132,6 +135,10 @@ func TestLoadConfigErrors(t *testing.T) {
 		{nil, map[string]string{"QUEEN_MESH_HINT_CAP": "0"}, `invalid QUEEN_MESH_HINT_CAP="0": want an integer from 1 to 100000000`},
 		{nil, map[string]string{"QUEEN_MESH_DROP_RATE": "1.5"}, `invalid QUEEN_MESH_DROP_RATE="1.5": want a number from 0 to 1`},
 		{nil, map[string]string{"QUEEN_MESH_DROP_RATE": "NaN"}, `invalid QUEEN_MESH_DROP_RATE="NaN": want a number from 0 to 1`},
+		{nil, map[string]string{"QUEEN_HTTP_READ_HEADER_TIMEOUT_MS": "0"}, `invalid QUEEN_HTTP_READ_HEADER_TIMEOUT_MS="0": want an integer number of milliseconds from 100 to 600000`},
+		{nil, map[string]string{"QUEEN_HTTP_BODY_TIMEOUT_MS": "30s"}, `invalid QUEEN_HTTP_BODY_TIMEOUT_MS="30s": want an integer number of milliseconds from 100 to 3600000`},
+		{nil, map[string]string{"QUEEN_HTTP_IDLE_TIMEOUT_MS": "-5"}, `invalid QUEEN_HTTP_IDLE_TIMEOUT_MS="-5": want an integer number of milliseconds from 100 to 3600000`},
+		{[]string{"-http-max-conns=0"}, nil, `invalid -http-max-conns="0": want an integer from 1 to 1000000`},
 		{[]string{"-no-such-flag"}, nil, `flag provided but not defined: -no-such-flag`},
 		{[]string{"stray"}, nil, `unexpected argument "stray"`},
 	}
@@ -163,6 +170,42 @@ func TestLoadConfigHelp(t *testing.T) {
 	for _, s := range settings() {
 		if !strings.Contains(sb.String(), s.env) || !strings.Contains(sb.String(), "-"+s.flag) {
 			t.Fatalf("usage lacks %s / -%s", s.env, s.flag)
+		}
+	}
+}
+
+// An unparseable QUEEN_PG_URL used to reach broker.New, which retried it
+// forever as if the database were merely down (issue 9, item 12).
+func TestLoadConfigBadPGURL(t *testing.T) {
+	for _, bad := range []string{
+		"postgres://u:hunter2@h:notaport/db",
+		"postgres://u:hunter2@[::1/db",
+		"host=h port=x password=hunter2",
+		"postgres://h/db?connect_timeout=x",
+	} {
+		for _, c := range []struct {
+			args []string
+			env  map[string]string
+			src  string
+		}{
+			{nil, map[string]string{"QUEEN_PG_URL": bad}, "QUEEN_PG_URL"},
+			{[]string{"-pg-url", bad}, nil, "-pg-url"},
+		} {
+			_, err := loadConfig(c.args, envOf(c.env))
+			if err == nil {
+				t.Errorf("%s=%q accepted", c.src, bad)
+				continue
+			}
+			msg := err.Error()
+			if !strings.HasPrefix(msg, "invalid "+c.src+": want a postgres:// URL or key=value connection string") ||
+				strings.Contains(msg, "\n") || strings.Contains(msg, "hunter2") {
+				t.Errorf("%s=%q: error %q", c.src, bad, msg)
+			}
+		}
+	}
+	for _, good := range []string{"", "postgres://u:p@h:5432/db?sslmode=disable", "host=h port=5432 dbname=q"} {
+		if _, err := loadConfig(nil, envOf(map[string]string{"QUEEN_PG_URL": good})); err != nil {
+			t.Errorf("%q refused: %v", good, err)
 		}
 	}
 }

@@ -117,6 +117,8 @@ func runNode(cfg Config, logger hclog.Logger) error {
 	acfg := api.DefaultConfig()
 	acfg.Tenant = cfg.Tenant
 	acfg.Version = version
+	acfg.ReadHeaderTimeout, acfg.BodyTimeout = cfg.HTTP.ReadHeaderTimeout, cfg.HTTP.BodyTimeout
+	acfg.IdleTimeout, acfg.MaxConns = cfg.HTTP.IdleTimeout, cfg.HTTP.MaxConns
 	srv := api.New(b, acfg, logger.Named("api"))
 	// The same address peers learn from membership metadata, so /status
 	// and `queen-node status --cluster` agree on where each node is.
@@ -126,20 +128,16 @@ func runNode(cfg Config, logger hclog.Logger) error {
 	srv.Handle("GET /metrics", metricsHandler)
 	srv.Handle("GET /metrics/prometheus", metricsHandler) // the path some Queen dashboards scrape
 
-	httpSrv := &http.Server{
-		Handler:           srv.Handler(),
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		// No ReadTimeout/WriteTimeout: long-polls legitimately hold a
-		// request for up to the pop timeout.
-		ErrorLog: logger.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
-	}
+	// Header, body and idle timeouts and the connection cap (api/conn.go);
+	// no ReadTimeout/WriteTimeout: long-polls legitimately hold a request
+	// for up to the pop timeout.
+	httpSrv := srv.HTTPServer()
 	// Parked long-polls answer 204 as soon as shutdown starts instead of
 	// holding the grace period for their whole timeout.
 	httpSrv.RegisterOnShutdown(srv.Drain)
 
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- httpSrv.Serve(ln) }()
+	go func() { serveErr <- httpSrv.Serve(srv.Listener(ln)) }()
 
 	if cfg.PprofAddr != "" {
 		pp := startPprof(cfg.PprofAddr, logger.Named("pprof"))

@@ -1,0 +1,247 @@
+package api
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"queen-node/broker"
+)
+
+// Connection limits (docs/operations.md, "Limits"). net/http's ReadTimeout
+// cannot serve as the body timeout: it stays armed while the handler runs,
+// and its expiry cancels the request context, which would end every
+// long-poll (no body, a long wait) at the same moment. So the body gets its
+// own deadline, set when a request with a body starts and cleared once the
+// body is read; WriteTimeout stays unset for the same reason.
+
+// connStats are the connection counters of /status and /metrics.
+type connStats struct {
+	open         atomic.Int64 // client connections open now
+	refused      atomic.Int64 // connections answered 503 (or closed) beyond MaxConns
+	bodyTimeouts atomic.Int64 // requests cut because their body did not arrive within BodyTimeout
+	acceptErrors atomic.Int64 // failed accepts (descriptor exhaustion and the like)
+}
+
+// ConnStatus reports the connection counters (the "http" section of /status).
+func (s *Server) ConnStatus() broker.HTTPStatus {
+	return broker.HTTPStatus{OpenConns: s.conns.open.Load(), MaxConns: s.cfg.MaxConns, ConnsRefused: s.conns.refused.Load(),
+		BodyTimeouts: s.conns.bodyTimeouts.Load(), AcceptErrors: s.conns.acceptErrors.Load()}
+}
+
+// registerConnMetrics exports the connection counters on /metrics.
+func (s *Server) registerConnMetrics() {
+	gauge := func(name, help string, f func() float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
+	}
+	counter := func(name, help string, v *atomic.Int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(v.Load()) })
+	}
+	s.metrics.reg.MustRegister(
+		gauge("queen_http_connections_open", "Client connections open now.", func() float64 { return float64(s.conns.open.Load()) }),
+		gauge("queen_http_connections_max", "Cap of open client connections (QUEEN_HTTP_MAX_CONNS).", func() float64 { return float64(s.cfg.MaxConns) }),
+		counter("queen_http_connections_refused_total", "Connections beyond the cap, answered 503 and closed.", &s.conns.refused),
+		counter("queen_http_body_timeouts_total", "Requests cut with 408 because their body did not arrive in time.", &s.conns.bodyTimeouts),
+		counter("queen_http_accept_errors_total", "Failed accepts of client connections, e.g. out of file descriptors.", &s.conns.acceptErrors),
+	)
+}
+
+// HTTPServer returns an http.Server for Handler with the header and idle
+// timeouts of Config; serve it on Listener(ln) so MaxConns applies too.
+// The body timeout is part of Handler itself.
+func (s *Server) HTTPServer() *http.Server {
+	return &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
+		IdleTimeout:       s.cfg.IdleTimeout,
+		ErrorLog:          s.log.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
+	}
+}
+
+// errBodyTimeout is what a request body read returns past BodyTimeout.
+var errBodyTimeout = errors.New("request body timeout")
+
+// bodyDeadline arms BodyTimeout for requests that carry a body. Without a
+// connection to set deadlines on (httptest recorders) it does nothing.
+func (s *Server) bodyDeadline(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body == nil || r.Body == http.NoBody {
+			next.ServeHTTP(w, r)
+			return
+		}
+		rc := http.NewResponseController(w)
+		if err := rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout)); err != nil {
+			next.ServeHTTP(w, r)
+			return
+		}
+		r.Body = &deadlineBody{ReadCloser: r.Body, rc: rc, s: s}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// deadlineBody clears the read deadline once the body is read: net/http's
+// background read, which notices a client that leaves, starts then, and a
+// deadline left armed would cancel a slow broker call that follows.
+type deadlineBody struct {
+	io.ReadCloser
+	rc       *http.ResponseController
+	s        *Server
+	finished bool
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	switch {
+	case err == nil || b.finished:
+	case errors.Is(err, io.EOF):
+		b.finished = true
+		_ = b.rc.SetReadDeadline(time.Time{})
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		b.finished = true
+		b.s.conns.bodyTimeouts.Add(1)
+		return n, errBodyTimeout
+	}
+	return n, err
+}
+
+// Listener wraps ln: at most MaxConns client connections are open at once;
+// a connection beyond gets a 503 with a JSON error and is closed, so the
+// client learns why at once instead of waiting in the accept backlog.
+// Failed accepts (EMFILE when descriptors run out) are retried with a
+// back-off and logged as errors, at most one line per acceptLogEvery.
+func (s *Server) Listener(ln net.Listener) net.Listener {
+	return &capListener{Listener: ln, s: s, log: s.log.Named("http"), refusing: make(chan struct{}, maxRefusing)}
+}
+
+const (
+	maxRefusing    = 64               // refusals answered at once; beyond, a refused connection is just closed
+	refuseLinger   = time.Second      // how long a refusal waits for the request and the client's close
+	acceptLogEvery = 10 * time.Second // at most one accept-error line per this interval
+	acceptBackoff  = time.Second      // cap of the retry delay after a failed accept
+)
+
+type capListener struct {
+	net.Listener
+	s        *Server
+	log      hclog.Logger
+	refusing chan struct{} // semaphore of refusals in progress
+
+	mu         sync.Mutex
+	lastLog    time.Time
+	suppressed int64
+}
+
+func (l *capListener) Accept() (net.Conn, error) {
+	var delay time.Duration
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			if !retryableAccept(err) {
+				return nil, err
+			}
+			l.s.conns.acceptErrors.Add(1)
+			l.logAcceptError(err)
+			delay = min(max(2*delay, 5*time.Millisecond), acceptBackoff)
+			time.Sleep(delay) // nothing to wait on: the kernel frees descriptors silently
+			continue
+		}
+		delay = 0
+		if l.s.conns.open.Add(1) > int64(l.s.cfg.MaxConns) {
+			l.s.conns.open.Add(-1)
+			l.s.conns.refused.Add(1)
+			l.refuse(c)
+			continue
+		}
+		return &countedConn{Conn: c, open: &l.s.conns.open}, nil
+	}
+}
+
+// retryableAccept tells the errors after which accepting may work again.
+func retryableAccept(err error) bool {
+	if errors.Is(err, net.ErrClosed) {
+		return false
+	}
+	for _, e := range []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM, syscall.ECONNABORTED} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+func (l *capListener) logAcceptError(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if time.Since(l.lastLog) < acceptLogEvery {
+		l.suppressed++
+		return
+	}
+	l.log.Error("cannot accept connections (out of file descriptors? raise the limit or lower QUEEN_HTTP_MAX_CONNS)",
+		"error", err, "open_conns", l.s.conns.open.Load(), "max_conns", l.s.cfg.MaxConns, "suppressed", l.suppressed)
+	l.lastLog, l.suppressed = time.Now(), 0
+}
+
+// refuse answers a connection beyond the cap. It reads the request head
+// first and lingers for the client's close, so the client reads the answer
+// rather than a connection reset.
+func (l *capListener) refuse(c net.Conn) {
+	select {
+	case l.refusing <- struct{}{}:
+	default:
+		_ = c.Close() // a flood of refusals: spend nothing more on them
+		return
+	}
+	go func() {
+		defer func() { <-l.refusing }()
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(refuseLinger))
+		readHead(c)
+		body := fmt.Sprintf(`{"error":"too many connections (max %d); retry later"}`+"\n", l.s.cfg.MaxConns)
+		resp := "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n" +
+			"Retry-After: 1\r\nAccess-Control-Allow-Origin: *\r\n" +
+			fmt.Sprintf("Content-Length: %d\r\n\r\n", len(body)) + body
+		if _, err := io.WriteString(c, resp); err != nil {
+			return
+		}
+		if tc, ok := c.(interface{ CloseWrite() error }); ok {
+			_ = tc.CloseWrite()
+		}
+		_, _ = io.Copy(io.Discard, io.LimitReader(c, 64<<10))
+	}()
+}
+
+// readHead reads until the end of a request head, 8 KiB or the deadline.
+func readHead(c net.Conn) {
+	buf := make([]byte, 0, 8<<10)
+	for len(buf) < cap(buf) {
+		n, err := c.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if bytes.Contains(buf, []byte("\r\n\r\n")) || err != nil {
+			return
+		}
+	}
+}
+
+// countedConn gives its slot back once, however often it is closed.
+type countedConn struct {
+	net.Conn
+	open *atomic.Int64
+	once sync.Once
+}
+
+func (c *countedConn) Close() error {
+	c.once.Do(func() { c.open.Add(-1) })
+	return c.Conn.Close()
+}
