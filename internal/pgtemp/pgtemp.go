@@ -279,8 +279,24 @@ func (s *Server) StartAgain(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.StartTimeout)
 	defer cancel()
-	if err := s.startLocked(ctx); err != nil {
-		return err
+	for {
+		err := s.startLocked(ctx)
+		if err == nil {
+			break
+		}
+		// After a kill, the kernel may still count an exiting backend as
+		// attached to the old shared memory block for a moment on a loaded
+		// machine, and postgres refuses to start: try again until the
+		// deadline.
+		if !strings.Contains(err.Error(), "pre-existing shared memory block") || ctx.Err() != nil {
+			return err
+		}
+		s.log.Debug("old shared memory still attached, starting again", "err", err)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 	s.log.Info("postgres restarted", "pid", s.proc.cmd.Process.Pid, "port", s.port)
 	return nil
