@@ -104,19 +104,21 @@ func Run(ctx context.Context, cfg Config, progress func(Progress)) (*Result, err
 	hard, cancelHard := context.WithCancel(ctx)
 	defer cancelHard()
 
+	// Each group's pops end when that group has everything (gcancel);
+	// acks run under hard, so a popped batch is acked even then.
 	var consumers sync.WaitGroup
+	var endGroups []context.CancelFunc
 	for gi, g := range groups {
 		gctx, gcancel := context.WithCancel(hard)
-		var once sync.Once
-		done := func() { once.Do(gcancel) }
+		endGroups = append(endGroups, gcancel)
+		defer gcancel()
 		for k := range cfg.Consumers {
 			consumers.Add(1)
 			go func() {
 				defer consumers.Done()
-				r.consumer(gctx, hard, gi*cfg.Consumers+k, g, done)
+				r.consumer(gctx, hard, gi*cfg.Consumers+k, g, gcancel)
 			}()
 		}
-		defer gcancel()
 	}
 
 	stopProgress := make(chan struct{})
@@ -163,14 +165,10 @@ wait:
 		case <-waitDone:
 			break wait
 		case <-tick.C:
-			all := true
-			for _, g := range groups {
-				if !r.check.Complete(g) {
-					all = false
+			for i, g := range groups {
+				if r.check.Complete(g) {
+					endGroups[i]()
 				}
-			}
-			if all {
-				cancelHard()
 			}
 		}
 	}

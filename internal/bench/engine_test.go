@@ -49,6 +49,9 @@ func TestSmokeRun(t *testing.T) {
 			t.Fatalf("group %s: %+v, pushed %d", g, gr, res.Pushed)
 		}
 	}
+	if res.Check.Unacked != 0 {
+		t.Fatalf("%d delivered messages never acked", res.Check.Unacked)
+	}
 	if res.Delivered != 2*res.Pushed || res.Acked < res.Delivered {
 		t.Fatalf("delivered %d, acked %d, want both >= %d", res.Delivered, res.Acked, 2*res.Pushed)
 	}
