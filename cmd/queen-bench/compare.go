@@ -97,10 +97,18 @@ func cell(v float64, ok bool) string {
 	if !ok {
 		return "-"
 	}
-	if v == float64(int64(v)) && v < 1e15 && v > -1e15 {
-		return num(v)
+	abs := v
+	if abs < 0 {
+		abs = -abs
 	}
-	return fmt.Sprintf("%.3g", v)
+	switch {
+	case abs >= 100 || v == float64(int64(v)):
+		return num(v)
+	case abs >= 1:
+		return fmt.Sprintf("%.2f", v)
+	default:
+		return fmt.Sprintf("%.3g", v)
+	}
 }
 
 // loadFlat reads a --json file and flattens its numbers to dotted paths;
