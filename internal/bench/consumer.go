@@ -1,0 +1,196 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// emptyPause is how long a consumer without long-poll waits after an empty
+// pop before the next, so wait=false does not spin on an idle queue.
+const emptyPause = 10 * time.Millisecond
+
+type popMsg struct {
+	TransactionID string          `json:"transactionId"`
+	PartitionID   string          `json:"partitionId"`
+	Partition     string          `json:"partition"`
+	LeaseID       string          `json:"leaseId"`
+	Data          json.RawMessage `json:"data"`
+}
+
+type popAnswer struct {
+	Messages []popMsg `json:"messages"`
+}
+
+type ackItem struct {
+	TransactionID string `json:"transactionId"`
+	PartitionID   string `json:"partitionId"`
+	Status        string `json:"status"`
+	LeaseID       string `json:"leaseId,omitempty"`
+}
+
+type ackBody struct {
+	ConsumerGroup   string    `json:"consumerGroup,omitempty"`
+	Acknowledgments []ackItem `json:"acknowledgments"`
+}
+
+type ackResult struct {
+	Success bool   `json:"success"`
+	Error   string `json:"error"`
+}
+
+// popURL builds the wildcard pop request of the run for group.
+func popURL(cfg *Config, base, group string) string {
+	q := url.Values{}
+	q.Set("batch", strconv.Itoa(cfg.PopBatch))
+	if cfg.Wait {
+		q.Set("wait", "true")
+		q.Set("timeout", strconv.FormatInt(cfg.PollTimeout.Milliseconds(), 10))
+	} else {
+		q.Set("wait", "false")
+	}
+	if group != QueueMode {
+		q.Set("consumerGroup", group)
+	}
+	if cfg.AutoAck {
+		q.Set("autoAck", "true")
+	}
+	if cfg.PopPartitions > 1 {
+		q.Set("partitions", strconv.Itoa(cfg.PopPartitions))
+	}
+	return base + "/api/v1/pop/queue/" + url.PathEscape(cfg.Queue) + "?" + q.Encode()
+}
+
+// partitionIndex parses "p<N>"; -1 for anything else.
+func partitionIndex(name string) int {
+	n, err := strconv.Atoi(strings.TrimPrefix(name, "p"))
+	if err != nil || !strings.HasPrefix(name, "p") {
+		return -1
+	}
+	return n
+}
+
+// consumer pops for group until ctx ends (the run's end, or the group has
+// received everything after the producers stopped). Acks run under ackCtx,
+// which outlives ctx, so a batch already popped is still acked when
+// another consumer of the group ends the group.
+func (r *runner) consumer(ctx, ackCtx context.Context, idx int, group string, done func()) {
+	cfg := &r.cfg
+	base := cfg.Nodes[idx%len(cfg.Nodes)]
+	c := newClient(cfg.PollTimeout + 30*time.Second)
+	purl := popURL(cfg, base, group)
+	aurl := base + "/api/v1/ack/batch"
+	for ctx.Err() == nil {
+		r.cnt.pops.Add(1)
+		code, body, err := do(ctx, c, http.MethodGet, purl, nil)
+		if ctx.Err() != nil {
+			return
+		}
+		if code != 0 {
+			r.errs.statusCode(code)
+		}
+		if err != nil {
+			if code >= 500 {
+				r.cnt.serverError.Add(1)
+			}
+			r.errs.add("pop: "+classify(err), err.Error())
+			time.Sleep(100 * time.Millisecond) // do not hammer a failing node
+			continue
+		}
+		if code == http.StatusNoContent {
+			r.cnt.emptyPops.Add(1)
+			if !cfg.Wait {
+				time.Sleep(emptyPause)
+			}
+			continue
+		}
+		var ans popAnswer
+		if err := json.Unmarshal(body, &ans); err != nil {
+			r.errs.add("pop: bad answer", fmt.Sprintf("%v: %.200s", err, body))
+			continue
+		}
+		now := time.Now()
+		batch := make([]Delivery, len(ans.Messages))
+		stamps := make([]int64, len(ans.Messages))
+		for i, m := range ans.Messages {
+			p, err := parsePayload(m.Data)
+			if err != nil {
+				r.errs.add("pop: foreign payload", err.Error())
+				batch[i] = Delivery{Producer: -1, Seq: -1, Partition: -1}
+				continue
+			}
+			batch[i] = Delivery{Producer: p.P, Seq: p.S, Partition: partitionIndex(m.Partition)}
+			stamps[i] = p.T
+		}
+		// Record before acking: the next batch of a partition can only be
+		// popped after this ack (see Checker).
+		first := r.check.Delivered(group, batch)
+		r.cnt.delivered.Add(int64(len(batch)))
+		r.lastDelivery.Store(now.UnixNano())
+		for i, f := range first {
+			if f {
+				r.lat.record(now.Sub(time.Unix(0, stamps[i])))
+			}
+		}
+		if !cfg.AutoAck && len(ans.Messages) > 0 {
+			r.ack(ackCtx, c, aurl, group, ans.Messages, batch)
+		}
+		if r.producersDone.Load() && r.check.Complete(group) {
+			done()
+			return
+		}
+	}
+}
+
+// ack sends one ack/batch for a popped batch and records each item's
+// outcome.
+func (r *runner) ack(ctx context.Context, c *http.Client, aurl, group string, msgs []popMsg, batch []Delivery) {
+	b := ackBody{Acknowledgments: make([]ackItem, len(msgs))}
+	if group != QueueMode {
+		b.ConsumerGroup = group
+	}
+	for i, m := range msgs {
+		b.Acknowledgments[i] = ackItem{TransactionID: m.TransactionID, PartitionID: m.PartitionID, Status: "completed", LeaseID: m.LeaseID}
+	}
+	body, err := json.Marshal(b)
+	if err != nil {
+		r.errs.add("ack: encode", err.Error())
+		return
+	}
+	r.cnt.ackReqs.Add(1)
+	code, resp, err := do(ctx, c, http.MethodPost, aurl, body)
+	if code != 0 {
+		r.errs.statusCode(code)
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return
+		}
+		if code >= 500 {
+			r.cnt.serverError.Add(1)
+		}
+		r.cnt.ackFailed.Add(int64(len(msgs)))
+		r.errs.add("ack: "+classify(err), err.Error())
+		return
+	}
+	var res []ackResult
+	if err := json.Unmarshal(resp, &res); err != nil || len(res) != len(msgs) {
+		r.cnt.ackFailed.Add(int64(len(msgs)))
+		r.errs.add("ack: bad answer", fmt.Sprintf("%.200s", resp))
+		return
+	}
+	for i, a := range res {
+		if a.Success {
+			r.cnt.acked.Add(1)
+			r.check.Acked(group, batch[i].Producer, batch[i].Seq)
+		} else {
+			r.cnt.ackFailed.Add(1)
+			r.errs.add("ack: item "+a.Error, "")
+		}
+	}
+}

@@ -1,0 +1,91 @@
+package bench
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"queen-node/internal/nodetest"
+	"queen-node/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// TestSmokeRun is the CI smoke of queen-bench (docs/benchmarks.md): a real
+// in-process node, ~3 s of 2 producers at 1,500 msgs/s (open loop), 2 consumers in each of 2 groups, 20
+// partitions, long-poll pops with batch acks, and the delivery check.
+func TestSmokeRun(t *testing.T) {
+	node := nodetest.Start(t)
+	cfg := DefaultConfig(node.URL)
+	cfg.Producers = 2
+	cfg.Consumers = 2
+	cfg.Groups = 2
+	cfg.Partitions = 20
+	cfg.PushBatch = 20
+	cfg.PopBatch = 50
+	cfg.Duration = 3 * time.Second
+	cfg.Drain = 20 * time.Second
+	cfg.PollTimeout = 500 * time.Millisecond
+	cfg.Setup = true
+	cfg.Rate = 1500 // open loop: keeps the smoke light on CI's 2 cores
+	var ticks int
+	res, err := Run(context.Background(), cfg, func(Progress) { ticks++ })
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	t.Logf("pushed %d (%.0f/s), delivered %d (%.0f/s), acked %d, p50 %.1f ms, p99 %.1f ms, errors %v",
+		res.Pushed, res.PushedPerSec, res.Delivered, res.DeliveredPerSec, res.Acked, res.Latency.P50, res.Latency.P99, res.Errors)
+	if !res.OK {
+		t.Fatalf("run not OK: check %+v, 5xx %d, errors %v %v", res.Check, res.ServerErrors, res.Errors, res.ErrorSamples)
+	}
+	if res.Pushed == 0 || res.Check.Queued != res.Pushed {
+		t.Fatalf("pushed %d, checker queued %d", res.Pushed, res.Check.Queued)
+	}
+	if len(res.Check.Groups) != 2 {
+		t.Fatalf("checked %d groups, want 2", len(res.Check.Groups))
+	}
+	for g, gr := range res.Check.Groups {
+		if gr.Delivered != res.Pushed || gr.Lost != 0 || gr.Duplicates != 0 || gr.OutOfOrder != 0 {
+			t.Fatalf("group %s: %+v, pushed %d", g, gr, res.Pushed)
+		}
+	}
+	if res.Check.Unacked != 0 {
+		t.Fatalf("%d delivered messages never acked", res.Check.Unacked)
+	}
+	if res.Delivered != 2*res.Pushed || res.Acked < res.Delivered {
+		t.Fatalf("delivered %d, acked %d, want both >= %d", res.Delivered, res.Acked, 2*res.Pushed)
+	}
+	if res.Latency.Count != res.Delivered || res.Latency.P50 <= 0 {
+		t.Fatalf("latency %+v for %d deliveries", res.Latency, res.Delivered)
+	}
+	if ticks == 0 {
+		t.Fatal("progress was never called")
+	}
+	if node := res.CPU[1]; node.Error != "" || node.Seconds <= 0 {
+		t.Fatalf("node CPU: %+v", node)
+	}
+}
+
+// TestSmokeQueueModeAutoAck runs queue mode with autoAck and a message
+// count instead of a duration.
+func TestSmokeQueueModeAutoAck(t *testing.T) {
+	node := nodetest.Start(t)
+	cfg := DefaultConfig(node.URL)
+	cfg.Producers = 2
+	cfg.Consumers = 2
+	cfg.Partitions = 5
+	cfg.PushBatch = 10
+	cfg.PopBatch = 10
+	cfg.Messages = 503
+	cfg.AutoAck = true
+	cfg.Wait = false
+	cfg.Drain = 20 * time.Second
+	res, err := Run(context.Background(), cfg, nil)
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if !res.OK || res.Pushed != 503 || res.Delivered != 503 || res.AckRequests != 0 {
+		t.Fatalf("want 503 pushed and delivered without acks, got OK=%v pushed %d delivered %d acks %d check %+v errors %v",
+			res.OK, res.Pushed, res.Delivered, res.AckRequests, res.Check, res.ErrorSamples)
+	}
+}

@@ -1,0 +1,42 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+)
+
+// Payload is what every message carries: who pushed it, its sequence number
+// in that producer's stream, and the time the latency is measured from (the
+// scheduled send time in open loop, the send time otherwise; Unix ns).
+type Payload struct {
+	P int   `json:"p"`
+	S int64 `json:"s"`
+	T int64 `json:"t"`
+}
+
+// appendPayload appends the message's JSON to buf, padded with an "x"
+// string so the object is about size bytes.
+func appendPayload(buf []byte, p int, s, t int64, size int) []byte {
+	start := len(buf)
+	buf = append(buf, `{"p":`...)
+	buf = strconv.AppendInt(buf, int64(p), 10)
+	buf = append(buf, `,"s":`...)
+	buf = strconv.AppendInt(buf, s, 10)
+	buf = append(buf, `,"t":`...)
+	buf = strconv.AppendInt(buf, t, 10)
+	buf = append(buf, `,"x":"`...)
+	for pad := size - (len(buf) - start) - 2; pad > 0; pad-- {
+		buf = append(buf, 'x')
+	}
+	return append(buf, `"}`...)
+}
+
+// parsePayload decodes a delivered message's data.
+func parsePayload(data []byte) (Payload, error) {
+	var p Payload
+	if err := json.Unmarshal(data, &p); err != nil {
+		return p, fmt.Errorf("payload %.40q: %w", data, err)
+	}
+	return p, nil
+}
