@@ -48,6 +48,15 @@ func Partitions(rows []PushRow) []QueuePartition {
 	return dedupParts(parts)
 }
 
+// queueOnly keeps the queue names of parts (for dedupParts).
+func queueOnly(parts []QueuePartition) []QueuePartition {
+	out := make([]QueuePartition, len(parts))
+	for i, p := range parts {
+		out[i] = QueuePartition{Queue: p.Queue}
+	}
+	return out
+}
+
 func dedupParts(parts []QueuePartition) []QueuePartition {
 	seen := make(map[QueuePartition]bool, len(parts))
 	out := make([]QueuePartition, 0, len(parts))
@@ -119,8 +128,8 @@ func splitParts(parts []QueuePartition) (queues, names []string) {
 }
 
 // TxLocks is what a transaction request will touch, locked up front in one
-// global order: consumer rows first (by partition, group), then partitions
-// (by id). Locking per operation instead let two transactions cross.
+// global order: its queue rows (KEY SHARE, by id), consumer rows (by
+// partition, group), then partitions (by id). Locking per operation instead let two transactions cross.
 type TxLocks struct {
 	Leases []string         // required lease ids
 	Acks   []ConsumerKey    // consumer rows its ack operations name
@@ -143,6 +152,10 @@ func (db *DB) InPushTx(ctx context.Context, tenant string, locks TxLocks, fn fun
 	}
 	locks.Parts = dedupParts(locks.Parts)
 	queues, names := splitParts(locks.Parts)
+	var distinctQueues []string
+	for _, p := range dedupParts(queueOnly(locks.Parts)) {
+		distinctQueues = append(distinctQueues, p.Queue)
+	}
 	for round := 0; ; round++ {
 		if len(locks.Parts) > 0 {
 			if err := db.EnsurePartitions(ctx, tenant, locks.Parts); err != nil {
@@ -150,6 +163,22 @@ func (db *DB) InPushTx(ctx context.Context, tenant string, locks TxLocks, fn fun
 			}
 		}
 		err := db.InTxRetry(ctx, func(t *Tx) error {
+			if len(locks.Parts) > 0 {
+				// KEY SHARE on the queue rows keeps their names from being
+				// detached by a delete (pg.DB.DeleteQueue) until we commit,
+				// so every push operation resolves its names to the very
+				// partitions locked below, not to a re-created queue's.
+				var n int
+				err := t.tx.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM queen.queues q
+					WHERE q.tenant = $1 AND q.name = ANY($2) ORDER BY q.id FOR KEY SHARE) x`,
+					tenant, distinctQueues).Scan(&n)
+				if err != nil {
+					return fmt.Errorf("lock queues: %w", err)
+				}
+				if n < len(distinctQueues) {
+					return errMissing
+				}
+			}
 			if len(locks.Leases) > 0 || len(pids) > 0 {
 				if _, err := t.tx.Exec(ctx, `SELECT queen.lock_tx_consumers_v1($1, $2::uuid[], $3)`,
 					locks.Leases, pids, groups); err != nil {
