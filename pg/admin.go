@@ -107,12 +107,15 @@ func (db *DB) DeleteQueue(ctx context.Context, tenant, queue string) (existed bo
 	if qid == "" {
 		return false, nil
 	}
+	start := time.Now()
 	if err := db.waitOlderTransactions(ctx); err != nil {
 		return true, fmt.Errorf("delete queue %s: %w", queue, err)
 	}
+	waited := time.Since(start)
 	if err := db.purgeQueue(ctx, qid); err != nil {
 		return true, fmt.Errorf("delete queue %s: %w", queue, err)
 	}
+	db.log.Debug("queue deleted", "queue", queue, "waited", waited, "purged_in", time.Since(start)-waited)
 	db.purgeLeftovers(ctx)
 	return true, nil
 }

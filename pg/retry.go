@@ -53,6 +53,12 @@ func (db *DB) retry(ctx context.Context, fkRace bool, fn func() error) error {
 			return err
 		}
 		db.retries.Add(1)
+		if db.log != nil {
+			var pgErr *pgconn.PgError
+			errors.As(err, &pgErr)
+			db.log.Debug("retrying after a transient failure", "attempt", attempt, "code", pgErr.Code,
+				"error", pgErr.Message, "detail", pgErr.Detail)
+		}
 		d := time.Duration(attempt)*retryBackoff + rand.N(retryBackoff*time.Duration(attempt))
 		t := time.NewTimer(d)
 		select {
