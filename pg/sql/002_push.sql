@@ -122,9 +122,16 @@ BEGIN
     SELECT count(*) INTO v_want
     FROM (SELECT DISTINCT t.qn, t.pn FROM unnest(p_queues, p_partitions) AS t(qn, pn)) s;
 
-    SELECT array_agg(l.o_qn), array_agg(l.o_pn), array_agg(l.o_pid), array_agg(l.o_base)
+    -- The same statement as queen.lock_partitions_v1, inline so that
+    -- PL/pgSQL caches its plan.
+    SELECT array_agg(l.qn), array_agg(l.pn), array_agg(l.pid), array_agg(l.base)
     INTO v_qns, v_pns, v_pids, v_bases
-    FROM queen.lock_partitions_v1(p_tenant, p_queues, p_partitions) l;
+    FROM (SELECT s.qn, s.pn, p.id AS pid, p.last_offset AS base
+          FROM (SELECT DISTINCT t.qn, t.pn FROM unnest(p_queues, p_partitions) AS t(qn, pn)) s
+          JOIN queen.queues q ON q.tenant = p_tenant AND q.name = s.qn
+          JOIN queen.partitions p ON p.queue_id = q.id AND p.name = s.pn
+          ORDER BY p.id
+          FOR NO KEY UPDATE OF p) l;
 
     IF COALESCE(array_length(v_pids, 1), 0) < v_want THEN
         o_idx := -1; o_status := 'missing';
