@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // QueueConfig is a queue row's configuration.
@@ -280,7 +281,9 @@ func (db *DB) ListDLQ(ctx context.Context, tenant string, f DLQFilter) ([]DLQRow
 // markers when deleteMetadata is set.
 func (db *DB) DeleteConsumerGroup(ctx context.Context, tenant, group, queue string, deleteMetadata bool) (int, error) {
 	var n int
-	err := db.InTx(ctx, func(t *Tx) error {
+	// It deletes consumer rows in no particular order, so it can cross an
+	// ack or pop: a deadlock rolls back the whole transaction, retry it.
+	err := db.InTxRetry(ctx, func(t *Tx) error {
 		tag, err := t.tx.Exec(ctx, `DELETE FROM queen.consumers c
 			USING queen.partitions p, queen.queues q
 			WHERE c.partition_id = p.id AND p.queue_id = q.id AND q.tenant = $1
@@ -307,7 +310,11 @@ func (db *DB) DeleteConsumerGroup(ctx context.Context, tenant, group, queue stri
 // one: to the newest message (toEnd) or to the last message created at or
 // before ts. Leases are released and retry counters reset.
 func (db *DB) Seek(ctx context.Context, tenant, group, queue string, toEnd bool, ts *time.Time) (int, error) {
-	tag, err := db.pool.Exec(ctx, `UPDATE queen.consumers c
+	// One statement that updates consumer rows in no particular order: a
+	// deadlock with an ack rolls it back whole, so retry it.
+	var tag pgconn.CommandTag
+	err := db.retry(ctx, false, func() (err error) {
+		tag, err = db.pool.Exec(ctx, `UPDATE queen.consumers c
 		SET committed_offset = CASE WHEN $4 THEN p.last_offset ELSE
 				COALESCE((SELECT max(m.off) FROM queen.messages m
 				          WHERE m.partition_id = p.id AND m.created_at <= $5), 0) END,
@@ -318,7 +325,9 @@ func (db *DB) Seek(ctx context.Context, tenant, group, queue string, toEnd bool,
 			updated_at = clock_timestamp()
 		FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
 		WHERE c.partition_id = p.id AND q.tenant = $1 AND q.name = $3 AND c.consumer_group = $2`,
-		tenant, group, queue, toEnd, ts)
+			tenant, group, queue, toEnd, ts)
+		return err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("seek %s/%s: %w", group, queue, err)
 	}
