@@ -86,6 +86,11 @@ func parseConfigure(body object) (broker.ConfigureRequest, error) {
 		if len(v) > broker.MaxNameBytes {
 			return req, checkName(f.key, v)
 		}
+		// Empty is allowed, but what is given must be storable as text
+		// (a NUL reached PostgreSQL and answered 500).
+		if !validText(v) {
+			return req, badRequest(f.key + " must be valid UTF-8 without NUL characters")
+		}
 		*f.dst = v
 	}
 	return req, nil

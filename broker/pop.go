@@ -145,7 +145,13 @@ func (b *Broker) sqlPop(ctx context.Context, args pg.PopArgs) (*PopResult, *pg.P
 // rather than left on messages nobody will read (API.md 2.10).
 func (b *Broker) claim(ctx context.Context, args pg.PopArgs) (*pg.PopOutcome, error) {
 	b.stats.PopSQLCalls.Add(1)
-	out, err := b.db.Pop(ctx, args)
+	// A deadlock, or a foreign-key violation from a queue delete racing
+	// this claim, rolled the whole call back: run it again (pg.DB.Retry).
+	var out *pg.PopOutcome
+	err := b.db.Retry(ctx, func() (err error) {
+		out, err = b.db.Pop(ctx, args)
+		return err
+	})
 	if ctx.Err() != nil {
 		if !args.AutoAck && (err != nil || len(out.Messages) > 0) {
 			b.dropLease(args.LeaseID)

@@ -2,7 +2,9 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/google/uuid"
@@ -24,6 +26,11 @@ func (b *Broker) Push(ctx context.Context, tenant string, producerSub *string, i
 		return nil, err
 	}
 	outs, err := b.db.Push(ctx, tenant, rows)
+	if errors.Is(err, pg.ErrQueueDeleted) {
+		// Only when deletes keep removing the queue between our attempts
+		// to re-create it (docs/api.md, "queue delete").
+		return nil, &UserError{Status: http.StatusConflict, Msg: "queue deleted during the push; nothing was stored, retry"}
+	}
 	if err != nil {
 		return nil, wrap(err)
 	}

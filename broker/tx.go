@@ -22,9 +22,30 @@ func (e *txAbort) Error() string { return e.reason }
 func (b *Broker) Transaction(ctx context.Context, tenant string, producerSub *string, ops []TxOp, requiredLeases []string) (TxResult, error) {
 	b.stats.Transactions.Add(1)
 	res := TxResult{TransactionID: uuid.NewString()}
+	// Everything the transaction will lock is known before it starts, so it
+	// is locked up front in one global order (pg.TxLocks) instead of op by
+	// op, which let two transactions cross.
+	locks := pg.TxLocks{Leases: requiredLeases}
+	pushRowsOf := make([][]pg.PushRow, len(ops))
+	for i, op := range ops {
+		switch op.Type {
+		case "ack":
+			r := ackRows([]AckItem{op.Ack})[0]
+			locks.Acks = append(locks.Acks, pg.ConsumerKey{PartitionID: r.PartitionID, Group: r.Group})
+		case "push":
+			rows, err := pushRows(op.Items, producerSub)
+			if err != nil {
+				return TxResult{}, err
+			}
+			pushRowsOf[i] = rows
+			locks.Parts = append(locks.Parts, pg.Partitions(rows)...)
+		}
+	}
 	var pushed []PushResult
 	var acked []pg.AckOutcome
-	err := b.db.InTx(ctx, func(t *pg.Tx) error {
+	err := b.db.InPushTx(ctx, tenant, locks, func(t *pg.Tx) error {
+		// A retry runs this again from the start.
+		res.Results, pushed, acked = nil, nil, nil
 		ok, err := t.CheckLeases(ctx, tenant, requiredLeases)
 		if err != nil {
 			return err
@@ -51,10 +72,7 @@ func (b *Broker) Transaction(ctx context.Context, tenant string, producerSub *st
 				if len(op.Items) == 0 {
 					continue
 				}
-				rows, err := pushRows(op.Items, producerSub)
-				if err != nil {
-					return err
-				}
+				rows := pushRowsOf[i]
 				outs, err := t.Push(ctx, tenant, rows)
 				if err != nil {
 					return err
@@ -76,6 +94,10 @@ func (b *Broker) Transaction(ctx context.Context, tenant string, producerSub *st
 		}
 		return nil
 	})
+	if errors.Is(err, pg.ErrQueueDeleted) {
+		res.Success, res.Error = false, "a queue was deleted during the transaction; nothing was applied"
+		return res, nil
+	}
 	var abort *txAbort
 	if errors.As(err, &abort) {
 		res.Success, res.Error = false, abort.reason

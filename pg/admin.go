@@ -2,10 +2,12 @@ package pg
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // QueueConfig is a queue row's configuration.
@@ -22,7 +24,9 @@ type QueueConfig struct {
 // Configure creates the queue or replaces every option, and makes sure its
 // Default partition exists. It returns the queue and Default partition ids.
 func (db *DB) Configure(ctx context.Context, tenant, queue, defaultPartition string, c QueueConfig) (queueID, partitionID string, err error) {
-	err = db.InTx(ctx, func(t *Tx) error {
+	// A deadlock or a concurrent delete's foreign-key violation rolls the
+	// whole transaction back: running it again is safe.
+	err = db.InTxRetry(ctx, func(t *Tx) error {
 		err := t.tx.QueryRow(ctx, `INSERT INTO queen.queues AS q (id, tenant, name, namespace, task,
 				lease_time, retry_limit, retry_delay, priority, delayed_processing, window_buffer,
 				max_size, ttl, dead_letter_queue, dlq_after_max_retries, retention_seconds,
@@ -66,32 +70,150 @@ func (db *DB) Configure(ctx context.Context, tenant, queue, defaultPartition str
 	return queueID, partitionID, err
 }
 
+// detachedTenant owns the queue rows DeleteQueue has detached and not yet
+// purged. No API request names it: a control character cannot come from
+// the configuration of a real tenant by accident.
+const detachedTenant = "\x01deleted"
+
+// Bounds of DeleteQueue's wait for transactions that may still see the
+// queue under its name.
+const (
+	detachWaitMax  = 2 * time.Second
+	detachWaitPoll = 5 * time.Millisecond
+)
+
 // DeleteQueue deletes a queue with everything below it (partitions,
-// messages, cursors, leases, dead letters, group markers).
+// messages, cursors, leases, dead letters, group markers), in two steps so
+// that it never deadlocks with live traffic (docs/api.md, "queue delete"):
+//
+//  1. Detach: one short statement moves the queue row to detachedTenant.
+//     From its commit on, every request that names the queue sees none and
+//     starts a fresh one (push, configure, pop) or finds nothing (ack, DLQ).
+//  2. Purge, once the transactions that began before the detach have ended
+//     (bounded wait): lock the queue row, its consumer rows, then its
+//     partitions, the order pops and acks take them in, and delete.
 func (db *DB) DeleteQueue(ctx context.Context, tenant, queue string) (existed bool, err error) {
-	err = db.InTx(ctx, func(t *Tx) error {
-		// Deleting the partitions first waits for in-flight pushes (they
-		// hold the partition rows), so the message delete below sees them.
-		rs, err := t.tx.Query(ctx, `DELETE FROM queen.partitions p USING queen.queues q
-			WHERE p.queue_id = q.id AND q.tenant = $1 AND q.name = $2 RETURNING p.id`, tenant, queue)
+	var qid string
+	err = db.retry(ctx, false, func() error {
+		err := db.pool.QueryRow(ctx, `UPDATE queen.queues SET tenant = $3, name = id::text
+			WHERE tenant = $1 AND name = $2 RETURNING id::text`, tenant, queue, detachedTenant).Scan(&qid)
+		if errors.Is(err, pgx.ErrNoRows) {
+			qid, err = "", nil
+		}
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("delete queue %s: detach: %w", queue, err)
+	}
+	if qid == "" {
+		return false, nil
+	}
+	start := time.Now()
+	if err := db.waitOlderTransactions(ctx); err != nil {
+		return true, fmt.Errorf("delete queue %s: %w", queue, err)
+	}
+	waited := time.Since(start)
+	if err := db.purgeQueue(ctx, qid); err != nil {
+		return true, fmt.Errorf("delete queue %s: %w", queue, err)
+	}
+	db.log.Debug("queue deleted", "queue", queue, "waited", waited, "purged_in", time.Since(start)-waited)
+	db.purgeLeftovers(ctx)
+	return true, nil
+}
+
+// purgeLeftovers purges queues detached by a delete that did not finish its
+// purge (an error, a node stopped in between). They are invisible to the
+// API already; this only frees their space.
+func (db *DB) purgeLeftovers(ctx context.Context) {
+	rs, err := db.pool.Query(ctx, `SELECT id::text FROM queen.queues WHERE tenant = $1 LIMIT 10`, detachedTenant)
+	if err != nil {
+		db.log.Warn("purge detached queues", "error", err)
+		return
+	}
+	ids, err := pgx.CollectRows(rs, pgx.RowTo[string])
+	if err != nil {
+		db.log.Warn("purge detached queues", "error", err)
+		return
+	}
+	for _, id := range ids {
+		if err := db.purgeQueue(ctx, id); err != nil {
+			db.log.Warn("purge detached queue", "queue_id", id, "error", err)
+			return
+		}
+	}
+}
+
+// waitOlderTransactions waits until no other transaction of this database
+// that began before now is still running: those may have looked the
+// detached queue up by name and still write under it. Waiting makes the
+// purge meet them as lock holders to wait for rather than as inserts that
+// fail on a vanished row. After detachWaitMax it goes on: a straggler then
+// gets a foreign-key violation, which the retries in this package absorb.
+func (db *DB) waitOlderTransactions(ctx context.Context) error {
+	var since time.Time
+	if err := db.pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&since); err != nil {
+		return fmt.Errorf("wait: %w", err)
+	}
+	deadline := time.Now().Add(detachWaitMax)
+	for {
+		var older bool
+		err := db.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE datname = current_database() AND pid <> pg_backend_pid() AND xact_start < $1)`,
+			since).Scan(&older)
 		if err != nil {
-			return fmt.Errorf("delete queue %s: %w", queue, err)
+			return fmt.Errorf("wait: %w", err)
+		}
+		if !older || time.Now().After(deadline) {
+			return nil
+		}
+		t := time.NewTimer(detachWaitPoll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// purgeQueue deletes a detached queue and everything below it.
+func (db *DB) purgeQueue(ctx context.Context, qid string) error {
+	return db.InTxRetry(ctx, func(t *Tx) error {
+		// The queue row first: no partition or group marker can be added
+		// under it from here on.
+		if _, err := t.tx.Exec(ctx, `SELECT 1 FROM queen.queues WHERE id = $1 FOR UPDATE`, qid); err != nil {
+			return fmt.Errorf("purge: lock queue: %w", err)
+		}
+		if _, err := t.tx.Exec(ctx, `SELECT 1 FROM queen.consumers c
+				JOIN queen.partitions p ON p.id = c.partition_id
+				WHERE p.queue_id = $1
+				ORDER BY c.partition_id, c.consumer_group
+				FOR UPDATE OF c`, qid); err != nil {
+			return fmt.Errorf("purge: lock consumers: %w", err)
+		}
+		// Waits for in-flight pushes (they hold their partition rows), so
+		// the message delete below sees what they appended.
+		rs, err := t.tx.Query(ctx, `SELECT id FROM queen.partitions WHERE queue_id = $1
+			ORDER BY id FOR UPDATE`, qid)
+		if err != nil {
+			return fmt.Errorf("purge: lock partitions: %w", err)
 		}
 		ids, err := pgx.CollectRows(rs, pgx.RowTo[[16]byte])
 		if err != nil {
-			return fmt.Errorf("delete queue %s: %w", queue, err)
+			return fmt.Errorf("purge: lock partitions: %w", err)
 		}
 		if _, err := t.tx.Exec(ctx, `DELETE FROM queen.messages WHERE partition_id = ANY($1)`, ids); err != nil {
-			return fmt.Errorf("delete queue %s messages: %w", queue, err)
+			return fmt.Errorf("purge: messages: %w", err)
 		}
-		tag, err := t.tx.Exec(ctx, `DELETE FROM queen.queues WHERE tenant = $1 AND name = $2`, tenant, queue)
-		if err != nil {
-			return fmt.Errorf("delete queue %s: %w", queue, err)
+		// Cascades to consumers, dead letters and group markers.
+		if _, err := t.tx.Exec(ctx, `DELETE FROM queen.partitions WHERE queue_id = $1`, qid); err != nil {
+			return fmt.Errorf("purge: partitions: %w", err)
 		}
-		existed = tag.RowsAffected() > 0
+		if _, err := t.tx.Exec(ctx, `DELETE FROM queen.queues WHERE id = $1`, qid); err != nil {
+			return fmt.Errorf("purge: queue: %w", err)
+		}
 		return nil
 	})
-	return existed, err
 }
 
 // DLQFilter selects dead letters; empty strings and nil times match all.
@@ -159,7 +281,9 @@ func (db *DB) ListDLQ(ctx context.Context, tenant string, f DLQFilter) ([]DLQRow
 // markers when deleteMetadata is set.
 func (db *DB) DeleteConsumerGroup(ctx context.Context, tenant, group, queue string, deleteMetadata bool) (int, error) {
 	var n int
-	err := db.InTx(ctx, func(t *Tx) error {
+	// It deletes consumer rows in no particular order, so it can cross an
+	// ack or pop: a deadlock rolls back the whole transaction, retry it.
+	err := db.InTxRetry(ctx, func(t *Tx) error {
 		tag, err := t.tx.Exec(ctx, `DELETE FROM queen.consumers c
 			USING queen.partitions p, queen.queues q
 			WHERE c.partition_id = p.id AND p.queue_id = q.id AND q.tenant = $1
@@ -186,7 +310,11 @@ func (db *DB) DeleteConsumerGroup(ctx context.Context, tenant, group, queue stri
 // one: to the newest message (toEnd) or to the last message created at or
 // before ts. Leases are released and retry counters reset.
 func (db *DB) Seek(ctx context.Context, tenant, group, queue string, toEnd bool, ts *time.Time) (int, error) {
-	tag, err := db.pool.Exec(ctx, `UPDATE queen.consumers c
+	// One statement that updates consumer rows in no particular order: a
+	// deadlock with an ack rolls it back whole, so retry it.
+	var tag pgconn.CommandTag
+	err := db.retry(ctx, false, func() (err error) {
+		tag, err = db.pool.Exec(ctx, `UPDATE queen.consumers c
 		SET committed_offset = CASE WHEN $4 THEN p.last_offset ELSE
 				COALESCE((SELECT max(m.off) FROM queen.messages m
 				          WHERE m.partition_id = p.id AND m.created_at <= $5), 0) END,
@@ -197,7 +325,9 @@ func (db *DB) Seek(ctx context.Context, tenant, group, queue string, toEnd bool,
 			updated_at = clock_timestamp()
 		FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
 		WHERE c.partition_id = p.id AND q.tenant = $1 AND q.name = $3 AND c.consumer_group = $2`,
-		tenant, group, queue, toEnd, ts)
+			tenant, group, queue, toEnd, ts)
+		return err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("seek %s/%s: %w", group, queue, err)
 	}

@@ -12,6 +12,7 @@ import (
 	"io/fs"
 	"net"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -36,8 +37,9 @@ type querier interface {
 
 // DB is a connection pool to the queen schema.
 type DB struct {
-	pool *pgxpool.Pool
-	log  hclog.Logger
+	pool    *pgxpool.Pool
+	log     hclog.Logger
+	retries atomic.Int64 // calls retried after a deadlock or similar (retry.go)
 }
 
 // Open connects, applies the schema and returns a ready DB. An empty url

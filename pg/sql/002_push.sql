@@ -1,17 +1,106 @@
--- queen.push_v2 appends a batch in one round trip. The caller removes
--- in-batch duplicates and numbers each item within its partition (p_seqs,
--- 1..n). Queues and partitions are created on demand; the touched partitions
--- are row-locked in id order (so concurrent pushes cannot deadlock), which
--- serialises offset allocation: offsets increase in commit order. The
--- duplicate check runs under those locks; a duplicate leaves a hole in the
--- offsets, which readers tolerate.
--- The lock is FOR NO KEY UPDATE, not FOR UPDATE: a pop that seeds a consumer
--- row holds FOR KEY SHARE on its partition (the foreign key) until it
--- commits, visiting partitions in random order; FOR UPDATE would conflict
--- with it and deadlock against a multi-partition push.
+-- Pushes and the lock order they follow (see docs/storage.md, "Lock order").
+--
+-- Creating a queue or partition and appending to it are separate steps:
+-- queen.ensure_partitions_v1 creates what is missing in its own short
+-- transaction (queues in name order, then partitions in (queue id, name)
+-- order) and commits; queen.push_v3 then only locks rows that already exist,
+-- in partition id order. A push therefore never waits on another push's
+-- uncommitted insert while holding partition locks, which is what made
+-- push_v2 deadlock (issue 9 item 3).
+--
+-- The lock is FOR NO KEY UPDATE, not FOR UPDATE: a pop or ack that seeds a
+-- consumer row holds FOR KEY SHARE on its partition (the foreign key) until
+-- it commits; FOR UPDATE would conflict with it.
 DROP FUNCTION IF EXISTS queen.push_v1(text, text[], text[], text[], uuid[], uuid[], text[], text[]);
+DROP FUNCTION IF EXISTS queen.push_v2(text, text[], text[], int[], text[], uuid[], uuid[], text[], text[]);
 
-CREATE OR REPLACE FUNCTION queen.push_v2(
+-- queen.ensure_partitions_v1 creates the missing queues (default options) and
+-- partitions named by the pairs (p_queues[i], p_partitions[i]). Run it alone,
+-- in autocommit: its inserts are the only locks it takes.
+CREATE OR REPLACE FUNCTION queen.ensure_partitions_v1(
+    p_tenant     text,
+    p_queues     text[],
+    p_partitions text[])
+RETURNS int
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_n int;
+BEGIN
+    INSERT INTO queen.queues (id, tenant, name)
+    SELECT gen_random_uuid(), p_tenant, s.qn
+    FROM (SELECT DISTINCT u.qn FROM unnest(p_queues) AS u(qn)) s
+    ORDER BY s.qn
+    ON CONFLICT (tenant, name) DO NOTHING;
+
+    -- A new statement: it sees the queues created just now or by a
+    -- concurrent first push that committed while we waited on it.
+    INSERT INTO queen.partitions (id, queue_id, name)
+    SELECT gen_random_uuid(), q.id, s.pn
+    FROM (SELECT DISTINCT t.qn, t.pn FROM unnest(p_queues, p_partitions) AS t(qn, pn)) s
+    JOIN queen.queues q ON q.tenant = p_tenant AND q.name = s.qn
+    ORDER BY q.id, s.pn
+    ON CONFLICT (queue_id, name) DO NOTHING;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_n;
+END;
+$$;
+
+-- queen.lock_partitions_v1 locks the existing partitions named by the pairs,
+-- in partition id order, and returns them with their current watermark (a
+-- locked row is read in its latest committed version). Missing pairs are
+-- simply absent from the result.
+CREATE OR REPLACE FUNCTION queen.lock_partitions_v1(
+    p_tenant     text,
+    p_queues     text[],
+    p_partitions text[])
+RETURNS TABLE (o_qn text, o_pn text, o_pid uuid, o_base bigint)
+LANGUAGE sql AS $$
+    SELECT s.qn, s.pn, p.id, p.last_offset
+    FROM (SELECT DISTINCT t.qn, t.pn FROM unnest(p_queues, p_partitions) AS t(qn, pn)) s
+    JOIN queen.queues q ON q.tenant = p_tenant AND q.name = s.qn
+    JOIN queen.partitions p ON p.queue_id = q.id AND p.name = s.pn
+    ORDER BY p.id
+    FOR NO KEY UPDATE OF p
+$$;
+
+-- queen.lock_tx_consumers_v1 locks, in (partition, group) order, the
+-- consumer rows a transaction request will touch: those holding one of
+-- p_leases and those its ack operations name. A transaction takes these
+-- before its partitions, the order a queue delete uses too.
+CREATE OR REPLACE FUNCTION queen.lock_tx_consumers_v1(
+    p_leases text[],
+    p_pids   uuid[],
+    p_groups text[])
+RETURNS int
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_n int;
+BEGIN
+    PERFORM 1
+    FROM queen.consumers c
+    WHERE (c.partition_id, c.consumer_group) IN (
+              SELECT x.partition_id, x.consumer_group
+              FROM queen.consumers x WHERE x.lease_id = ANY(p_leases)
+              UNION
+              SELECT a.pid, COALESCE(NULLIF(a.grp, ''), '__QUEUE_MODE__')
+              FROM unnest(p_pids, p_groups) AS a(pid, grp))
+    ORDER BY c.partition_id, c.consumer_group
+    FOR UPDATE OF c;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_n;
+END;
+$$;
+
+-- queen.push_v3 appends a batch in one round trip. The caller removes
+-- in-batch duplicates and numbers each item within its partition (p_seqs,
+-- 1..n). It locks the touched partitions in id order, which serialises
+-- offset allocation: offsets increase in commit order. When a queue or
+-- partition does not exist it writes nothing and returns the single row
+-- (o_idx -1, 'missing'): the caller creates them with
+-- queen.ensure_partitions_v1 and calls again. The duplicate check runs under
+-- the locks; a duplicate leaves a hole in the offsets, which readers
+-- tolerate.
+CREATE OR REPLACE FUNCTION queen.push_v3(
     p_tenant     text,
     p_queues     text[],
     p_partitions text[],
@@ -24,46 +113,35 @@ CREATE OR REPLACE FUNCTION queen.push_v2(
 RETURNS TABLE (o_idx int, o_status text, o_mid uuid, o_pid uuid)
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_want int;
-    v_have int;
+    v_want  int;
+    v_qns   text[];
+    v_pns   text[];
+    v_pids  uuid[];
+    v_bases bigint[];
 BEGIN
     SELECT count(*) INTO v_want
     FROM (SELECT DISTINCT t.qn, t.pn FROM unnest(p_queues, p_partitions) AS t(qn, pn)) s;
 
-    PERFORM 1
-    FROM queen.partitions p
-    JOIN queen.queues q ON q.id = p.queue_id
-    JOIN (SELECT DISTINCT t.qn, t.pn FROM unnest(p_queues, p_partitions) AS t(qn, pn)) s
-      ON q.tenant = p_tenant AND q.name = s.qn AND p.name = s.pn
-    ORDER BY p.id
-    FOR NO KEY UPDATE OF p;
-    GET DIAGNOSTICS v_have = ROW_COUNT;
+    -- The same statement as queen.lock_partitions_v1, inline so that
+    -- PL/pgSQL caches its plan.
+    SELECT array_agg(l.qn), array_agg(l.pn), array_agg(l.pid), array_agg(l.base)
+    INTO v_qns, v_pns, v_pids, v_bases
+    FROM (SELECT s.qn, s.pn, p.id AS pid, p.last_offset AS base
+          FROM (SELECT DISTINCT t.qn, t.pn FROM unnest(p_queues, p_partitions) AS t(qn, pn)) s
+          JOIN queen.queues q ON q.tenant = p_tenant AND q.name = s.qn
+          JOIN queen.partitions p ON p.queue_id = q.id AND p.name = s.pn
+          ORDER BY p.id
+          FOR NO KEY UPDATE OF p) l;
 
-    IF v_have < v_want THEN
-        INSERT INTO queen.queues (id, tenant, name)
-        SELECT gen_random_uuid(), p_tenant, s.qn
-        FROM (SELECT DISTINCT u.qn FROM unnest(p_queues) AS u(qn)) s
-        ORDER BY s.qn -- a fixed order, so two first pushes cannot deadlock
-        ON CONFLICT (tenant, name) DO NOTHING;
-
-        INSERT INTO queen.partitions (id, queue_id, name)
-        SELECT gen_random_uuid(), q.id, s.pn
-        FROM (SELECT DISTINCT t.qn, t.pn FROM unnest(p_queues, p_partitions) AS t(qn, pn)) s
-        JOIN queen.queues q ON q.tenant = p_tenant AND q.name = s.qn
-        ORDER BY q.id, s.pn
-        ON CONFLICT (queue_id, name) DO NOTHING;
-
-        PERFORM 1
-        FROM queen.partitions p
-        JOIN queen.queues q ON q.id = p.queue_id
-        JOIN (SELECT DISTINCT t.qn, t.pn FROM unnest(p_queues, p_partitions) AS t(qn, pn)) s
-          ON q.tenant = p_tenant AND q.name = s.qn AND p.name = s.pn
-        ORDER BY p.id
-        FOR NO KEY UPDATE OF p;
+    IF COALESCE(array_length(v_pids, 1), 0) < v_want THEN
+        o_idx := -1; o_status := 'missing';
+        RETURN NEXT;
+        RETURN;
     END IF;
 
-    -- A new statement: its snapshot sees every push that committed before
-    -- we obtained the locks, so last_offset is current.
+    -- Partitions are named by the ids locked above, never looked up again:
+    -- a later statement's snapshot may no longer see a queue that a
+    -- concurrent delete detached meanwhile.
     RETURN QUERY
     WITH items AS (
         SELECT i.ord::int AS ord, i.qn, i.pn, i.seq, i.txid, i.mid, i.trace, i.payload, i.sub
@@ -71,10 +149,10 @@ BEGIN
              WITH ORDINALITY AS i(qn, pn, seq, txid, mid, trace, payload, sub, ord)
     ),
     parts AS (
-        SELECT p.id, s.qn, s.pn, p.last_offset AS base, s.n
-        FROM (SELECT it.qn, it.pn, max(it.seq) AS n FROM items it GROUP BY it.qn, it.pn) s
-        JOIN queen.queues q ON q.tenant = p_tenant AND q.name = s.qn
-        JOIN queen.partitions p ON p.queue_id = q.id AND p.name = s.pn
+        SELECT l.pid AS id, l.qn, l.pn, l.base, s.n
+        FROM unnest(v_qns, v_pns, v_pids, v_bases) AS l(qn, pn, pid, base)
+        JOIN (SELECT it.qn, it.pn, max(it.seq) AS n FROM items it GROUP BY it.qn, it.pn) s
+          ON s.qn = l.qn AND s.pn = l.pn
     ),
     -- Duplicates by index probe (a LATERAL LIMIT 1 keeps the planner from a
     -- merge anti-join that reads the whole partition while its statistics
@@ -83,7 +161,7 @@ BEGIN
     checked AS (
         SELECT it.*, parts.id AS pid, parts.base, ex.id AS existing
         FROM items it
-        LEFT JOIN parts ON parts.qn = it.qn AND parts.pn = it.pn
+        JOIN parts ON parts.qn = it.qn AND parts.pn = it.pn
         LEFT JOIN LATERAL (
             SELECT m.id FROM queen.messages m
             WHERE m.partition_id = parts.id AND m.transaction_id = it.txid
@@ -100,14 +178,12 @@ BEGIN
         INSERT INTO queen.messages (partition_id, off, id, transaction_id, trace_id, payload, producer_sub, created_at)
         SELECT c.pid, c.base + c.seq, c.mid, c.txid, c.trace, c.payload::json, c.sub, clock_timestamp()
         FROM checked c
-        WHERE c.pid IS NOT NULL AND c.existing IS NULL
+        WHERE c.existing IS NULL
         ORDER BY c.pid, c.seq
         RETURNING 1
     )
     SELECT c.ord - 1,
-           CASE WHEN c.pid IS NULL THEN 'failed'
-                WHEN c.existing IS NULL THEN 'queued'
-                ELSE 'duplicate' END,
+           CASE WHEN c.existing IS NULL THEN 'queued' ELSE 'duplicate' END,
            COALESCE(c.existing, c.mid),
            c.pid
     FROM checked c
