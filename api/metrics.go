@@ -357,6 +357,7 @@ var (
 	dPGAcquires = desc("queen_pg_pool_acquires_total", "Successful connection acquisitions.")
 	dPGEmptyAcq = desc("queen_pg_pool_empty_acquires_total", "Acquisitions that had to wait or dial because no idle connection was available.")
 	dPGNewConns = desc("queen_pg_pool_new_conns_total", "Connections opened.")
+	dPGRetries  = desc("queen_pg_retries_total", "Calls run again after a deadlock, serialization failure or concurrent-delete foreign-key violation.")
 
 	dParked       = desc("queen_parked_long_polls", "Long-poll pops parked on a wake gate.")
 	dPushes       = desc("queen_pushes_total", "Push requests.")
@@ -380,7 +381,7 @@ var allDescs = []*prometheus.Desc{
 	dMeshEnabled, dMeshMembers, dMeshLivePeers, dFramesSent, dFramesRecv, dHintsSent, dHintsRecv,
 	dFramesDropped, dFramesReject, dFramesQDrop, dCoalSize, dCoalCap, dCoalDropped,
 	dInStreams, dInRefused, dInEvicted, dInTimedOut, dHintsLimited, dGossipErrors,
-	dPGMax, dPGTotal, dPGIdle, dPGAcquired, dPGAcquires, dPGEmptyAcq, dPGNewConns,
+	dPGMax, dPGTotal, dPGIdle, dPGAcquired, dPGAcquires, dPGEmptyAcq, dPGNewConns, dPGRetries,
 	dParked, dPushes, dPushedMsgs, dDuplicates, dPopsStarted, dPops, dPoppedMsgs, dPopSQL, dAcks,
 	dAcksRefused, dDeadLettered, dTransactions, dLeasesDrop,
 }
@@ -470,6 +471,7 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(dPGAcquires, float64(p.AcquireCount))
 	counter(dPGEmptyAcq, float64(p.EmptyAcquire))
 	counter(dPGNewConns, float64(p.NewConns))
+	counter(dPGRetries, float64(p.Retries))
 
 	q := st.Requests
 	gauge(dParked, float64(q.Parked))

@@ -15,7 +15,13 @@ func (b *Broker) Ack(ctx context.Context, tenant string, items []AckItem) ([]Ack
 	if len(items) == 0 {
 		return []AckResult{}, nil
 	}
-	outs, err := b.db.Ack(ctx, tenant, ackRows(items))
+	// One autocommit call: a deadlock or a concurrent delete rolls it back
+	// whole, so running it again cannot apply an item twice.
+	var outs []pg.AckOutcome
+	err := b.db.Retry(ctx, func() (err error) {
+		outs, err = b.db.Ack(ctx, tenant, ackRows(items))
+		return err
+	})
 	if err != nil {
 		return nil, wrap(err)
 	}

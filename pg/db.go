@@ -125,6 +125,7 @@ type PoolStat struct {
 	AcquireCount  int64 `json:"acquire_count"`
 	EmptyAcquire  int64 `json:"empty_acquire_count"`
 	NewConns      int64 `json:"new_conns_count"`
+	Retries       int64 `json:"retries"` // calls run again after a deadlock, serialization failure or concurrent delete (pg/retry.go)
 }
 
 // Stat returns the pool figures without touching the database.
@@ -138,6 +139,7 @@ func (db *DB) Stat() PoolStat {
 		AcquireCount:  s.AcquireCount(),
 		EmptyAcquire:  s.EmptyAcquireCount(),
 		NewConns:      s.NewConnsCount(),
+		Retries:       db.Retries(),
 	}
 }
 

@@ -107,6 +107,25 @@ BEGIN
         v_names := p_names;
     END IF;
 
+    -- Provision the group's missing consumer rows before taking any row
+    -- lock, in partition id order (the order acks lock in): an insert that
+    -- waits on another transaction's uncommitted insert of the same row
+    -- then holds nothing that transaction could be waiting for. The cursor
+    -- of a partition first seen by the group starts at the recorded
+    -- subscription start.
+    INSERT INTO queen.consumers (partition_id, consumer_group, committed_offset, batch_end)
+    SELECT p.id, p_group, s.seed, s.seed
+    FROM queen.partitions p
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN v_from IS NULL THEN 0 ELSE
+                   COALESCE((SELECT max(m.off) FROM queen.messages m
+                             WHERE m.partition_id = p.id AND m.created_at <= v_from), 0) END AS seed) s
+    WHERE p.queue_id = v_q.id AND p.name = ANY (v_names)
+      AND NOT EXISTS (SELECT 1 FROM queen.consumers c
+                      WHERE c.partition_id = p.id AND c.consumer_group = p_group)
+    ORDER BY p.id
+    ON CONFLICT (partition_id, consumer_group) DO NOTHING;
+
     FOR i IN 1 .. COALESCE(array_length(v_names, 1), 0) LOOP
         o_kind := 'verdict'; o_pname := v_names[i]; o_pid := NULL; o_until := NULL; o_drained := NULL;
         o_off := NULL; o_mid := NULL; o_txid := NULL; o_trace := NULL; o_payload := NULL;
