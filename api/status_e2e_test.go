@@ -265,6 +265,11 @@ func TestMetricsExposition(t *testing.T) {
 		"queen_parked_long_polls": dto.MetricType_GAUGE, "queen_http_requests_in_flight": dto.MetricType_GAUGE,
 		"queen_http_request_duration_seconds": dto.MetricType_HISTOGRAM, "queen_pop_duration_seconds": dto.MetricType_HISTOGRAM,
 		"go_goroutines": dto.MetricType_GAUGE, "process_start_time_seconds": dto.MetricType_GAUGE,
+		// issue 9: retries, hint-port limits, rate limits, pruned marks
+		"queen_pg_retries_total": dto.MetricType_COUNTER, "queen_mesh_inbound_streams": dto.MetricType_GAUGE,
+		"queen_mesh_inbound_evicted_total": dto.MetricType_COUNTER, "queen_mesh_inbound_timed_out_total": dto.MetricType_COUNTER,
+		"queen_mesh_gossip_errors_total": dto.MetricType_COUNTER, "queen_mesh_hints_rate_limited_total": dto.MetricType_COUNTER,
+		"queen_hotlist_unconfirmed_entries": dto.MetricType_GAUGE, "queen_hotlist_pruned_total": dto.MetricType_COUNTER,
 	}
 	for name, typ := range want {
 		f, ok := fams[name]
