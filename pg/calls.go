@@ -142,9 +142,18 @@ func (db *DB) Pop(ctx context.Context, a PopArgs) (*PopOutcome, error) {
 // ReleaseLease drops a lease that was taken for a response that could not be
 // delivered, so the partition is claimable again at once.
 func (db *DB) ReleaseLease(ctx context.Context, leaseID string) error {
-	_, err := db.pool.Exec(ctx, `UPDATE queen.consumers
-		SET lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, batch_end = committed_offset
-		WHERE lease_id = $1`, leaseID)
+	// Rows are locked in (partition, group) order, the order acks and pops
+	// take them in, so a multi-partition lease cannot deadlock with them.
+	err := db.Retry(ctx, func() error {
+		_, err := db.pool.Exec(ctx, `WITH l AS (
+				SELECT partition_id, consumer_group FROM queen.consumers
+				WHERE lease_id = $1 ORDER BY partition_id, consumer_group FOR UPDATE)
+			UPDATE queen.consumers c
+			SET lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, batch_end = c.committed_offset
+			FROM l WHERE c.partition_id = l.partition_id AND c.consumer_group = l.consumer_group
+			  AND c.lease_id = $1`, leaseID)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("release lease: %w", err)
 	}
@@ -236,6 +245,7 @@ func (t *Tx) CheckLeases(ctx context.Context, tenant string, leaseIDs []string) 
 			JOIN queen.partitions p ON p.id = c.partition_id
 			JOIN queen.queues q ON q.id = p.queue_id AND q.tenant = $1
 			WHERE c.lease_id = ANY($2) AND c.lease_expires_at > clock_timestamp()
+			ORDER BY c.partition_id, c.consumer_group
 			FOR UPDATE OF c) x`, tenant, leaseIDs).Scan(&live)
 	if err != nil {
 		return false, fmt.Errorf("check leases: %w", err)
@@ -251,15 +261,26 @@ func (t *Tx) CheckLeases(ctx context.Context, tenant string, leaseIDs []string) 
 // on every partition it holds. It returns the new expiry, or found=false
 // with expired telling why.
 func (db *DB) ExtendLease(ctx context.Context, tenant, leaseID string, seconds int) (until time.Time, found, expired bool, err error) {
-	rs, err := db.pool.Query(ctx, `UPDATE queen.consumers c
-		SET lease_expires_at = greatest(c.lease_expires_at, clock_timestamp() + make_interval(secs => $3))
-		FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id AND q.tenant = $1
-		WHERE c.partition_id = p.id AND c.lease_id = $2 AND c.lease_expires_at > clock_timestamp()
-		RETURNING c.lease_expires_at`, tenant, leaseID, seconds)
-	if err != nil {
-		return time.Time{}, false, false, fmt.Errorf("extend lease: %w", err)
-	}
-	ts, err := pgx.CollectRows(rs, pgx.RowTo[time.Time])
+	// Rows are locked in (partition, group) order, as in ReleaseLease.
+	var ts []time.Time
+	err = db.Retry(ctx, func() error {
+		rs, err := db.pool.Query(ctx, `WITH l AS (
+				SELECT c.partition_id, c.consumer_group FROM queen.consumers c
+				JOIN queen.partitions p ON p.id = c.partition_id
+				JOIN queen.queues q ON q.id = p.queue_id AND q.tenant = $1
+				WHERE c.lease_id = $2 AND c.lease_expires_at > clock_timestamp()
+				ORDER BY c.partition_id, c.consumer_group FOR UPDATE OF c)
+			UPDATE queen.consumers c
+			SET lease_expires_at = greatest(c.lease_expires_at, clock_timestamp() + make_interval(secs => $3))
+			FROM l WHERE c.partition_id = l.partition_id AND c.consumer_group = l.consumer_group
+			  AND c.lease_id = $2 AND c.lease_expires_at > clock_timestamp()
+			RETURNING c.lease_expires_at`, tenant, leaseID, seconds)
+		if err != nil {
+			return err
+		}
+		ts, err = pgx.CollectRows(rs, pgx.RowTo[time.Time])
+		return err
+	})
 	if err != nil {
 		return time.Time{}, false, false, fmt.Errorf("extend lease: %w", err)
 	}
