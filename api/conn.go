@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -72,10 +73,22 @@ func (s *Server) HTTPServer() *http.Server {
 // errBodyTimeout is what a request body read returns past BodyTimeout.
 var errBodyTimeout = errors.New("request body timeout")
 
-// bodyDeadline arms BodyTimeout for requests that carry a body. Without a
-// connection to set deadlines on (httptest recorders) it does nothing.
+// bodyDeadline arms BodyTimeout for requests that carry a body, and a
+// write deadline (BodyTimeout + WriteTimeout) for requests other than pops.
+// Without a connection to set
+// deadlines on (httptest recorders) it does nothing.
 func (s *Server) bodyDeadline(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasPrefix(r.URL.Path, "/api/v1/pop/") {
+			// A client that does not read its answer must not hold the
+			// handler forever. Pops, whose long-poll may wait minutes
+			// before writing, arm it themselves when they write (pop.go).
+			// (net/http's own writer has the method; asserting it spares the
+			// allocation ResponseController's not-supported error costs.)
+			if d, ok := w.(interface{ SetWriteDeadline(time.Time) error }); ok {
+				_ = d.SetWriteDeadline(time.Now().Add(s.cfg.BodyTimeout + s.cfg.WriteTimeout))
+			}
+		}
 		if r.Body == nil || r.Body == http.NoBody {
 			next.ServeHTTP(w, r)
 			return

@@ -231,3 +231,41 @@ func gathered(t *testing.T, srv *Server, name string) float64 {
 	t.Fatalf("metric %s not registered", name)
 	return 0
 }
+
+// A client that asks for a large pop and then does not read it: the write
+// deadline (armed when the answer starts, so the long-poll's wait does not
+// count) cuts the connection, and the lease of the undelivered answer is
+// released at once.
+func TestUnreadPopAnswerIsCutAndReleased(t *testing.T) {
+	fb := &fakeBroker{released: make(chan string, 1)}
+	big := json.RawMessage(`"` + strings.Repeat("x", 8<<20) + `"`)
+	fb.popFn = func(ctx context.Context, req broker.PopRequest) (*broker.PopResult, error) {
+		// The long-poll waits longer than WriteTimeout before answering.
+		select {
+		case <-time.After(600 * time.Millisecond):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return &broker.PopResult{Queue: "q", LeaseID: "L", PartitionsClaimed: 1,
+			Messages: []broker.Message{{ID: "m", Data: big, LeaseID: "L"}, {ID: "n", Data: big, LeaseID: "L"}}}, nil
+	}
+	_, addr := serveTCP(t, fb, func(c *Config) { c.WriteTimeout = 300 * time.Millisecond })
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.(*net.TCPConn).SetReadBuffer(4 << 10)
+	if _, err := io.WriteString(c, "GET /api/v1/pop/queue/q?wait=true&timeout=5000 HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	// Never read: the 16 MiB answer cannot fit the socket buffers.
+	select {
+	case id := <-fb.released:
+		if id != "L" {
+			t.Fatalf("released %q", id)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("an unread pop answer still holds its lease after 10 s")
+	}
+}

@@ -131,6 +131,9 @@ func (s *Server) handlePop(w http.ResponseWriter, r *http.Request, _ *string) {
 		s.releaseUndelivered(res)
 		return
 	}
+	// The wait is over: the client now has WriteTimeout to take its answer
+	// (up to QUEEN_POP_MAX_BYTES), or the lease is released.
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
 	if err := writePop(w, res); err != nil {
 		s.releaseUndelivered(res)
 		return

@@ -46,6 +46,7 @@ const (
 	DefaultReadHeaderTimeout  = 10 * time.Second
 	DefaultBodyTimeout        = 30 * time.Second
 	DefaultIdleTimeout        = 120 * time.Second
+	DefaultWriteTimeout       = 60 * time.Second
 	DefaultMaxConns           = 4096
 )
 
@@ -65,6 +66,7 @@ type Config struct {
 	ReadHeaderTimeout time.Duration // request line and headers; default 10 s
 	BodyTimeout       time.Duration // the whole request body, from the end of the headers (408 past it); default 30 s
 	IdleTimeout       time.Duration // keep-alive wait for a connection's next request; default 120 s
+	WriteTimeout      time.Duration // writing a response, from its first byte (a long-poll's wait is not counted); default 60 s
 	MaxConns          int           // open client connections; a new one beyond gets 503 and is closed; default 4096
 
 	// Auth, when non-nil, guards every API route except /health and routes
@@ -87,6 +89,7 @@ func DefaultConfig() Config {
 		ReadHeaderTimeout: DefaultReadHeaderTimeout,
 		BodyTimeout:       DefaultBodyTimeout,
 		IdleTimeout:       DefaultIdleTimeout,
+		WriteTimeout:      DefaultWriteTimeout,
 		MaxConns:          DefaultMaxConns,
 	}
 }
@@ -133,6 +136,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.IdleTimeout <= 0 {
 		c.IdleTimeout = d.IdleTimeout
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = d.WriteTimeout
 	}
 	if c.MaxConns <= 0 {
 		c.MaxConns = d.MaxConns

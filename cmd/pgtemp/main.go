@@ -37,6 +37,8 @@ func run() int {
 	port := flag.Int("port", 0, "TCP port on 127.0.0.1 (0 = pick a free one)")
 	binDir := flag.String("bindir", "", "directory with initdb and postgres (default: search)")
 	level := flag.String("log-level", "info", "log level: trace, debug, info, warn, error")
+	var sets settingFlag
+	flag.Var(&sets, "set", "server setting key=value over the test defaults (repeatable), e.g. -set fsync=on -set shared_preload_libraries=pg_stat_statements")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(),
 			"usage: pgtemp [flags] -- CMD ARGS...\n       pgtemp [flags] -print\n\nflags:\n")
@@ -58,6 +60,7 @@ func run() int {
 
 	opts := pgtemp.DefaultOptions()
 	opts.Port, opts.BinDir, opts.Logger = *port, *binDir, log
+	opts.Settings = sets.m
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	// Abort a slow startup on a signal; afterwards runWith owns sigs.
@@ -154,4 +157,21 @@ func runWith(srv *pgtemp.Server, args []string, sigs chan os.Signal, log hclog.L
 			}
 		}
 	}
+}
+
+// settingFlag collects repeated -set key=value flags.
+type settingFlag struct{ m map[string]string }
+
+func (f *settingFlag) String() string { return fmt.Sprint(f.m) }
+
+func (f *settingFlag) Set(v string) error {
+	k, val, ok := strings.Cut(v, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("want key=value, got %q", v)
+	}
+	if f.m == nil {
+		f.m = map[string]string{}
+	}
+	f.m[k] = val
+	return nil
 }

@@ -39,6 +39,7 @@ type HTTPLimits struct {
 	ReadHeaderTimeout time.Duration // QUEEN_HTTP_READ_HEADER_TIMEOUT_MS, default 10 s
 	BodyTimeout       time.Duration // QUEEN_HTTP_BODY_TIMEOUT_MS, default 30 s (from the end of the headers)
 	IdleTimeout       time.Duration // QUEEN_HTTP_IDLE_TIMEOUT_MS, default 120 s (keep-alive)
+	WriteTimeout      time.Duration // QUEEN_HTTP_WRITE_TIMEOUT_MS, default 60 s (from a response's first byte)
 	MaxConns          int           // QUEEN_HTTP_MAX_CONNS, default 4096 (beyond: 503 and close)
 }
 
@@ -92,6 +93,8 @@ func settings() []setting {
 			apply: func(c *Config, v string) error { return durationMS(v, &c.HTTP.ReadHeaderTimeout, 100, 600000) }},
 		{env: "QUEEN_HTTP_BODY_TIMEOUT_MS", flag: "http-body-timeout-ms", def: ms(api.DefaultBodyTimeout), usage: "time a client has to send a request body, after its headers (408 past it)",
 			apply: func(c *Config, v string) error { return durationMS(v, &c.HTTP.BodyTimeout, 100, 3600000) }},
+		{env: "QUEEN_HTTP_WRITE_TIMEOUT_MS", flag: "http-write-timeout-ms", def: ms(api.DefaultWriteTimeout), usage: "time a client has to take a response, from its first byte (a long-poll's wait is not counted)",
+			apply: func(c *Config, v string) error { return durationMS(v, &c.HTTP.WriteTimeout, 100, 3600000) }},
 		{env: "QUEEN_HTTP_IDLE_TIMEOUT_MS", flag: "http-idle-timeout-ms", def: ms(api.DefaultIdleTimeout), usage: "how long an idle keep-alive connection stays open",
 			apply: func(c *Config, v string) error { return durationMS(v, &c.HTTP.IdleTimeout, 100, 3600000) }},
 		{env: "QUEEN_HTTP_MAX_CONNS", flag: "http-max-conns", def: strconv.Itoa(api.DefaultMaxConns), usage: "open client connections; a new one beyond gets 503 and is closed",

@@ -31,7 +31,7 @@ func TestLoadConfigDefaults(t *testing.T) {
 	if cfg.HTTPAddr != ":6632" || cfg.Tenant != "default" || cfg.PprofAddr != "" || cfg.LogLevel != hclog.Info || cfg.LogJSON {
 		t.Fatalf("%+v", cfg)
 	}
-	if cfg.HTTP != (HTTPLimits{ReadHeaderTimeout: 10 * time.Second, BodyTimeout: 30 * time.Second, IdleTimeout: 120 * time.Second, MaxConns: 4096}) {
+	if cfg.HTTP != (HTTPLimits{ReadHeaderTimeout: 10 * time.Second, BodyTimeout: 30 * time.Second, IdleTimeout: 120 * time.Second, WriteTimeout: 60 * time.Second, MaxConns: 4096}) {
 		t.Fatalf("http %+v", cfg.HTTP)
 	}
 	m := cfg.Mesh

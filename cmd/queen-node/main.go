@@ -119,6 +119,7 @@ func runNode(cfg Config, logger hclog.Logger) error {
 	acfg.Version = version
 	acfg.ReadHeaderTimeout, acfg.BodyTimeout = cfg.HTTP.ReadHeaderTimeout, cfg.HTTP.BodyTimeout
 	acfg.IdleTimeout, acfg.MaxConns = cfg.HTTP.IdleTimeout, cfg.HTTP.MaxConns
+	acfg.WriteTimeout = cfg.HTTP.WriteTimeout
 	srv := api.New(b, acfg, logger.Named("api"))
 	// The same address peers learn from membership metadata, so /status
 	// and `queen-node status --cluster` agree on where each node is.

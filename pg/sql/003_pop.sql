@@ -60,6 +60,10 @@ DECLARE
     v_bytes      bigint := 0;    -- payload bytes served so far (plus a per-message allowance)
     v_size       bigint;
     v_full       boolean := false;
+    v_acked      bigint[];
+    v_nacked     int;
+    v_aj         int;
+    v_names_len  int;  -- bytes of the queue, partition and group names of a message
     i            int;
 BEGIN
     SELECT * INTO v_q FROM queen.queues q WHERE q.tenant = p_tenant AND q.name = p_queue;
@@ -179,23 +183,32 @@ BEGIN
             RETURN NEXT; CONTINUE;
         END IF;
 
+        v_names_len := octet_length(p_queue) + 2 * octet_length(v_names[i]) + octet_length(p_group);
         v_count := 0; v_end := v_c.committed_offset; v_until := NULL; v_full := false;
+        -- Messages acked past a gap (docs/api.md, "Acks") are skipped by a
+        -- merge against the sorted consumers.acked: linear, whatever its size.
+        v_acked := v_c.acked; v_nacked := cardinality(v_acked); v_aj := 1;
         FOR v_m IN
-            SELECT m.off, m.id, m.transaction_id, m.trace_id, m.payload, m.created_at, m.producer_sub
+            SELECT m.off, m.id, m.transaction_id, m.trace_id, m.payload, m.created_at, m.producer_sub,
+                   octet_length(m.transaction_id) + COALESCE(octet_length(m.producer_sub), 0) AS names
             FROM queen.messages m
             WHERE m.partition_id = v_pid AND m.off > v_c.committed_offset AND m.off <= v_last
-              AND m.off <> ALL (v_c.acked) -- acked past a gap (docs/api.md, "Acks")
             ORDER BY m.off
-            LIMIT v_budget
+            LIMIT v_budget + v_nacked
         LOOP
+            WHILE v_aj <= v_nacked AND v_acked[v_aj] < v_m.off LOOP
+                v_aj := v_aj + 1;
+            END LOOP;
+            CONTINUE WHEN v_aj <= v_nacked AND v_acked[v_aj] = v_m.off;
             IF v_q.delayed_processing > 0
                AND v_m.created_at > v_now - make_interval(secs => v_q.delayed_processing) THEN
                 v_until := v_m.created_at + make_interval(secs => v_q.delayed_processing);
                 EXIT; -- later messages are younger still: keep partition order
             END IF;
             IF p_max_bytes > 0 THEN
-                -- 512 bytes stand for the message's envelope (ids, names, times).
-                v_size := COALESCE(octet_length(v_m.payload::text), 4) + 512;
+                -- The envelope: its names at face value plus 400 bytes for
+                -- keys, ids and times (docs/api.md, "Input bounds").
+                v_size := COALESCE(octet_length(v_m.payload::text), 4) + v_m.names + v_names_len + 400;
                 IF v_bytes + v_size > p_max_bytes AND v_bytes > 0 THEN
                     v_full := true;
                     EXIT;
@@ -208,6 +221,7 @@ BEGIN
             o_retry := v_c.retry_count;
             RETURN NEXT;
             v_count := v_count + 1; v_end := v_m.off;
+            EXIT WHEN v_count >= v_budget;
         END LOOP;
         o_kind := 'verdict'; o_off := NULL; o_mid := NULL; o_txid := NULL; o_trace := NULL;
         o_payload := NULL; o_created := NULL; o_sub := NULL; o_retry := NULL;

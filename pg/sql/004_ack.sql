@@ -198,8 +198,11 @@ BEGIN
         ELSIF r.st = 'retry' THEN
             v_release := true;
         ELSIF r.st = 'dlq' OR p_tx_mode THEN
+            -- Dead-lettered, so resolved: the lease lives on for the rest of
+            -- the batch (a transaction failing one message and completing
+            -- the next under the same lease must not lose the lease between
+            -- its two operations).
             v_this_dlq := true;
-            v_release := v_release OR (p_tx_mode AND r.st = 'failed');
         ELSE -- failed
             -- A failed delivery is decided once, and only while its lease is
             -- live and the message was delivered under it. Otherwise the
