@@ -362,6 +362,7 @@ var (
 	dParked       = desc("queen_parked_long_polls", "Long-poll pops parked on a wake gate.")
 	dPushes       = desc("queen_pushes_total", "Push requests.")
 	dPushedMsgs   = desc("queen_pushed_messages_total", "Messages stored by pushes.")
+	dPushFlushes  = desc("queen_push_flushes_total", "Push transactions sent to PostgreSQL; fewer than pushes when concurrent pushes are combined (QUEEN_PUSH_COMBINE).")
 	dDuplicates   = desc("queen_push_duplicates_total", "Pushed messages refused as duplicates.")
 	dPopsStarted  = desc("queen_pops_started_total", "Pops begun, whatever their end (outcomes are in queen_pops_total).")
 	dPops         = desc("queen_pops_total", "Finished pops by outcome: messages or empty (timed-out long-polls included).", "outcome")
@@ -382,7 +383,7 @@ var allDescs = []*prometheus.Desc{
 	dFramesDropped, dFramesReject, dFramesQDrop, dCoalSize, dCoalCap, dCoalDropped,
 	dInStreams, dInRefused, dInEvicted, dInTimedOut, dHintsLimited, dGossipErrors,
 	dPGMax, dPGTotal, dPGIdle, dPGAcquired, dPGAcquires, dPGEmptyAcq, dPGNewConns, dPGRetries,
-	dParked, dPushes, dPushedMsgs, dDuplicates, dPopsStarted, dPops, dPoppedMsgs, dPopSQL, dAcks,
+	dParked, dPushes, dPushedMsgs, dPushFlushes, dDuplicates, dPopsStarted, dPops, dPoppedMsgs, dPopSQL, dAcks,
 	dAcksRefused, dDeadLettered, dTransactions, dLeasesDrop,
 }
 
@@ -477,6 +478,7 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(dParked, float64(q.Parked))
 	counter(dPushes, float64(q.Pushes))
 	counter(dPushedMsgs, float64(q.PushedItems))
+	counter(dPushFlushes, float64(q.PushFlushes))
 	counter(dDuplicates, float64(q.Duplicates))
 	counter(dPopsStarted, float64(q.Pops))
 	counter(dPops, float64(q.PopsMessages), "messages")

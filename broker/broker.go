@@ -23,6 +23,7 @@ type Broker struct {
 	log   hclog.Logger
 	db    *pg.DB
 	gates *gates
+	push  *pushCombiner // nil with PushCombine off
 
 	hot        *hotlist.Hotlist // nil with QUEEN_HOTLIST=0: every hook is one branch on it
 	mesh       atomic.Pointer[meshRef]
@@ -44,6 +45,7 @@ type Broker struct {
 type Stats struct {
 	Pushes        atomic.Int64 // push requests
 	PushedItems   atomic.Int64 // messages stored (queued)
+	PushFlushes   atomic.Int64 // push transactions sent to PostgreSQL (fewer than pushes when combined)
 	Duplicates    atomic.Int64 // items refused as duplicates
 	Pops          atomic.Int64 // pop requests
 	PopsMessages  atomic.Int64 // pops answered with messages
@@ -95,6 +97,9 @@ func New(ctx context.Context, cfg Config, log hclog.Logger) (*Broker, error) {
 		started: time.Now(),
 	}
 	b.lastReport.at = time.Now()
+	if cfg.PushCombine {
+		b.push = newPushCombiner(db, DefaultMaxPushRows, &b.stats.PushFlushes)
+	}
 	if cfg.Hotlist {
 		b.hot = newHotlist(cfg, func(key, event string, kv ...any) {
 			b.hotLog.Debug("trace "+event, append([]any{"queue", queueName(key)}, kv...)...)

@@ -10,6 +10,8 @@ const (
 	DefaultPopBackoffMax   = 1000 * time.Millisecond
 	DefaultPopTimeout      = 30 * time.Second
 	DefaultMaxPopBatch     = 10000
+	DefaultMaxPushRows     = 10000 // rows of one combined push flush (broker/combine.go)
+	DefaultPushCombine     = true
 	DefaultMaxPopBytes     = 16 << 20 // a pop response's payload bytes, about (docs/operations.md, "Limits")
 	DefaultHotlistEnabled  = true
 	DefaultHotlistShards   = 8
@@ -31,6 +33,10 @@ type Config struct {
 	// 16 MiB: messages past it are neither returned nor leased, but the
 	// first message of a response is always returned, whatever its size.
 	MaxPopBytes int64
+	// PushCombine (QUEEN_PUSH_COMBINE, default on) merges pushes that wait
+	// for the one being written into one transaction: group commit
+	// (broker/combine.go). Off, every push is its own transaction.
+	PushCombine bool
 
 	Hotlist             bool          // QUEEN_HOTLIST, default true
 	HotlistShards       int           // QUEEN_HOTLIST_SHARDS, default 8
@@ -49,6 +55,7 @@ func DefaultConfig() Config {
 		PopBackoffMin:      DefaultPopBackoffMin,
 		PopBackoffMax:      DefaultPopBackoffMax,
 		MaxPopBytes:        DefaultMaxPopBytes,
+		PushCombine:        DefaultPushCombine,
 		Hotlist:            DefaultHotlistEnabled,
 		HotlistShards:      DefaultHotlistShards,
 		HotlistReseed:      DefaultHotlistReseed,

@@ -25,7 +25,13 @@ func (b *Broker) Push(ctx context.Context, tenant string, producerSub *string, i
 	if err != nil {
 		return nil, err
 	}
-	outs, err := b.db.Push(ctx, tenant, rows)
+	var outs []pg.PushOutcome
+	if b.push != nil {
+		outs, err = b.push.push(ctx, tenant, rows)
+	} else {
+		b.stats.PushFlushes.Add(1)
+		outs, err = b.db.Push(ctx, tenant, rows)
+	}
 	if errors.Is(err, pg.ErrQueueDeleted) {
 		// Only when deletes keep removing the queue between our attempts
 		// to re-create it (docs/api.md, "queue delete").

@@ -108,6 +108,7 @@ type RequestsStatus struct {
 	InFlight      int64 `json:"http_in_flight"` // filled by the HTTP layer: requests being served besides the status read
 	Pushes        int64 `json:"pushes"`
 	PushedItems   int64 `json:"pushed_messages"`
+	PushFlushes   int64 `json:"push_flushes"`
 	Duplicates    int64 `json:"duplicates"`
 	Pops          int64 `json:"pops"`
 	PopsMessages  int64 `json:"pops_with_messages"`
@@ -131,7 +132,8 @@ func (b *Broker) Status(version, httpAddr, tenant string) Status {
 		PG: PGStatus{b.db.Stat()},
 		Requests: RequestsStatus{
 			Parked: b.gates.parked(), Pushes: b.stats.Pushes.Load(), PushedItems: b.stats.PushedItems.Load(),
-			Duplicates: b.stats.Duplicates.Load(), Pops: b.stats.Pops.Load(), PopsMessages: b.stats.PopsMessages.Load(),
+			PushFlushes: b.stats.PushFlushes.Load(),
+			Duplicates:  b.stats.Duplicates.Load(), Pops: b.stats.Pops.Load(), PopsMessages: b.stats.PopsMessages.Load(),
 			PopsEmpty: b.stats.PopsEmpty.Load(), PoppedItems: b.stats.PoppedItems.Load(),
 			PopSQLCalls: b.stats.PopSQLCalls.Load(), Acks: b.stats.Acks.Load(), AcksFailed: b.stats.AcksFailed.Load(),
 			DeadLettered: b.stats.DeadLettered.Load(), Transactions: b.stats.Transactions.Load(),

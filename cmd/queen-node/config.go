@@ -123,6 +123,8 @@ func settings() []setting {
 			apply: func(c *Config, v string) error {
 				return durationMS(v, &c.Broker.PopBackoffMax, int(broker.DefaultPopBackoffMin/time.Millisecond), 60000)
 			}},
+		{env: "QUEEN_PUSH_COMBINE", flag: "push-combine", def: "1", isBool: true, usage: "pushes waiting for the one being written go to PostgreSQL together (group commit); 0 = one transaction per push",
+			apply: func(c *Config, v string) error { return boolean(v, &c.Broker.PushCombine) }},
 		{env: "QUEEN_POP_MAX_BYTES", flag: "pop-max-bytes", def: strconv.Itoa(broker.DefaultMaxPopBytes),
 			usage: "payload bytes of one pop response, about (fewer messages past it; the first always fits)",
 			apply: func(c *Config, v string) error {

@@ -1,0 +1,135 @@
+package broker_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+
+	"queen-node/broker"
+	"queen-node/internal/nodetest"
+)
+
+// Concurrent pushes are combined into fewer transactions (group commit),
+// and each still gets exactly its own answer: duplicates across pushes of
+// one flush are reported once queued and otherwise duplicate, every queued
+// message is stored once, each producer's order holds per partition, and a
+// push that fails in PostgreSQL fails alone.
+func TestPushCombining(t *testing.T) {
+	n := nodetest.Start(t, func(c *broker.Config) { c.PushCombine = true })
+	b := n.Broker
+	ctx := context.Background()
+	const producers, pushes, per, parts = 8, 40, 10, 5
+	q := "combine"
+
+	var mu sync.Mutex
+	queued := map[string]int{}   // txid -> times answered queued
+	answered := map[string]int{} // txid -> answers
+	var wg sync.WaitGroup
+	errs := make(chan error, producers+1)
+	for p := 0; p < producers; p++ {
+		wg.Add(1)
+		go func(p int) {
+			defer wg.Done()
+			for i := 0; i < pushes; i++ {
+				items := make([]broker.PushItem, per)
+				for j := range items {
+					// Every 4th item uses a txid that all producers share, so
+					// pushes of one flush carry duplicates of each other.
+					tx := fmt.Sprintf("p%d-%d-%d", p, i, j)
+					if j%4 == 0 {
+						tx = fmt.Sprintf("shared-%d-%d", i, j)
+					}
+					items[j] = broker.PushItem{Queue: q, Partition: fmt.Sprint("part", j%parts), TransactionID: tx,
+						Payload: json.RawMessage(fmt.Sprintf(`{"p":%d,"i":%d,"j":%d}`, p, i, j))}
+				}
+				res, err := b.Push(ctx, broker.DefaultTenant, nil, items)
+				if err != nil {
+					errs <- fmt.Errorf("producer %d push %d: %v", p, i, err)
+					return
+				}
+				mu.Lock()
+				for j, r := range res {
+					if r.Index != j || r.TransactionID != items[j].TransactionID {
+						mu.Unlock()
+						errs <- fmt.Errorf("answer %d of a push is %+v", j, r)
+						return
+					}
+					answered[r.TransactionID]++
+					switch r.Status {
+					case "queued":
+						queued[r.TransactionID]++
+					case "duplicate":
+					default:
+						mu.Unlock()
+						errs <- fmt.Errorf("item %s: %+v", r.TransactionID, r)
+						return
+					}
+				}
+				mu.Unlock()
+			}
+		}(p)
+	}
+	// A push PostgreSQL refuses (its payload is not JSON) fails alone.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; i < pushes; i++ {
+			_, err := b.Push(ctx, broker.DefaultTenant, nil, []broker.PushItem{{Queue: q, Partition: "part0", TransactionID: fmt.Sprint("bad-", i),
+				Payload: json.RawMessage(`{"unterminated`)}})
+			if err == nil {
+				errs <- fmt.Errorf("a push of invalid JSON succeeded")
+				return
+			}
+		}
+	}()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for tx, k := range queued {
+		if k != 1 {
+			t.Fatalf("%s answered queued %d times", tx, k)
+		}
+	}
+	for tx := range answered {
+		if queued[tx] != 1 {
+			t.Fatalf("%s was never answered queued", tx)
+		}
+	}
+	st := b.Status("test", "", broker.DefaultTenant)
+	if st.Requests.PushFlushes >= st.Requests.Pushes {
+		t.Fatalf("%d pushes in %d transactions: nothing was combined", st.Requests.Pushes, st.Requests.PushFlushes)
+	}
+	t.Logf("%d pushes in %d transactions", st.Requests.Pushes, st.Requests.PushFlushes)
+
+	// Every queued message is stored once, each producer's in its order.
+	last := map[string]int{} // producer/partition -> last (i*per+j)
+	got := 0
+	for {
+		ms, _ := pop(t, n, q, "batch=1000&wait=false")
+		if ms == nil {
+			break
+		}
+		for _, m := range ms {
+			got++
+			d := m["data"].(map[string]any)
+			if !isShared(m["transactionId"].(string)) {
+				k := fmt.Sprint(d["p"], "/", m["partition"])
+				seq := int(d["i"].(float64))*per + int(d["j"].(float64))
+				if prev, ok := last[k]; ok && seq <= prev {
+					t.Fatalf("producer/partition %s out of order: %d after %d", k, seq, prev)
+				}
+				last[k] = seq
+			}
+		}
+		ackAll(t, n, "", "completed", ms)
+	}
+	if got != len(queued) {
+		t.Fatalf("popped %d, queued %d", got, len(queued))
+	}
+}
+
+func isShared(tx string) bool { return len(tx) > 7 && tx[:7] == "shared-" }
