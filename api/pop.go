@@ -64,32 +64,13 @@ func writePop(w http.ResponseWriter, res *broker.PopResult) error {
 	bw := bufio.NewWriterSize(w, 64<<10)
 	_, _ = bw.Write(head)
 	_, _ = bw.WriteString(`,"messages":[`)
-	for i, m := range res.Messages {
-		data := m.Data
-		if data == nil {
-			data = json.RawMessage("null")
-		}
-		buf.Reset()
-		if err := enc.Encode(popMessage{
-			ID:            m.ID,
-			TransactionID: m.TransactionID,
-			TraceID:       m.TraceID,
-			Data:          data,
-			CreatedAt:     fmtMicro(m.CreatedAt),
-			Queue:         m.Queue,
-			Partition:     m.Partition,
-			PartitionID:   m.PartitionID,
-			LeaseID:       m.LeaseID,
-			ConsumerGroup: m.ConsumerGroup,
-			ProducerSub:   m.ProducerSub,
-			RetryCount:    m.RetryCount,
-		}); err != nil {
-			return err // stored payloads are valid JSON: not reached
-		}
+	msg := make([]byte, 0, 1024)
+	for i := range res.Messages {
 		if i > 0 {
 			_ = bw.WriteByte(',')
 		}
-		if _, err := bw.Write(bytes.TrimRight(buf.Bytes(), "\n")); err != nil {
+		msg = appendPopMessage(msg[:0], &res.Messages[i])
+		if _, err := bw.Write(msg); err != nil {
 			return err
 		}
 	}
