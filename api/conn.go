@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -79,16 +78,16 @@ var errBodyTimeout = errors.New("request body timeout")
 // deadlines on (httptest recorders) it does nothing.
 func (s *Server) bodyDeadline(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !strings.HasPrefix(r.URL.Path, "/api/v1/pop/") {
-			// A client that does not read its answer must not hold the
-			// handler forever. Pops, whose long-poll may wait minutes
-			// before writing, arm it themselves when they write (pop.go).
-			// (net/http's own writer has the method; asserting it spares the
-			// allocation ResponseController's not-supported error costs.)
-			if d, ok := w.(interface{ SetWriteDeadline(time.Time) error }); ok {
-				_ = d.SetWriteDeadline(time.Now().Add(s.cfg.BodyTimeout + s.cfg.WriteTimeout))
-			}
-		}
+		// A client that does not read its answer must not hold the handler
+		// forever; the deadline starts with the answer, so neither a
+		// long-poll's wait nor a slow handler counts against it.
+		dw := deadlineWriters.Get().(*deadlineWriter)
+		dw.ResponseWriter, dw.timeout, dw.armed = w, s.cfg.WriteTimeout, false
+		defer func() {
+			dw.ResponseWriter = nil
+			deadlineWriters.Put(dw)
+		}()
+		w = dw
 		if r.Body == nil || r.Body == http.NoBody {
 			next.ServeHTTP(w, r)
 			return
@@ -102,6 +101,35 @@ func (s *Server) bodyDeadline(next http.Handler) http.Handler {
 		next.ServeHTTP(w, r)
 	})
 }
+
+// deadlineWriter arms the write deadline (WriteTimeout) at the first byte
+// of an answer. Pooled: the request path allocates nothing for it.
+type deadlineWriter struct {
+	http.ResponseWriter
+	timeout time.Duration
+	armed   bool
+}
+
+var deadlineWriters = sync.Pool{New: func() any { return new(deadlineWriter) }}
+
+func (w *deadlineWriter) arm() {
+	if w.armed {
+		return
+	}
+	w.armed = true
+	// net/http's own writer has the method; asserting it spares the
+	// allocation of ResponseController's not-supported error.
+	if d, ok := w.ResponseWriter.(interface{ SetWriteDeadline(time.Time) error }); ok {
+		_ = d.SetWriteDeadline(time.Now().Add(w.timeout))
+	}
+}
+
+func (w *deadlineWriter) WriteHeader(code int) { w.arm(); w.ResponseWriter.WriteHeader(code) }
+
+func (w *deadlineWriter) Write(p []byte) (int, error) { w.arm(); return w.ResponseWriter.Write(p) }
+
+// Unwrap lets http.ResponseController reach the connection (Flush, deadlines).
+func (w *deadlineWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // deadlineBody clears the read deadline once the body is read: net/http's
 // background read, which notices a client that leaves, starts then, and a

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -249,7 +250,7 @@ func TestUnreadPopAnswerIsCutAndReleased(t *testing.T) {
 		return &broker.PopResult{Queue: "q", LeaseID: "L", PartitionsClaimed: 1,
 			Messages: []broker.Message{{ID: "m", Data: big, LeaseID: "L"}, {ID: "n", Data: big, LeaseID: "L"}}}, nil
 	}
-	_, addr := serveTCP(t, fb, func(c *Config) { c.WriteTimeout = 300 * time.Millisecond })
+	_, addr := serveTCP(t, fb, func(c *Config) { c.WriteTimeout, c.PopMinReadRate = 300*time.Millisecond, 1<<30 })
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -267,5 +268,42 @@ func TestUnreadPopAnswerIsCutAndReleased(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("an unread pop answer still holds its lease after 10 s")
+	}
+}
+
+// slowPushBroker commits a push slowly (a lock wait, a queue behind other
+// pushes): longer than the body and write timeouts together.
+type slowPushBroker struct{ *fakeBroker }
+
+func (s slowPushBroker) Push(ctx context.Context, tenant string, sub *string, items []broker.PushItem) ([]broker.PushResult, error) {
+	time.Sleep(700 * time.Millisecond)
+	return s.fakeBroker.Push(ctx, tenant, sub, items)
+}
+
+// The write deadline counts from the answer's first byte: a slow handler
+// whose client is reading still gets its answer delivered (before, the
+// deadline ran from the request's start and the committed push's answer was
+// lost).
+func TestSlowHandlerAnswerDelivered(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.WriteTimeout, cfg.BodyTimeout = 300*time.Millisecond, 200*time.Millisecond
+	srv := New(slowPushBroker{&fakeBroker{}}, cfg, nil)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := srv.HTTPServer()
+	go func() { _ = hs.Serve(srv.Listener(ln)) }()
+	t.Cleanup(func() { _ = hs.Close() })
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	body := `{"items":[{"queue":"q","payload":{"a":1}}]}`
+	resp := rawRequest(t, c, bufio.NewReader(c), fmt.Sprintf("POST /api/v1/push HTTP/1.1\r\nHost: x\r\n"+
+		"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body))
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("status %d", resp.StatusCode)
 	}
 }

@@ -49,7 +49,7 @@ type popHead struct {
 // response is never held twice (messages plus their encoding) in memory.
 // Its size is bounded by the claim (broker.Config.MaxPopBytes). An error
 // means the client may not have the whole body.
-func writePop(w http.ResponseWriter, res *broker.PopResult) error {
+func writePop(w http.ResponseWriter, res *broker.PopResult, deadline time.Duration) error {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false) // payloads come back byte-for-byte as stored
@@ -61,6 +61,7 @@ func writePop(w http.ResponseWriter, res *broker.PopResult) error {
 	head := bytes.TrimSuffix(buf.Bytes(), []byte("}\n"))
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(deadline))
 	bw := bufio.NewWriterSize(w, 64<<10)
 	_, _ = bw.Write(head)
 	_, _ = bw.WriteString(`,"messages":[`)
@@ -112,10 +113,15 @@ func (s *Server) handlePop(w http.ResponseWriter, r *http.Request, _ *string) {
 		s.releaseUndelivered(res)
 		return
 	}
-	// The wait is over: the client now has WriteTimeout to take its answer
-	// (up to QUEEN_POP_MAX_BYTES), or the lease is released.
-	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
-	if err := writePop(w, res); err != nil {
+	// The client has WriteTimeout plus a second per 64 KiB to take the
+	// answer (up to QUEEN_POP_MAX_BYTES), or the lease is released: a slow
+	// but steady link still gets large answers, a client that stops
+	// reading does not hold them.
+	var size int
+	for i := range res.Messages {
+		size += len(res.Messages[i].Data) + 400
+	}
+	if err := writePop(w, res, s.cfg.WriteTimeout+time.Duration(float64(size)/float64(s.cfg.PopMinReadRate)*float64(time.Second))); err != nil {
 		s.releaseUndelivered(res)
 		return
 	}

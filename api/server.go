@@ -47,6 +47,7 @@ const (
 	DefaultBodyTimeout        = 30 * time.Second
 	DefaultIdleTimeout        = 120 * time.Second
 	DefaultWriteTimeout       = 60 * time.Second
+	DefaultPopMinReadRate     = 64 << 10
 	DefaultMaxConns           = 4096
 )
 
@@ -67,6 +68,7 @@ type Config struct {
 	BodyTimeout       time.Duration // the whole request body, from the end of the headers (408 past it); default 30 s
 	IdleTimeout       time.Duration // keep-alive wait for a connection's next request; default 120 s
 	WriteTimeout      time.Duration // writing a response, from its first byte (a long-poll's wait is not counted); default 60 s
+	PopMinReadRate    int           // bytes/s: a pop answer gets WriteTimeout plus its size at this rate; default 64 KiB/s
 	MaxConns          int           // open client connections; a new one beyond gets 503 and is closed; default 4096
 
 	// Auth, when non-nil, guards every API route except /health and routes
@@ -90,6 +92,7 @@ func DefaultConfig() Config {
 		BodyTimeout:       DefaultBodyTimeout,
 		IdleTimeout:       DefaultIdleTimeout,
 		WriteTimeout:      DefaultWriteTimeout,
+		PopMinReadRate:    DefaultPopMinReadRate,
 		MaxConns:          DefaultMaxConns,
 	}
 }
@@ -139,6 +142,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.WriteTimeout <= 0 {
 		c.WriteTimeout = d.WriteTimeout
+	}
+	if c.PopMinReadRate <= 0 {
+		c.PopMinReadRate = d.PopMinReadRate
 	}
 	if c.MaxConns <= 0 {
 		c.MaxConns = d.MaxConns

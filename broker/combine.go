@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,11 +18,18 @@ import (
 // partitions overlap a lot: every push locks its partitions until commit).
 // An idle node flushes a push at once: there is no timer.
 //
-// One flush runs at a time per node. Each push still returns only once its
-// rows committed (read-your-writes), in its own input order; pushes of one
-// flush are appended in arrival order, so a push that completed before
-// another was sent still comes first. A flush that fails is replayed push by
-// push, so one push's failure is never another's.
+// One flush runs at a time per node, bounded by combineFlushTimeout: a
+// flush that fails or runs out of time (a push stuck behind a lock some
+// other transaction holds) rolls back, and its pushes are replayed one by one,
+// each in its own goroutine under its own client's context, while the
+// flusher moves on. So a stuck push costs the others at most that bound
+// once, and one push's failure is never another's. Each push still returns
+// only once its rows committed (read-your-writes), in its own input order;
+// pushes of one flush are appended in arrival order, so a push that
+// completed before another was sent still comes first. A client that leaves
+// while its push waits is answered at once and its push is skipped if it has
+// not been sent yet; rows already being written may still commit, as with a
+// client that leaves during an uncombined push.
 type pushCombiner struct {
 	db      *pg.DB
 	maxRows int           // rows per flush; a larger single push flushes alone
@@ -37,13 +45,22 @@ type pushReq struct {
 	ctx  context.Context
 	rows []pg.PushRow
 	done chan struct{}
+	once sync.Once
 	outs []pg.PushOutcome
 	err  error
 }
 
-// combineFlushTimeout bounds one flush: it no longer runs under any single
-// client's context, since the others of the flush still want their rows.
-const combineFlushTimeout = 60 * time.Second
+func (r *pushReq) finish(outs []pg.PushOutcome, err error) {
+	r.once.Do(func() {
+		r.outs, r.err = outs, err
+		close(r.done)
+	})
+}
+
+// combineFlushTimeout bounds one flush, which runs under no single client's
+// context (the others of the flush still want their rows). Past it the
+// flush's pushes go their own way (see pushCombiner).
+const combineFlushTimeout = 2 * time.Second
 
 func newPushCombiner(db *pg.DB, maxRows int, flushes *atomic.Int64) *pushCombiner {
 	return &pushCombiner{db: db, maxRows: maxRows, flushes: flushes, pending: map[string][]*pushReq{}}
@@ -62,8 +79,15 @@ func (c *pushCombiner) push(ctx context.Context, tenant string, rows []pg.PushRo
 		go c.run()
 	}
 	c.mu.Unlock()
-	<-r.done
-	return r.outs, r.err
+	select {
+	case <-r.done:
+		return r.outs, r.err
+	case <-ctx.Done():
+		// flush skips it if it was not sent yet
+		r.finish(nil, ctx.Err())
+		<-r.done
+		return r.outs, r.err
+	}
 }
 
 // run flushes until nothing is pending, one tenant's batch at a time,
@@ -99,49 +123,57 @@ func (c *pushCombiner) run() {
 func (c *pushCombiner) flush(tenant string, batch []*pushReq) {
 	live := batch[:0:0]
 	for _, r := range batch {
-		if err := r.ctx.Err(); err != nil {
-			r.err = err // the client left before its rows were sent
-			close(r.done)
-			continue
+		select {
+		case <-r.done: // its client left before its rows were sent
+		default:
+			live = append(live, r)
 		}
-		live = append(live, r)
 	}
 	if len(live) == 0 {
 		return
 	}
-	c.flushes.Add(1)
-	if len(live) == 1 {
-		r := live[0]
-		r.outs, r.err = c.db.Push(r.ctx, tenant, r.rows)
-		close(r.done)
-		return
-	}
+	defer func() {
+		// A panic must neither kill the node (no HTTP handler recovers
+		// this goroutine) nor leave pushes waiting forever.
+		if p := recover(); p != nil {
+			for _, r := range live {
+				r.finish(nil, fmt.Errorf("push: internal error: %v", p))
+			}
+		}
+	}()
 	var all []pg.PushRow
 	for _, r := range live {
 		all = append(all, r.rows...)
 	}
+	c.flushes.Add(1)
 	ctx, cancel := context.WithTimeout(context.Background(), combineFlushTimeout)
 	outs, err := c.db.Push(ctx, tenant, all)
 	cancel()
 	if err != nil {
-		// Nothing was stored: replay push by push, so each gets its own
-		// answer (an error that belongs to one push stays with it).
+		// Nothing was stored: each push goes again on its own, under its
+		// client's context, and gets its own answer.
 		for _, r := range live {
 			c.flushes.Add(1)
-			r.outs, r.err = c.db.Push(r.ctx, tenant, r.rows)
-			close(r.done)
+			go func(r *pushReq) {
+				defer func() {
+					if p := recover(); p != nil {
+						r.finish(nil, fmt.Errorf("push: internal error: %v", p))
+					}
+				}()
+				r.finish(c.db.Push(r.ctx, tenant, r.rows))
+			}(r)
 		}
 		return
 	}
 	start := 0
 	for _, r := range live {
-		r.outs = make([]pg.PushOutcome, len(r.rows))
+		mine := make([]pg.PushOutcome, len(r.rows))
 		for i := range r.rows {
 			o := outs[start+i]
 			o.Idx = i
-			r.outs[i] = o
+			mine[i] = o
 		}
 		start += len(r.rows)
-		close(r.done)
+		r.finish(mine, nil)
 	}
 }

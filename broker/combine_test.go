@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"queen-node/broker"
 	"queen-node/internal/nodetest"
@@ -133,3 +136,74 @@ func TestPushCombining(t *testing.T) {
 }
 
 func isShared(tx string) bool { return len(tx) > 7 && tx[:7] == "shared-" }
+
+// A push stuck behind a lock that another transaction holds costs pushes to
+// other queues at most the combined flush's bound (2 s), once: its client
+// has no deadline, yet a push to an unrelated queue gets through, and the
+// stuck push completes when the lock goes.
+func TestPushCombiningStuckPushDoesNotBlockOthers(t *testing.T) {
+	n := nodetest.Start(t, func(c *broker.Config) { c.PushCombine = true })
+	b := n.Broker
+	ctx := context.Background()
+	for _, q := range []string{"qa", "qb"} {
+		if _, err := b.Push(ctx, broker.DefaultTenant, nil, []broker.PushItem{{Queue: q, Payload: json.RawMessage(`1`)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn, err := pgx.Connect(ctx, n.DBURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+		WHERE q.name = 'qb' FOR UPDATE OF p`); err != nil {
+		t.Fatal(err)
+	}
+	stuck := make(chan error, 1)
+	go func() {
+		_, err := b.Push(ctx, broker.DefaultTenant, nil, []broker.PushItem{{Queue: "qb", Payload: json.RawMessage(`2`)}})
+		stuck <- err
+	}()
+	// Wait until the stuck push is waiting on the lock.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var waiting int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the qb push never waited on the lock")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	other := make(chan error, 1)
+	go func() {
+		_, err := b.Push(ctx, broker.DefaultTenant, nil, []broker.PushItem{{Queue: "qa", Payload: json.RawMessage(`3`)}})
+		other <- err
+	}()
+	select {
+	case err := <-other:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(8 * time.Second):
+		t.Fatal("a push to an unrelated queue is still blocked behind the stuck one after 8 s")
+	}
+	_ = tx.Rollback(ctx)
+	select {
+	case err := <-stuck:
+		if err != nil {
+			t.Fatalf("the stuck push, once the lock went: %v", err)
+		}
+	case <-time.After(8 * time.Second):
+		t.Fatal("the stuck push did not complete after the lock went")
+	}
+}
