@@ -11,11 +11,10 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// ServerSetting is one row of pg_settings, with its unit.
+// ServerSetting is one setting as SHOW prints it ("1GB", "15min").
 type ServerSetting struct {
 	Name  string `json:"name"`
 	Value string `json:"value"`
-	Unit  string `json:"unit,omitempty"`
 }
 
 // ServerFacts returns the server's version string and the named settings,
@@ -33,8 +32,8 @@ func ServerFacts(ctx context.Context, url string, names []string) (string, []Ser
 	var out []ServerSetting
 	for _, n := range names {
 		var s ServerSetting
-		err := conn.QueryRow(ctx, "SELECT name, setting, coalesce(unit, '') FROM pg_settings WHERE name = $1", n).
-			Scan(&s.Name, &s.Value, &s.Unit)
+		err := conn.QueryRow(ctx, "SELECT name, current_setting(name) FROM pg_settings WHERE name = $1", n).
+			Scan(&s.Name, &s.Value)
 		if err == pgx.ErrNoRows {
 			continue
 		}

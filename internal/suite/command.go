@@ -21,7 +21,13 @@ func commandLine(c bench.Config) string {
 	}
 	args = append(args, "--partitions", fmt.Sprint(c.Partitions), "--payload", fmt.Sprint(c.PayloadBytes),
 		"--push-batch", fmt.Sprint(c.PushBatch), "--pop-batch", fmt.Sprint(c.PopBatch),
-		"--poll-timeout", c.PollTimeout.String(), "--duration", c.Duration.String(), "--drain", c.Drain.String())
+		"--poll-timeout", c.PollTimeout.String())
+	if c.Messages > 0 {
+		args = append(args, "--messages", fmt.Sprint(c.Messages))
+	} else {
+		args = append(args, "--duration", c.Duration.String())
+	}
+	args = append(args, "--drain", c.Drain.String())
 	if c.Rate > 0 {
 		args = append(args, "--rate", fmt.Sprintf("%.0f", c.Rate))
 	}

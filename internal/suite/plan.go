@@ -19,6 +19,7 @@ type Plan struct {
 	LatencyShare float64       `json:"latency_share"`    // open-loop rate as a fraction of the peak
 	Workloads    []Workload    `json:"workloads"`        // scenario 1, each on every ThroughputNodes
 	Nodes        []int         `json:"throughput_nodes"` // scenario 1 and 2
+	BigMessages  int           `json:"big_messages"`     // pushed by workloads of >= bigPartitions
 	// Scenario 5 beyond what scenario 1 measures: more partitions on one
 	// node, and more node counts with the 100-partition workload.
 	GrowthPartitions []int `json:"growth_partitions"`
@@ -39,15 +40,27 @@ type Plan struct {
 type Workload struct {
 	Partitions int `json:"partitions"`
 	Groups     int `json:"groups"`
+	// Messages > 0 pushes this many instead of for the run's duration.
+	Messages int `json:"messages,omitempty"`
 }
+
+// bigPartitions is where workloads switch to a fixed message count
+// (Plan.BigMessages): with one or two messages per pop, a duration's worth
+// of pushes takes minutes to drain.
+const bigPartitions = 10000
 
 // Name is the workload's short label.
 func (w Workload) Name() string {
 	s := fmt.Sprintf("%s partitions", num(float64(w.Partitions)))
 	if w.Groups > 0 {
-		return s + fmt.Sprintf(", %d groups", w.Groups)
+		s += fmt.Sprintf(", %d groups", w.Groups)
+	} else {
+		s += ", queue mode"
 	}
-	return s + ", queue mode"
+	if w.Messages > 0 {
+		s += fmt.Sprintf(", %s messages", num(float64(w.Messages)))
+	}
+	return s
 }
 
 // throughputID names a scenario-1 (or growth) run and its JSON file.
@@ -95,6 +108,7 @@ func NewPlan(quick bool, run time.Duration) Plan {
 		IdleWindow:    10 * time.Second,
 		LatencyShare:  0.5,
 		Workloads:     []Workload{{Partitions: 100}, {Partitions: 1000}, {Partitions: 10000}, {Partitions: 100, Groups: 2}},
+		BigMessages:   20000,
 		Nodes:         []int{1, 3},
 		IdleSizes:     []int{1000, 10000, 100000},
 		IdleConsumers: 100,
@@ -111,6 +125,7 @@ func NewPlan(quick bool, run time.Duration) Plan {
 		p.Drain = 30 * time.Second
 		p.RawDuration = 3 * time.Second
 		p.RawClaimRows = 100_000
+		p.BigMessages = 5000
 		p.IdleWarmup = 2 * time.Second
 		p.IdleWindow = 4 * time.Second
 		p.IdleSizes = []int{1000, 10000}
@@ -121,18 +136,44 @@ func NewPlan(quick bool, run time.Duration) Plan {
 	if run > 0 {
 		p.RunDuration = run
 	}
+	for i := range p.Workloads {
+		if p.Workloads[i].Partitions >= bigPartitions {
+			p.Workloads[i].Messages = p.BigMessages
+		}
+	}
 	return p
 }
 
 // PartitionSeries are the partition counts of the growth table, 1 node.
 func (p Plan) PartitionSeries() []int {
-	var out []int
+	return workloadPartitions(p.growthWorkloads())
+}
+
+// growthWorkloads are the 1-node workloads of the partitions series:
+// scenario 1's queue-mode ones, then GrowthPartitions.
+func (p Plan) growthWorkloads() []Workload {
+	var out []Workload
 	for _, w := range p.Workloads {
 		if w.Groups == 0 {
-			out = append(out, w.Partitions)
+			out = append(out, w)
 		}
 	}
-	return append(out, p.GrowthPartitions...)
+	for _, n := range p.GrowthPartitions {
+		w := Workload{Partitions: n}
+		if n >= bigPartitions {
+			w.Messages = p.BigMessages
+		}
+		out = append(out, w)
+	}
+	return out
+}
+
+func workloadPartitions(ws []Workload) []int {
+	var out []int
+	for _, w := range ws {
+		out = append(out, w.Partitions)
+	}
+	return out
 }
 
 // NodeSeries are the node counts of the growth table, 100 partitions,

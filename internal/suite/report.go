@@ -63,11 +63,7 @@ type writer func(format string, a ...any)
 func renderSettings(w writer, r *Report) {
 	w("### PostgreSQL settings (as the server reports them)\n\n| setting | value |\n| --- | --- |\n")
 	for _, s := range r.PGSettings {
-		v := s.Value
-		if s.Unit != "" {
-			v += " (unit " + s.Unit + ")"
-		}
-		w("| `%s` | %s |\n", s.Name, v)
+		w("| `%s` | %s |\n", s.Name, s.Value)
 	}
 	w("\n### Nodes\n\n`queen-node` processes built from this commit (`go build ./cmd/queen-node`), on 127.0.0.1,\n")
 	w("each with `QUEEN_PG_URL`, `QUEEN_HTTP_ADDR`, `QUEEN_MESH_BIND`, `QUEEN_NODE_NAME` and (after the\n")
@@ -119,6 +115,9 @@ func renderThroughput(w writer, r *Report) {
 			}
 		}
 	}
+	w("\nRuns over %s partitions push a fixed number of messages instead of for a duration: there each\n", num(float64(bigPartitions)))
+	w("pop finds one or two messages, and a duration's worth of pushes would take minutes to drain.\n")
+	w("delivered/s is always over the time from the first push to the last delivery.\n")
 	w("\nThe latency of a closed-loop run is the latency of a saturated system (the backlog's queueing\n")
 	w("time); scenario 2 gives latency at a sustainable rate.\n\n")
 }
@@ -129,6 +128,8 @@ func renderLatency(w writer, r *Report) {
 	w("Producers pace their batches to the rate (`--rate`), and each message carries its batch's\n")
 	w("scheduled send time, so a late producer shows as latency (no coordinated omission). Latency is\n")
 	w("from that time to the pop that delivered the message, and so includes the push round trip.\n\n")
+	w("Each node count runs at half of its own peak. A delivered/s well below the target rate means the\n")
+	w("rate was not sustainable in this run, and the latency is then that of a growing backlog.\n\n")
 	w("| nodes | peak delivered/s (scenario 1, 100 partitions) | target rate | delivered/s | p50 ms | p99 ms | max ms | push request p99 ms | check |\n")
 	w("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n")
 	for _, n := range p.Nodes {
@@ -255,19 +256,12 @@ func renderGrowth(w writer, r *Report) {
 
 func renderCommands(w writer, r *Report) {
 	w("## Equivalent commands\n\n")
-	w("Each run as a `queen-bench` command against the suite's nodes (`$PG` is the suite's PostgreSQL;\n")
-	w("the node addresses were picked free at run time), with the settings of its nodes:\n\n")
+	w("Each run as the `queen-bench` command that repeats it against the suite's nodes (`$PG` is the\n")
+	w("suite's database; node addresses were picked free at run time; node settings in \"Nodes\" above):\n\n")
 	for _, id := range r.RunIDs() {
-		run := r.Runs[id]
-		w("- `%s` (%d node(s)%s):\n\n      %s\n\n", id, run.Nodes, envSuffix(run.Env), run.Command)
+		w("    # %s\n    %s\n", id, r.Runs[id].Command)
 	}
-}
-
-func envSuffix(env string) string {
-	if env == "" {
-		return ""
-	}
-	return ", `" + env + "`"
+	w("\n")
 }
 
 func missing(r *Report, id string) string {

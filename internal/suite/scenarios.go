@@ -43,13 +43,16 @@ func (s *suite) throughputOn(ctx context.Context, n int) error {
 	defer c.stop()
 	workloads := append([]Workload{}, p.Workloads...)
 	if n == 1 {
-		for _, gp := range p.GrowthPartitions {
-			workloads = append(workloads, Workload{Partitions: gp})
+		for _, wl := range p.growthWorkloads() {
+			if contains(workloadPartitions(p.Workloads), wl.Partitions) {
+				continue
+			}
+			workloads = append(workloads, wl)
 		}
 	}
 	for _, wl := range workloads {
 		cfg := s.baseConfig(c)
-		cfg.Partitions, cfg.Groups = wl.Partitions, wl.Groups
+		cfg.Partitions, cfg.Groups, cfg.Messages = wl.Partitions, wl.Groups, wl.Messages
 		if _, err := s.load(ctx, throughputID(n, wl), c, cfg); err != nil {
 			return err
 		}
