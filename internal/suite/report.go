@@ -99,9 +99,9 @@ func renderThroughput(w writer, r *Report) {
 				w("| `%s` | %s | %d | %s |\n", id, wl.Name(), n, missing(r, id))
 				continue
 			}
-			w("| `%s` | %s | %d | %s | **%s** | %s | %s | %.1f | %s / %s / %s | %.0f | %.0f | %s |\n", id, wl.Name(), n,
+			w("| `%s` | %s | %d | %s | **%s** | %s | %s | %.1f | %s / %s / %s | %s | %s | %s |\n", id, wl.Name(), n,
 				num(f.pushed), num(f.delivered), ratio(f.pushed, rawIns(r)), ratio(f.delivered, rawClaim(r)), f.msgsPerPop,
-				ms(f.p50), ms(f.p99), ms(f.max), f.pgUs, f.nodeUs, verdict(f))
+				ms(f.p50), ms(f.p99), ms(f.max), num(f.pgUs), num(f.nodeUs), verdict(f))
 		}
 	}
 	if len(p.Nodes) > 1 {
@@ -115,7 +115,7 @@ func renderThroughput(w writer, r *Report) {
 			}
 		}
 	}
-	w("\nRuns over %s partitions push a fixed number of messages instead of for a duration: there each\n", num(float64(bigPartitions)))
+	w("\nRuns of %s partitions or more push a fixed number of messages instead of for a duration: there each\n", num(float64(bigPartitions)))
 	w("pop finds one or two messages, and a duration's worth of pushes would take minutes to drain.\n")
 	w("delivered/s is always over the time from the first push to the last delivery.\n")
 	w("\nThe latency of a closed-loop run is the latency of a saturated system (the backlog's queueing\n")
@@ -182,7 +182,7 @@ func renderHotlist(w writer, r *Report) {
 			sqlPop, pgUs := "n/a", "n/a"
 			check := "n/a"
 			if okT {
-				thr, sqlPop, pgUs = "**"+num(f.delivered)+"**", fmt.Sprintf("%.2f", f.sqlPerPop), fmt.Sprintf("%.0f", f.pgUs)
+				thr, sqlPop, pgUs = "**"+num(f.delivered)+"**", fmt.Sprintf("%.2f", f.sqlPerPop), num(f.pgUs)
 				check = verdict(f)
 			}
 			if okL {
@@ -193,6 +193,17 @@ func renderHotlist(w writer, r *Report) {
 				}
 			}
 			w("| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", num(float64(n)), num(float64(n/100)), onOff(on), thr, sqlPop, pgUs, rate, lat, check)
+		}
+	}
+	w("\nHot-list on against off (on / off):\n\n| partitions | delivered/s | PG us/msg | open-loop p50 | open-loop p99 |\n| ---: | ---: | ---: | ---: | ---: |\n")
+	for _, n := range p.ActiveSizes {
+		on, okOn := r.figures(activeID(true, n, false))
+		off, okOff := r.figures(activeID(false, n, false))
+		lon, okLon := r.figures(activeID(true, n, true))
+		loff, okLoff := r.figures(activeID(false, n, true))
+		if okOn && okOff && okLon && okLoff {
+			w("| %s | %s | %s | %s | %s |\n", num(float64(n)), ratio(on.delivered, off.delivered), ratio(on.pgUs, off.pgUs),
+				ratio(lon.p50, loff.p50), ratio(lon.p99, loff.p99))
 		}
 	}
 	w("\n")
@@ -246,7 +257,7 @@ func renderGrowth(w writer, r *Report) {
 			w("| %d | %s |\n", n, missing(r, id))
 			continue
 		}
-		w("| %d | %s | %s | %.0f | %.0f | %s |\n", n, num(f.delivered), ratio(f.delivered, base.delivered), f.pgUs, f.nodeUs, verdict(f))
+		w("| %d | %s | %s | %s | %s | %s |\n", n, num(f.delivered), ratio(f.delivered, base.delivered), num(f.pgUs), num(f.nodeUs), verdict(f))
 	}
 	if r.SVG != "" {
 		w("\n![delivered/s and PostgreSQL CPU per message by partitions and by nodes](%s)\n", r.SVG)

@@ -113,7 +113,6 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		s.log.Info("scenario", "name", st.name)
 		if err := st.fn(ctx); err != nil {
 			if ctx.Err() != nil {
-				keep = true
 				return s.rep, fmt.Errorf("interrupted during %s: %w", st.name, ctx.Err())
 			}
 			s.fail("%s: %v", st.name, err)
@@ -184,6 +183,9 @@ func (s *suite) load(ctx context.Context, id string, c *cluster, cfg bench.Confi
 		s.rep.addRun(run)
 		return run, fmt.Errorf("run %s: %w", id, err)
 	}
+	if ctx.Err() != nil { // interrupted: the figures mean nothing
+		return run, ctx.Err()
+	}
 	run.Result = res
 	if sql1, err1 := clusterMetric(ctx, c.URLs(), "queen_pop_sql_calls_total"); err0 == nil && err1 == nil {
 		run.PopSQLCalls = sql1 - sql0
@@ -194,13 +196,7 @@ func (s *suite) load(ctx context.Context, id string, c *cluster, cfg bench.Confi
 	if !res.OK {
 		s.fail("run %s: %s", id, verdict(f))
 	}
-	if err := s.writeRunJSON(run); err != nil {
-		return run, err
-	}
-	if ctx.Err() != nil {
-		return run, ctx.Err()
-	}
-	return run, nil
+	return run, s.writeRunJSON(run)
 }
 
 // runJSON is a run's file, in the shape of `queen-bench --json` so that
