@@ -20,6 +20,7 @@ type Plan struct {
 	Workloads    []Workload    `json:"workloads"`        // scenario 1, each on every ThroughputNodes
 	Nodes        []int         `json:"throughput_nodes"` // scenario 1 and 2
 	BigMessages  int           `json:"big_messages"`     // pushed by workloads of >= bigPartitions
+	BigDrain     time.Duration `json:"big_drain_ns"`     // their drain: pops of one or two messages are slow
 	// Scenario 5 beyond what scenario 1 measures: more partitions on one
 	// node, and more node counts with the 100-partition workload.
 	GrowthPartitions []int `json:"growth_partitions"`
@@ -109,6 +110,7 @@ func NewPlan(quick bool, run time.Duration) Plan {
 		LatencyShare:  0.5,
 		Workloads:     []Workload{{Partitions: 100}, {Partitions: 1000}, {Partitions: 10000}, {Partitions: 100, Groups: 2}},
 		BigMessages:   20000,
+		BigDrain:      4 * time.Minute,
 		Nodes:         []int{1, 3},
 		IdleSizes:     []int{1000, 10000, 100000},
 		IdleConsumers: 100,
@@ -126,6 +128,7 @@ func NewPlan(quick bool, run time.Duration) Plan {
 		p.RawDuration = 3 * time.Second
 		p.RawClaimRows = 100_000
 		p.BigMessages = 5000
+		p.BigDrain = 2 * time.Minute
 		p.IdleWarmup = 2 * time.Second
 		p.IdleWindow = 4 * time.Second
 		p.IdleSizes = []int{1000, 10000}

@@ -116,7 +116,8 @@ func renderThroughput(w writer, r *Report) {
 		}
 	}
 	w("\nRuns of %s partitions or more push a fixed number of messages instead of for a duration: there each\n", num(float64(bigPartitions)))
-	w("pop finds one or two messages, and a duration's worth of pushes would take minutes to drain.\n")
+	w("pop finds one or two messages, and a duration's worth of pushes would take minutes to drain;\n")
+	w("their consumers get up to %s to finish (\"lost\" means not delivered by then).\n", p.BigDrain)
 	w("delivered/s is always over the time from the first push to the last delivery.\n")
 	w("\nThe latency of a closed-loop run is the latency of a saturated system (the backlog's queueing\n")
 	w("time); scenario 2 gives latency at a sustainable rate.\n\n")

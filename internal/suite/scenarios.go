@@ -53,6 +53,9 @@ func (s *suite) throughputOn(ctx context.Context, n int) error {
 	for _, wl := range workloads {
 		cfg := s.baseConfig(c)
 		cfg.Partitions, cfg.Groups, cfg.Messages = wl.Partitions, wl.Groups, wl.Messages
+		if wl.Messages > 0 {
+			cfg.Drain = max(cfg.Drain, p.BigDrain)
+		}
 		if _, err := s.load(ctx, throughputID(n, wl), c, cfg); err != nil {
 			return err
 		}
