@@ -10,11 +10,15 @@ import (
 // It is pure data, built by NewPlan, so the scenario table is testable.
 type Plan struct {
 	Quick        bool          `json:"quick"`
-	RunDuration  time.Duration `json:"run_duration_ns"`  // push phase of every load run
-	Drain        time.Duration `json:"drain_ns"`         // consumers' time to finish after it
-	RawDuration  time.Duration `json:"raw_duration_ns"`  // each raw ceiling loop
-	RawClaimRows int           `json:"raw_claim_rows"`   // backlog of the raw claim loop
-	IdleWarmup   time.Duration `json:"idle_warmup_ns"`   // parked consumers settle before the window
+	RunDuration  time.Duration `json:"run_duration_ns"` // push phase of every load run
+	Drain        time.Duration `json:"drain_ns"`        // consumers' time to finish after it
+	RawDuration  time.Duration `json:"raw_duration_ns"` // each raw ceiling loop
+	RawClaimRows int           `json:"raw_claim_rows"`  // backlog of the raw claim loop
+	// IdleWarmup lets parked consumers settle and, as important, lets the
+	// backends of the previous step report their transactions: PostgreSQL
+	// 15 backends flush pg_stat_database counters up to 10 s after going
+	// idle, which would otherwise land in the idle window.
+	IdleWarmup   time.Duration `json:"idle_warmup_ns"`
 	IdleWindow   time.Duration `json:"idle_window_ns"`   // idle cost measuring window
 	LatencyShare float64       `json:"latency_share"`    // open-loop rate as a fraction of the peak
 	Workloads    []Workload    `json:"workloads"`        // scenario 1, each on every ThroughputNodes
@@ -105,7 +109,7 @@ func NewPlan(quick bool, run time.Duration) Plan {
 		Drain:         60 * time.Second,
 		RawDuration:   10 * time.Second,
 		RawClaimRows:  300_000,
-		IdleWarmup:    3 * time.Second,
+		IdleWarmup:    11 * time.Second,
 		IdleWindow:    10 * time.Second,
 		LatencyShare:  0.5,
 		Workloads:     []Workload{{Partitions: 100}, {Partitions: 1000}, {Partitions: 10000}, {Partitions: 100, Groups: 2}},
@@ -129,7 +133,6 @@ func NewPlan(quick bool, run time.Duration) Plan {
 		p.RawClaimRows = 100_000
 		p.BigMessages = 5000
 		p.BigDrain = 2 * time.Minute
-		p.IdleWarmup = 2 * time.Second
 		p.IdleWindow = 4 * time.Second
 		p.IdleSizes = []int{1000, 10000}
 		p.ActiveSizes = []int{10000}
