@@ -172,7 +172,8 @@ func renderHotlist(w writer, r *Report) {
 	}
 	w("\n### 1%% of the partitions active\n\n")
 	w("The standard workload pushed to 1%% of a queue's partitions (the rest idle): closed loop for\n")
-	w("throughput, then open loop at %.0f%% of scenario 1's 1-node peak for latency.\n\n", p.LatencyShare*100)
+	w("throughput, then open loop for latency at %.0f%% of the slower mode's closed-loop figure (the same\n", p.LatencyShare*100)
+	w("load for both modes, one both can sustain). Each step on a fresh node.\n\n")
 	w("| partitions | active | hot-list | delivered/s | pop SQL calls/pop | PG us/msg | open-loop rate | p50 ms | p99 ms | max ms | check |\n")
 	w("| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n")
 	for _, n := range p.ActiveSizes {

@@ -2,7 +2,9 @@ package suite
 
 import (
 	"context"
+
 	"fmt"
+	"queen-node/internal/bench"
 	"strconv"
 	"time"
 )
@@ -73,30 +75,43 @@ func (s *suite) throughputOn(ctx context.Context, n int) error {
 // idleQueue is the queue of scenario 3 with n partitions.
 func idleQueue(n int) string { return "suite-idle-p" + strconv.Itoa(n) }
 
-// hotlist runs scenario 3: one node with the hot-list, then one without,
-// on the same queues.
+// hotlist runs scenario 3 on one node with the hot-list and one without,
+// on the same queues: first idle cost and closed-loop throughput per mode,
+// then the open-loop latency runs at half of the slower mode's throughput,
+// so both modes get the same load and both can sustain it.
 func (s *suite) hotlist(ctx context.Context) error {
-	p := s.rep.Plan
 	for _, on := range []bool{true, false} {
-		env := map[string]string{}
-		if !on {
-			env["QUEEN_HOTLIST"] = "0"
-		}
-		c, err := s.cluster(ctx, 1, env, "hot-"+onOff(on), "scenario 3, hot-list "+onOff(on))
-		if err != nil {
-			return err
-		}
-		err = s.hotlistOn(ctx, c, on)
-		c.stop()
-		if err != nil {
+		if err := s.withHotlistNode(ctx, on, "idle, 1% active closed loop", func(c *cluster) error {
+			return s.hotlistClosed(ctx, c, on)
+		}); err != nil {
 			return err
 		}
 	}
-	_ = p
+	for _, on := range []bool{true, false} {
+		if err := s.withHotlistNode(ctx, on, "1% active open loop", func(c *cluster) error {
+			return s.hotlistOpen(ctx, c, on)
+		}); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
-func (s *suite) hotlistOn(ctx context.Context, c *cluster, on bool) error {
+// withHotlistNode runs fn against a fresh node with the hot-list on or off.
+func (s *suite) withHotlistNode(ctx context.Context, on bool, what string, fn func(*cluster) error) error {
+	env := map[string]string{}
+	if !on {
+		env["QUEEN_HOTLIST"] = "0"
+	}
+	c, err := s.cluster(ctx, 1, env, "hot-"+onOff(on), "scenario 3, hot-list "+onOff(on)+": "+what)
+	if err != nil {
+		return err
+	}
+	defer c.stop()
+	return fn(c)
+}
+
+func (s *suite) hotlistClosed(ctx context.Context, c *cluster, on bool) error {
 	p := s.rep.Plan
 	populated := map[int]float64{}
 	if on { // the queues are created once, for both modes
@@ -123,24 +138,47 @@ func (s *suite) hotlistOn(ctx context.Context, c *cluster, on bool) error {
 			return ctx.Err()
 		}
 	}
-	peak, _ := s.rep.figures(throughputID(1, Workload{Partitions: 100}))
 	for _, n := range p.ActiveSizes {
-		cfg := s.baseConfig(c)
-		cfg.Queue, cfg.Partitions = idleQueue(n), max(1, n/100)
-		cfg.TxnPrefix = activeID(on, n, false) + "-"
-		if _, err := s.load(ctx, activeID(on, n, false), c, cfg); err != nil {
+		if _, err := s.load(ctx, activeID(on, n, false), c, s.activeConfig(c, n, on, false)); err != nil {
 			return err
 		}
-		if peak.delivered <= 0 {
+	}
+	return nil
+}
+
+func (s *suite) hotlistOpen(ctx context.Context, c *cluster, on bool) error {
+	p := s.rep.Plan
+	for _, n := range p.ActiveSizes {
+		fOn, okOn := s.rep.figures(activeID(true, n, false))
+		fOff, okOff := s.rep.figures(activeID(false, n, false))
+		if !okOn || !okOff {
 			continue
 		}
-		cfg.Rate = float64(int(peak.delivered * p.LatencyShare))
-		cfg.TxnPrefix = activeID(on, n, true) + "-"
+		cfg := s.activeConfig(c, n, on, true)
+		cfg.Rate = float64(int(min(fOn.delivered, fOff.delivered) * p.LatencyShare))
+		if cfg.Rate < 1 {
+			continue
+		}
 		if _, err := s.load(ctx, activeID(on, n, true), c, cfg); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// activeConfig is the standard workload on 1% of idleQueue(n)'s partitions.
+// The queue is shared by several runs: a transactionId prefix per run keeps
+// the server from answering "duplicate".
+func (s *suite) activeConfig(c *cluster, n int, on, open bool) bench.Config {
+	cfg := s.baseConfig(c)
+	cfg.Queue, cfg.Partitions = idleQueue(n), max(1, n/100)
+	cfg.TxnPrefix = activeID(on, n, open) + "-"
+	if n >= bigPartitions {
+		// Without the hot-list every pop scans the queue's partitions:
+		// the backlog of a closed-loop run drains slowly.
+		cfg.Drain = max(cfg.Drain, s.rep.Plan.BigDrain)
+	}
+	return cfg
 }
 
 // wake runs scenario 4: a consumer parked on node 2, pushes on node 1, for
