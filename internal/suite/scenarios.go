@@ -81,14 +81,14 @@ func idleQueue(n int) string { return "suite-idle-p" + strconv.Itoa(n) }
 // so both modes get the same load and both can sustain it.
 func (s *suite) hotlist(ctx context.Context) error {
 	for _, on := range []bool{true, false} {
-		if err := s.withHotlistNode(ctx, on, "idle, 1% active closed loop", func(c *cluster) error {
+		if err := s.withHotlistNode(ctx, on, "closed", "idle, 1% active closed loop", func(c *cluster) error {
 			return s.hotlistClosed(ctx, c, on)
 		}); err != nil {
 			return err
 		}
 	}
 	for _, on := range []bool{true, false} {
-		if err := s.withHotlistNode(ctx, on, "1% active open loop", func(c *cluster) error {
+		if err := s.withHotlistNode(ctx, on, "open", "1% active open loop", func(c *cluster) error {
 			return s.hotlistOpen(ctx, c, on)
 		}); err != nil {
 			return err
@@ -98,12 +98,12 @@ func (s *suite) hotlist(ctx context.Context) error {
 }
 
 // withHotlistNode runs fn against a fresh node with the hot-list on or off.
-func (s *suite) withHotlistNode(ctx context.Context, on bool, what string, fn func(*cluster) error) error {
+func (s *suite) withHotlistNode(ctx context.Context, on bool, tag, what string, fn func(*cluster) error) error {
 	env := map[string]string{}
 	if !on {
 		env["QUEEN_HOTLIST"] = "0"
 	}
-	c, err := s.cluster(ctx, 1, env, "hot-"+onOff(on), "scenario 3, hot-list "+onOff(on)+": "+what)
+	c, err := s.cluster(ctx, 1, env, "hot-"+onOff(on)+"-"+tag, "scenario 3, hot-list "+onOff(on)+": "+what)
 	if err != nil {
 		return err
 	}
