@@ -57,6 +57,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	s.rep = &Report{Started: time.Now(), Command: o.Command, Note: o.Note, Machine: readMachine(),
 		Commit: gitCommit(ctx), Plan: o.Plan, Idle: map[string]*IdleCost{}, Runs: map[string]*LoadRun{}}
 
+	if err := clearJSON(o.JSONDir); err != nil {
+		return nil, err
+	}
 	work, err := os.MkdirTemp("", "queen-suite-")
 	if err != nil {
 		return nil, fmt.Errorf("temp dir: %w", err)
@@ -236,6 +239,24 @@ func (s *suite) writeRunJSON(run *LoadRun) error {
 		out.Raw = &rawJSON{Insert: raw.Insert, Claim: raw.Claim, PushOfInsert: f.pushOfIns, DeliverOfClaim: f.delivOfClaim}
 	}
 	return writeJSON(filepath.Join(s.o.JSONDir, run.ID+".json"), out)
+}
+
+// clearJSON removes the previous run's JSON files, so the directory holds
+// the run the report shows and nothing older (a quick run has fewer runs).
+func clearJSON(dir string) error {
+	if dir == "" {
+		return nil
+	}
+	old, err := filepath.Glob(filepath.Join(dir, "*.json"))
+	if err != nil {
+		return fmt.Errorf("list %s: %w", dir, err)
+	}
+	for _, f := range old {
+		if err := os.Remove(f); err != nil {
+			return fmt.Errorf("remove old %s: %w", f, err)
+		}
+	}
+	return nil
 }
 
 func writeJSON(path string, v any) error {
