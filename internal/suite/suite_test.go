@@ -2,6 +2,8 @@ package suite
 
 import (
 	"encoding/xml"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -157,5 +159,26 @@ queen_pop_sql_calls_total 1
 `)
 	if got := parseMetricSum(body, "queen_pop_sql_calls_total"); got != 8.5 {
 		t.Fatalf("sum %v, want 8.5", got)
+	}
+}
+
+func TestClearJSON(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"thr-2n-p100.json", "notes.txt"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("{}"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := clearJSON(dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "thr-2n-p100.json")); !os.IsNotExist(err) {
+		t.Errorf("old JSON still there: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "notes.txt")); err != nil {
+		t.Errorf("other file removed: %v", err)
+	}
+	if err := clearJSON(""); err != nil {
+		t.Errorf("no dir: %v", err)
 	}
 }
