@@ -247,7 +247,7 @@ func renderGrowth(w writer, r *Report) {
 			w("| %s | %s |\n", num(float64(n)), missing(r, id))
 			continue
 		}
-		w("| %s | %s | %s | %.0f | %.0f | %.1f | %s |\n", num(float64(n)), num(f.delivered), ratio(f.delivered, base.delivered), f.pgUs, f.nodeUs, f.msgsPerPop, verdict(f))
+		w("| %s | %s | %s | %s | %s | %.1f | %s |\n", num(float64(n)), num(f.delivered), ratio(f.delivered, base.delivered), num(f.pgUs), num(f.nodeUs), f.msgsPerPop, verdict(f))
 	}
 	w("\nBy nodes (100 partitions, queue mode; node CPU summed over the nodes):\n\n")
 	w("| nodes | delivered/s | vs 1 node | PG us/msg | nodes us/msg | check |\n| ---: | ---: | ---: | ---: | ---: | --- |\n")
