@@ -15,7 +15,7 @@ SHELL := bash
 
 PGTEMP := $(GO) run ./cmd/pgtemp --
 
-.PHONY: build test test-race test-short cluster-test soak bench demo fmt vet fuzz clean ensure-postgres
+.PHONY: build test test-race test-short cluster-test soak bench bench-quick bench-go demo fmt vet fuzz clean ensure-postgres
 
 build:
 	$(GO) build -o bin/ ./cmd/...
@@ -40,7 +40,20 @@ soak: ensure-postgres
 	QUEEN_SOAK=1 SOAK_DURATION=$(SOAK_DURATION) \
 		$(PGTEMP) $(GO) test -count=1 -timeout $(SOAK_TIMEOUT) -v -run TestSoak ./cluster-test/...
 
+# The standard suite (docs/benchmarks.md, "The standard suite"): starts its
+# own PostgreSQL (production settings) and nodes, writes docs/BENCHMARKS.md,
+# docs/bench/*.json and docs/bench-growth.svg. BENCH_ARGS adds flags, e.g.
+# BENCH_ARGS='--note "noisy: shared machine"'.
+BENCH_ARGS ?=
+
 bench: ensure-postgres
+	$(GO) run ./cmd/queen-bench suite $(BENCH_ARGS)
+
+bench-quick: ensure-postgres
+	$(GO) run ./cmd/queen-bench suite --quick $(BENCH_ARGS)
+
+# The go test micro-benchmarks of pg/ and broker/ (docs/benchmarks.md).
+bench-go: ensure-postgres
 	$(PGTEMP) $(GO) test -run '^$$' -bench . -benchtime 3s ./...
 
 # queen-demo starts its own PostgreSQL through internal/pgtemp.

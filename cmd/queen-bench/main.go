@@ -8,6 +8,7 @@
 //
 //	queen-bench [flags]                 run a benchmark
 //	queen-bench compare A.json B.json   print two runs side by side
+//	queen-bench suite [--quick]         the standard suite: writes docs/BENCHMARKS.md
 //
 // Exit status: 0 when the run passed the delivery check with no 5xx, 1 when
 // it did not, 2 for bad usage or a run that could not start.
@@ -51,6 +52,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "compare" {
 		os.Exit(compareMain(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == "suite" {
+		os.Exit(suiteMain(os.Args[2:]))
+	}
 	os.Exit(run(os.Args[1:]))
 }
 
@@ -59,6 +63,8 @@ func run(args []string) int {
 	cfg := bench.DefaultConfig("")
 	nodes := fs.String("nodes", "http://127.0.0.1:6632", "comma-separated node base URLs; workers are spread over them round-robin")
 	fs.StringVar(&cfg.Queue, "queue", "", "queue name (default: a fresh bench-<time> per run)")
+	consumerNodes := fs.String("consumer-nodes", "", "comma-separated node URLs for the consumers (default: --nodes)")
+	fs.StringVar(&cfg.TxnPrefix, "txn-prefix", "", "prefix of every transactionId, so runs can share a queue")
 	fs.IntVar(&cfg.Producers, "producers", bench.ProducersDefault, "producers, each with one push in flight")
 	fs.IntVar(&cfg.Consumers, "consumers", bench.ConsumersDefault, "consumers per group")
 	fs.IntVar(&cfg.Groups, "groups", 0, "named consumer groups each receiving every message (0 = queue mode)")
@@ -98,6 +104,9 @@ func run(args []string) int {
 		return 2
 	}
 	cfg.Nodes = strings.Split(*nodes, ",")
+	if *consumerNodes != "" {
+		cfg.ConsumerNodes = strings.Split(*consumerNodes, ",")
+	}
 	if *raw && *pgURL == "" {
 		fmt.Fprintln(os.Stderr, "queen-bench: --raw needs --pg-url")
 		return 2

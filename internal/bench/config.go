@@ -32,6 +32,14 @@ type Config struct {
 	// Nodes are the base URLs of the nodes; workers are spread over them
 	// round-robin. At least one.
 	Nodes []string `json:"nodes"`
+	// ConsumerNodes, when set, are the base URLs consumers use instead of
+	// Nodes (producers keep Nodes): the suite's cross-node wake scenario
+	// pushes on one node and parks its consumer on another. Default empty.
+	ConsumerNodes []string `json:"consumer_nodes,omitempty"`
+	// TxnPrefix is prepended to every transactionId ("<prefix><producer>-<seq>"),
+	// so several runs can share one queue without the server answering
+	// "duplicate". Default empty.
+	TxnPrefix string `json:"txn_prefix,omitempty"`
 	// Queue is the queue name; "" = a fresh name per run (bench-<time>), so
 	// the checker starts from an empty queue.
 	Queue string `json:"queue"`
@@ -106,13 +114,8 @@ func (c *Config) Validate() error {
 	if len(c.Nodes) == 0 {
 		return fmt.Errorf("nodes: at least one node URL is required")
 	}
-	for i, n := range c.Nodes {
-		n = strings.TrimRight(strings.TrimSpace(n), "/")
-		if !strings.HasPrefix(n, "http://") && !strings.HasPrefix(n, "https://") {
-			n = "http://" + n
-		}
-		c.Nodes[i] = n
-	}
+	normalizeURLs(c.Nodes)
+	normalizeURLs(c.ConsumerNodes)
 	switch {
 	case c.Producers < 1:
 		return fmt.Errorf("producers: %d, want >= 1", c.Producers)
@@ -138,6 +141,25 @@ func (c *Config) Validate() error {
 		c.Queue = "bench-" + time.Now().UTC().Format("20060102-150405.000")
 	}
 	return nil
+}
+
+// normalizeURLs trims slashes and adds a missing http:// scheme in place.
+func normalizeURLs(urls []string) {
+	for i, n := range urls {
+		n = strings.TrimRight(strings.TrimSpace(n), "/")
+		if !strings.HasPrefix(n, "http://") && !strings.HasPrefix(n, "https://") {
+			n = "http://" + n
+		}
+		urls[i] = n
+	}
+}
+
+// consumerNodes are the nodes consumers are spread over.
+func (c *Config) consumerNodes() []string {
+	if len(c.ConsumerNodes) > 0 {
+		return c.ConsumerNodes
+	}
+	return c.Nodes
 }
 
 // GroupNames returns the consumer groups of the run.

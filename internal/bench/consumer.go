@@ -81,7 +81,8 @@ func partitionIndex(name string) int {
 // another consumer of the group ends the group.
 func (r *runner) consumer(ctx, ackCtx context.Context, idx int, group string, done func()) {
 	cfg := &r.cfg
-	base := cfg.Nodes[idx%len(cfg.Nodes)]
+	nodes := cfg.consumerNodes()
+	base := nodes[idx%len(nodes)]
 	c := newClient(cfg.PollTimeout + 30*time.Second)
 	purl := popURL(cfg, base, group)
 	aurl := base + "/api/v1/ack/batch"

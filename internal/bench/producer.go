@@ -72,6 +72,7 @@ func (r *runner) producer(ctx context.Context, idx int, quota int64, end time.Ti
 			body = append(body, `,"partition":"p`...)
 			body = strconv.AppendInt(body, int64(parts[i]), 10)
 			body = append(body, `","transactionId":"`...)
+			body = append(body, cfg.TxnPrefix...)
 			body = strconv.AppendInt(body, int64(idx), 10)
 			body = append(body, '-')
 			body = strconv.AppendInt(body, seq+i, 10)
