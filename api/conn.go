@@ -24,7 +24,9 @@ import (
 // and its expiry cancels the request context, which would end every
 // long-poll (no body, a long wait) at the same moment. So the body gets its
 // own deadline, set when a request with a body starts and cleared once the
-// body is read; WriteTimeout stays unset for the same reason.
+// body is read. net/http's WriteTimeout would count a long-poll's wait too,
+// so it stays unset: the write deadline is armed at an answer's first byte
+// instead (deadlineWriter).
 
 // connStats are the connection counters of /status and /metrics.
 type connStats struct {
@@ -72,10 +74,9 @@ func (s *Server) HTTPServer() *http.Server {
 // errBodyTimeout is what a request body read returns past BodyTimeout.
 var errBodyTimeout = errors.New("request body timeout")
 
-// bodyDeadline arms BodyTimeout for requests that carry a body, and a
-// write deadline (BodyTimeout + WriteTimeout) for requests other than pops.
-// Without a connection to set
-// deadlines on (httptest recorders) it does nothing.
+// bodyDeadline arms BodyTimeout for requests that carry a body, and
+// WriteTimeout at the first byte of every answer (deadlineWriter). Without a
+// connection to set deadlines on (httptest recorders) it does nothing.
 func (s *Server) bodyDeadline(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// A client that does not read its answer must not hold the handler
