@@ -1,11 +1,9 @@
 package clustertest
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -23,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"queen-node/internal/localnet"
 	"queen-node/internal/pgtemp"
 	"queen-node/internal/pgtest"
 )
@@ -159,13 +158,13 @@ func (c *Cluster) allocNode(extra map[string]string) *Node {
 	idx := len(c.nodes)
 	c.mu.Unlock()
 	ip := fmt.Sprintf("127.0.%d.%d", c.subnet, idx+2)
-	httpPort, err := freePort(ip, false)
+	httpPort, err := localnet.FreePort(ip, false)
 	if err != nil {
 		c.t.Fatalf("node %d: %v", idx, err)
 	}
 	var meshPort int
 	for attempt := 0; ; attempt++ {
-		if meshPort, err = freePort(ip, true); err == nil && meshPort != httpPort {
+		if meshPort, err = localnet.FreePort(ip, true); err == nil && meshPort != httpPort {
 			break
 		}
 		if attempt > 20 {
@@ -179,28 +178,6 @@ func (c *Cluster) allocNode(extra map[string]string) *Node {
 	c.nodes = append(c.nodes, nd)
 	c.mu.Unlock()
 	return nd
-}
-
-// freePort finds a port free on ip for TCP (and UDP too when both).
-func freePort(ip string, both bool) (int, error) {
-	for attempt := 0; attempt < 50; attempt++ {
-		l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
-		if err != nil {
-			return 0, fmt.Errorf("listen on %s: %w (is 127.0.0.0/8 routed to lo?)", ip, err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		if both {
-			u, err := net.ListenPacket("udp", net.JoinHostPort(ip, strconv.Itoa(port)))
-			if err != nil {
-				l.Close()
-				continue
-			}
-			u.Close()
-		}
-		l.Close()
-		return port, nil
-	}
-	return 0, errors.New("no free port")
 }
 
 // Node returns node i.
@@ -324,7 +301,7 @@ func (c *Cluster) waitHealthy(nd *Node, within time.Duration) {
 		nd.mu.Unlock()
 		select {
 		case <-exited:
-			c.t.Fatalf("%s exited during start:\n%s", nd.Name, tail(nd.LogPath, logTailLines))
+			c.t.Fatalf("%s exited during start:\n%s", nd.Name, localnet.LogTail(nd.LogPath, logTailLines))
 		default:
 		}
 		st, _, err := c.do(context.Background(), nd.Idx, "GET", "/health", nil)
@@ -464,30 +441,9 @@ func (c *Cluster) teardown() {
 	c.client.CloseIdleConnections()
 	if c.t.Failed() {
 		for _, nd := range c.Nodes() {
-			c.t.Logf("--- last %d lines of %s (%s) ---\n%s", logTailLines, nd.Name, nd.HTTP(), tail(nd.LogPath, logTailLines))
+			c.t.Logf("--- last %d lines of %s (%s) ---\n%s", logTailLines, nd.Name, nd.HTTP(), localnet.LogTail(nd.LogPath, logTailLines))
 		}
 	}
-}
-
-func tail(path string, n int) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return err.Error()
-	}
-	defer f.Close()
-	var lines []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	for sc.Scan() {
-		lines = append(lines, sc.Text())
-		if len(lines) > 4*n {
-			lines = lines[len(lines)-n:]
-		}
-	}
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 // do sends one request to node i and returns status and body.

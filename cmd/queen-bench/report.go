@@ -22,24 +22,7 @@ func printProgress(p bench.Progress) {
 }
 
 // num formats with thousands separators and no decimals.
-func num(v float64) string {
-	neg := v < 0
-	if neg {
-		v = -v
-	}
-	s := fmt.Sprintf("%.0f", v)
-	var b strings.Builder
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	if neg {
-		return "-" + b.String()
-	}
-	return b.String()
-}
+func num(v float64) string { return bench.Thousands(v) }
 
 // printReport writes the final table.
 func printReport(w io.Writer, o *Output) {

@@ -27,6 +27,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"queen-node/internal/localnet"
 	"queen-node/internal/pgtemp"
 )
 
@@ -360,11 +361,11 @@ func waitHealthy(ctx context.Context, n *node) error {
 		}
 		select {
 		case <-n.exited:
-			return fmt.Errorf("%s exited at start:\n%s", n.name, tail(n.logPath, 20))
+			return fmt.Errorf("%s exited at start:\n%s", n.name, localnet.LogTail(n.logPath, 20))
 		default:
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("%s not healthy at http://%s:\n%s", n.name, n.httpAddr, tail(n.logPath, 20))
+			return fmt.Errorf("%s not healthy at http://%s:\n%s", n.name, n.httpAddr, localnet.LogTail(n.logPath, 20))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -399,13 +400,4 @@ func readEnvFile(path string) (map[string]string, error) {
 		env[strings.TrimSpace(k)] = strings.TrimSpace(v)
 	}
 	return env, sc.Err()
-}
-
-func tail(path string, n int) string {
-	data, _ := os.ReadFile(path)
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,6 +16,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"queen-node/internal/localnet"
 )
 
 // Cluster timings.
@@ -77,12 +78,12 @@ func startCluster(ctx context.Context, log hclog.Logger, bin, pgURL, logDir stri
 	c := &cluster{log: log, env: env}
 	var seed string
 	for i := range n {
-		httpPort, err := freePort(false)
+		httpPort, err := localnet.FreePort("127.0.0.1", false)
 		if err != nil {
 			c.stop()
 			return nil, err
 		}
-		meshPort, err := freePort(true)
+		meshPort, err := localnet.FreePort("127.0.0.1", true)
 		if err != nil {
 			c.stop()
 			return nil, err
@@ -179,29 +180,6 @@ func (c *cluster) stop() {
 	c.nodes = nil
 }
 
-// freePort returns a port free on 127.0.0.1 for TCP (and UDP too when both,
-// for memberlist).
-func freePort(both bool) (int, error) {
-	for range 50 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, fmt.Errorf("listen on 127.0.0.1: %w", err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		if both {
-			u, err := net.ListenPacket("udp", "127.0.0.1:"+strconv.Itoa(port))
-			if err != nil {
-				l.Close()
-				continue
-			}
-			u.Close()
-		}
-		l.Close()
-		return port, nil
-	}
-	return 0, fmt.Errorf("no free port on 127.0.0.1")
-}
-
 var probe = &http.Client{Timeout: 5 * time.Second}
 
 // get returns the body of a 200 answer.
@@ -233,11 +211,11 @@ func waitHealthy(ctx context.Context, nd *node) error {
 		}
 		select {
 		case <-nd.exited:
-			return fmt.Errorf("%s exited at start:\n%s", nd.name, tail(nd.logPath, 20))
+			return fmt.Errorf("%s exited at start:\n%s", nd.name, localnet.LogTail(nd.logPath, 20))
 		default:
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("%s not healthy at %s:\n%s", nd.name, nd.http, tail(nd.logPath, 20))
+			return fmt.Errorf("%s not healthy at %s:\n%s", nd.name, nd.http, localnet.LogTail(nd.logPath, 20))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -286,13 +264,4 @@ func alive(ctx context.Context, nd *node) int {
 		}
 	}
 	return n
-}
-
-func tail(path string, n int) string {
-	data, _ := os.ReadFile(path)
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

@@ -2,32 +2,13 @@ package suite
 
 import (
 	"fmt"
-	"math"
 	"strings"
+
+	"queen-node/internal/bench"
 )
 
 // num formats with thousands separators and no decimals.
-func num(v float64) string {
-	if math.IsNaN(v) || math.IsInf(v, 0) {
-		return "n/a"
-	}
-	neg := v < 0
-	if neg {
-		v = -v
-	}
-	s := fmt.Sprintf("%.0f", v)
-	var b strings.Builder
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	if neg {
-		return "-" + b.String()
-	}
-	return b.String()
-}
+func num(v float64) string { return bench.Thousands(v) }
 
 // ms formats milliseconds with precision that suits the size.
 func ms(v float64) string {

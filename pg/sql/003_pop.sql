@@ -117,17 +117,18 @@ BEGIN
     -- then holds nothing that transaction could be waiting for. The cursor
     -- of a partition first seen by the group starts at the recorded
     -- subscription start.
+    -- (The seed is computed in the select list, so only for missing rows.)
     INSERT INTO queen.consumers (partition_id, consumer_group, committed_offset, batch_end)
-    SELECT p.id, p_group, s.seed, s.seed
-    FROM queen.partitions p
-    CROSS JOIN LATERAL (
-        SELECT CASE WHEN v_from IS NULL THEN 0 ELSE
-                   COALESCE((SELECT max(m.off) FROM queen.messages m
-                             WHERE m.partition_id = p.id AND m.created_at <= v_from), 0) END AS seed) s
-    WHERE p.queue_id = v_q.id AND p.name = ANY (v_names)
-      AND NOT EXISTS (SELECT 1 FROM queen.consumers c
-                      WHERE c.partition_id = p.id AND c.consumer_group = p_group)
-    ORDER BY p.id
+    SELECT s.id, p_group, s.seed, s.seed
+    FROM (SELECT p.id,
+                 CASE WHEN v_from IS NULL THEN 0 ELSE
+                     COALESCE((SELECT max(m.off) FROM queen.messages m
+                               WHERE m.partition_id = p.id AND m.created_at <= v_from), 0) END AS seed
+          FROM queen.partitions p
+          WHERE p.queue_id = v_q.id AND p.name = ANY (v_names)
+            AND NOT EXISTS (SELECT 1 FROM queen.consumers c
+                            WHERE c.partition_id = p.id AND c.consumer_group = p_group)
+          ORDER BY p.id) s
     ON CONFLICT (partition_id, consumer_group) DO NOTHING;
 
     FOR i IN 1 .. COALESCE(array_length(v_names, 1), 0) LOOP
