@@ -50,7 +50,7 @@ DECLARE
     v_pid        uuid;
     v_last       bigint;
     v_lw         timestamptz;
-    v_c          record;
+    v_c          queen.consumers%ROWTYPE;
     v_m          record;
     v_count      int;
     v_end        bigint;
@@ -63,6 +63,7 @@ DECLARE
     v_acked      bigint[];
     v_nacked     int;
     v_aj         int;
+    v_fast       boolean;
     v_names_len  int;  -- bytes of the queue, partition and group names of a message
     i            int;
 BEGIN
@@ -140,16 +141,29 @@ BEGIN
             o_verdict := 'requeue'; RETURN NEXT; CONTINUE;
         END IF;
 
-        SELECT p.id, p.last_offset, p.last_write_at INTO v_pid, v_last, v_lw
-        FROM queen.partitions p WHERE p.queue_id = v_q.id AND p.name = v_names[i];
-        IF NOT FOUND THEN
-            o_verdict := 'empty'; RETURN NEXT; CONTINUE;
+        -- The partition and its consumer row in one statement (the usual
+        -- case); the steps below sort out a missing or locked row.
+        SELECT p.id, p.last_offset, p.last_write_at, c.committed_offset, c.batch_end, c.lease_id,
+               c.lease_expires_at, c.retry_count, c.acked
+        INTO v_pid, v_last, v_lw, v_c.committed_offset, v_c.batch_end, v_c.lease_id,
+             v_c.lease_expires_at, v_c.retry_count, v_c.acked
+        FROM queen.partitions p
+        JOIN queen.consumers c ON c.partition_id = p.id AND c.consumer_group = p_group
+        WHERE p.queue_id = v_q.id AND p.name = v_names[i]
+        FOR UPDATE OF c SKIP LOCKED;
+        IF FOUND THEN
+            o_pid := v_pid;
+        ELSE
+            SELECT p.id, p.last_offset, p.last_write_at INTO v_pid, v_last, v_lw
+            FROM queen.partitions p WHERE p.queue_id = v_q.id AND p.name = v_names[i];
+            IF NOT FOUND THEN
+                o_verdict := 'empty'; RETURN NEXT; CONTINUE;
+            END IF;
+            o_pid := v_pid;
+            SELECT c.* INTO v_c FROM queen.consumers c
+            WHERE c.partition_id = v_pid AND c.consumer_group = p_group
+            FOR UPDATE SKIP LOCKED;
         END IF;
-        o_pid := v_pid;
-
-        SELECT c.* INTO v_c FROM queen.consumers c
-        WHERE c.partition_id = v_pid AND c.consumer_group = p_group
-        FOR UPDATE SKIP LOCKED;
         IF NOT FOUND THEN
             IF EXISTS (SELECT 1 FROM queen.consumers c WHERE c.partition_id = v_pid AND c.consumer_group = p_group) THEN
                 o_verdict := 'busy'; RETURN NEXT; CONTINUE;
@@ -186,44 +200,80 @@ BEGIN
 
         v_names_len := octet_length(p_queue) + 2 * octet_length(v_names[i]) + octet_length(p_group);
         v_count := 0; v_end := v_c.committed_offset; v_until := NULL; v_full := false;
-        -- Messages acked past a gap (docs/api.md, "Acks") are skipped by a
-        -- merge against the sorted consumers.acked: linear, whatever its size.
-        v_acked := v_c.acked; v_nacked := cardinality(v_acked); v_aj := 1;
-        FOR v_m IN
-            SELECT m.off, m.id, m.transaction_id, m.trace_id, m.payload, m.created_at, m.producer_sub,
-                   octet_length(m.transaction_id) + COALESCE(octet_length(m.producer_sub), 0) AS names
-            FROM queen.messages m
-            WHERE m.partition_id = v_pid AND m.off > v_c.committed_offset AND m.off <= v_last
-            ORDER BY m.off
-            LIMIT v_budget + v_nacked
-        LOOP
-            WHILE v_aj <= v_nacked AND v_acked[v_aj] < v_m.off LOOP
-                v_aj := v_aj + 1;
-            END LOOP;
-            CONTINUE WHEN v_aj <= v_nacked AND v_acked[v_aj] = v_m.off;
-            IF v_q.delayed_processing > 0
-               AND v_m.created_at > v_now - make_interval(secs => v_q.delayed_processing) THEN
-                v_until := v_m.created_at + make_interval(secs => v_q.delayed_processing);
-                EXIT; -- later messages are younger still: keep partition order
-            END IF;
-            IF p_max_bytes > 0 THEN
-                -- The envelope: its names at face value plus 400 bytes for
-                -- keys, ids and times (docs/api.md, "Input bounds").
-                v_size := COALESCE(octet_length(v_m.payload::text), 4) + v_m.names + v_names_len + 400;
-                IF v_bytes + v_size > p_max_bytes AND v_bytes > 0 THEN
-                    v_full := true;
-                    EXIT;
-                END IF;
+        v_acked := v_c.acked; v_nacked := cardinality(v_acked); v_aj := 1; v_fast := false;
+        IF v_nacked = 0 AND v_q.delayed_processing = 0 THEN
+            -- The common case, set-based: nothing to skip and no deferral,
+            -- so the served messages are the first v_budget of the range.
+            -- One statement sizes them, a second returns them (a PL/pgSQL
+            -- loop costs several us a message). When they would pass the
+            -- byte cap, the loop below decides where to cut.
+            SELECT count(*), max(w.off), COALESCE(sum(w.size), 0)
+            INTO v_count, v_end, v_size
+            FROM (SELECT m.off, CASE WHEN p_max_bytes > 0 THEN
+                             COALESCE(octet_length(m.payload::text), 4) + octet_length(m.transaction_id)
+                             + COALESCE(octet_length(m.producer_sub), 0) + v_names_len + 400
+                         ELSE 0 END AS size
+                  FROM queen.messages m
+                  WHERE m.partition_id = v_pid AND m.off > v_c.committed_offset AND m.off <= v_last
+                  ORDER BY m.off
+                  LIMIT v_budget) w;
+            v_fast := p_max_bytes <= 0 OR v_bytes + v_size <= p_max_bytes OR (v_bytes = 0 AND v_count = 1);
+            IF v_fast THEN
                 v_bytes := v_bytes + v_size;
+                IF v_count > 0 THEN
+                    RETURN QUERY
+                    SELECT 'msg'::text, v_names[i], v_pid, NULL::text, NULL::timestamptz, NULL::boolean,
+                           m.off, m.id, m.transaction_id, m.trace_id, m.payload, m.created_at, m.producer_sub,
+                           v_c.retry_count, NULL::int, NULL::int
+                    FROM queen.messages m
+                    WHERE m.partition_id = v_pid AND m.off > v_c.committed_offset AND m.off <= v_end
+                    ORDER BY m.off;
+                ELSE
+                    v_end := v_c.committed_offset;
+                END IF;
+            ELSE
+                v_count := 0; v_end := v_c.committed_offset;
             END IF;
-            o_kind := 'msg'; o_verdict := NULL; o_until := NULL;
-            o_off := v_m.off; o_mid := v_m.id; o_txid := v_m.transaction_id; o_trace := v_m.trace_id;
-            o_payload := v_m.payload; o_created := v_m.created_at; o_sub := v_m.producer_sub;
-            o_retry := v_c.retry_count;
-            RETURN NEXT;
-            v_count := v_count + 1; v_end := v_m.off;
-            EXIT WHEN v_count >= v_budget;
-        END LOOP;
+        END IF;
+        IF NOT v_fast THEN
+            -- Messages acked past a gap (docs/api.md, "Acks") are skipped by a
+            -- merge against the sorted consumers.acked: linear, whatever its size.
+            FOR v_m IN
+                SELECT m.off, m.id, m.transaction_id, m.trace_id, m.payload, m.created_at, m.producer_sub,
+                       octet_length(m.transaction_id) + COALESCE(octet_length(m.producer_sub), 0) AS names
+                FROM queen.messages m
+                WHERE m.partition_id = v_pid AND m.off > v_c.committed_offset AND m.off <= v_last
+                ORDER BY m.off
+                LIMIT v_budget + v_nacked
+            LOOP
+                WHILE v_aj <= v_nacked AND v_acked[v_aj] < v_m.off LOOP
+                    v_aj := v_aj + 1;
+                END LOOP;
+                CONTINUE WHEN v_aj <= v_nacked AND v_acked[v_aj] = v_m.off;
+                IF v_q.delayed_processing > 0
+                   AND v_m.created_at > v_now - make_interval(secs => v_q.delayed_processing) THEN
+                    v_until := v_m.created_at + make_interval(secs => v_q.delayed_processing);
+                    EXIT; -- later messages are younger still: keep partition order
+                END IF;
+                IF p_max_bytes > 0 THEN
+                    -- The envelope: its names at face value plus 400 bytes for
+                    -- keys, ids and times (docs/api.md, "Input bounds").
+                    v_size := COALESCE(octet_length(v_m.payload::text), 4) + v_m.names + v_names_len + 400;
+                    IF v_bytes + v_size > p_max_bytes AND v_bytes > 0 THEN
+                        v_full := true;
+                        EXIT;
+                    END IF;
+                    v_bytes := v_bytes + v_size;
+                END IF;
+                o_kind := 'msg'; o_verdict := NULL; o_until := NULL;
+                o_off := v_m.off; o_mid := v_m.id; o_txid := v_m.transaction_id; o_trace := v_m.trace_id;
+                o_payload := v_m.payload; o_created := v_m.created_at; o_sub := v_m.producer_sub;
+                o_retry := v_c.retry_count;
+                RETURN NEXT;
+                v_count := v_count + 1; v_end := v_m.off;
+                EXIT WHEN v_count >= v_budget;
+            END LOOP;
+        END IF;
         o_kind := 'verdict'; o_off := NULL; o_mid := NULL; o_txid := NULL; o_trace := NULL;
         o_payload := NULL; o_created := NULL; o_sub := NULL; o_retry := NULL;
 
