@@ -121,6 +121,8 @@ func printReport(w io.Writer, o *Output) {
 	switch {
 	case r.OK:
 		fmt.Fprintln(w, "PASS: every queued message delivered exactly once per group, in order per partition; no 5xx")
+	case ch.OK && r.ServerErrors == 0 && r.Pushed == 0:
+		fmt.Fprintln(w, "FAIL: nothing was queued (every push failed)")
 	case r.ServerErrors > 0 && ch.OK:
 		fmt.Fprintf(w, "FAIL: %d 5xx answers\n", r.ServerErrors)
 	default:

@@ -282,7 +282,9 @@ func (r *runner) result(start, pushEnd, last time.Time, cpu0, cpu1 cpuSnapshot) 
 	res.Check = r.check.Check()
 	res.Redeliveries = res.Check.Redeliveries
 	res.CPU = cpuUse(cpu0, cpu1, r.cfg.Nodes, res.Delivered)
-	res.OK = res.Check.OK && res.ServerErrors == 0
+	// A run that queued nothing (every push failed, e.g. the node never
+	// came up) proves nothing: it must not pass.
+	res.OK = res.Check.OK && res.ServerErrors == 0 && (res.Pushed > 0 || r.cfg.Producers == 0)
 	return res
 }
 

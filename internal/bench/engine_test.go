@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"net"
 	"testing"
 	"time"
 
@@ -87,5 +88,27 @@ func TestSmokeQueueModeAutoAck(t *testing.T) {
 	if !res.OK || res.Pushed != 503 || res.Delivered != 503 || res.AckRequests != 0 {
 		t.Fatalf("want 503 pushed and delivered without acks, got OK=%v pushed %d delivered %d acks %d check %+v errors %v",
 			res.OK, res.Pushed, res.Delivered, res.AckRequests, res.Check, res.ErrorSamples)
+	}
+}
+
+// TestRunAgainstNoNodeFails: a run whose pushes all fail (nothing listens
+// on the address) queued nothing and must not report a pass.
+func TestRunAgainstNoNodeFails(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // a free port: every request is refused
+	cfg := DefaultConfig("http://" + addr)
+	cfg.Producers, cfg.Consumers, cfg.Partitions = 1, 1, 2
+	cfg.Duration, cfg.Drain = 500*time.Millisecond, time.Second
+	cfg.PollTimeout = 100 * time.Millisecond
+	res, err := Run(context.Background(), cfg, nil)
+	if err != nil {
+		return // refusing to run is a failure too
+	}
+	if res.OK || res.Pushed != 0 {
+		t.Fatalf("run against no node: OK=%v pushed=%d, want not OK and nothing pushed", res.OK, res.Pushed)
 	}
 }
