@@ -53,14 +53,15 @@ func (s *Server) handlePush(w http.ResponseWriter, r *http.Request, sub *string)
 }
 
 func toPushResult(p broker.PushResult) pushResult {
+	pid := nullable(p.PartitionID) // one allocation for both spellings
 	pr := pushResult{
 		Index:           p.Index,
 		Status:          p.Status,
 		TransactionID:   p.TransactionID,
 		TransactionIDSn: p.TransactionID,
 		MessageID:       nullable(p.MessageID),
-		PartitionIDSn:   nullable(p.PartitionID),
-		PartitionID:     nullable(p.PartitionID),
+		PartitionIDSn:   pid,
+		PartitionID:     pid,
 		TraceID:         p.TraceID,
 		QueueName:       p.Queue,
 	}
