@@ -1,7 +1,7 @@
 package api
 
 import (
-	"encoding/json"
+	"bytes"
 	"errors"
 	"fmt"
 	"net/http"
@@ -98,60 +98,157 @@ func (s *Server) handleAck(w http.ResponseWriter, r *http.Request, _ *string) {
 	writeJSON(w, http.StatusOK, toAckResults(res))
 }
 
-// fastAckBody decodes a well-formed batch ack in one pass; anything
-// unexpected goes to the field-by-field path for a precise error.
-type fastAckBody struct {
-	ConsumerGroup   json.RawMessage       `json:"consumerGroup"`
-	Acknowledgments limitedArray[fastAck] `json:"acknowledgments"`
-}
-
-type fastAck struct {
-	TransactionID json.RawMessage `json:"transactionId"`
-	PartitionID   json.RawMessage `json:"partitionId"`
-	Status        json.RawMessage `json:"status"`
-	ConsumerGroup json.RawMessage `json:"consumerGroup"`
-	LeaseID       json.RawMessage `json:"leaseId"`
-	Error         json.RawMessage `json:"error"`
-}
-
+// fastAckItems decodes a well-formed batch ack in one pass (bodyScanner);
+// anything unexpected declines (ok false) and goes to the field-by-field
+// path for a precise error.
 func fastAckItems(raw []byte, maxItems int) ([]broker.AckItem, bool) {
-	fb := fastAckBody{Acknowledgments: limitedArray[fastAck]{max: maxItems}}
-	if err := json.Unmarshal(raw, &fb); err != nil || fb.Acknowledgments.elems == nil ||
-		foldedKeyVariant(raw, "consumerGroup", "acknowledgments", "transactionId", "partitionId", "status", "leaseId", "error") {
+	s := bodyScanner{data: raw}
+	if s.peek() != '{' {
 		return nil, false
 	}
-	group, ok := fastString(fb.ConsumerGroup, true)
-	if !ok || len(group) > broker.MaxNameBytes || !validText(group) {
-		return nil, false
-	}
-	if group == "" {
-		group = broker.QueueMode
-	}
-	items := make([]broker.AckItem, len(fb.Acknowledgments.elems))
-	for i, a := range fb.Acknowledgments.elems {
-		var it broker.AckItem
-		var ok1, ok2, ok3, ok4, ok5 bool
-		it.TransactionID, ok1 = fastString(a.TransactionID, false)
-		it.PartitionID, ok2 = fastString(a.PartitionID, false)
-		it.Status, ok3 = fastString(a.Status, true)
-		it.Group, ok4 = fastString(a.ConsumerGroup, true)
-		it.LeaseID, ok5 = fastString(a.LeaseID, true)
-		if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || it.TransactionID == "" || it.PartitionID == "" ||
-			len(it.TransactionID) > broker.MaxNameBytes || len(it.PartitionID) > broker.MaxNameBytes ||
-			len(it.Status) > broker.MaxNameBytes || len(it.Group) > broker.MaxNameBytes || len(it.LeaseID) > broker.MaxNameBytes ||
-			!validText(it.TransactionID) || !validText(it.PartitionID) || !validText(it.Status) ||
-			!validText(it.Group) || !validText(it.LeaseID) {
+	s.pos++
+	var items []broker.AckItem // nil while there is no acknowledgments array
+	var group jsonField
+	for first := true; ; first = false {
+		key, escaped, done, ok := s.member(first)
+		if !ok {
 			return nil, false
 		}
-		if it.Group == "" {
-			it.Group = group
+		if done {
+			break
 		}
-		if len(a.Error) > 0 {
-			it.Error = object{"error": a.Error}.errorText("error")
+		switch string(key) {
+		case "consumerGroup":
+			ok = s.stringField(&group)
+		case "acknowledgments":
+			if s.null() {
+				items = nil // null is absent; the last of duplicate keys counts
+			} else {
+				items, ok = s.ackItems(maxItems)
+			}
+		default:
+			ok = !unknownKey(key, escaped, "consumerGroup", "acknowledgments") && s.skipValue(1)
 		}
-		items[i] = it
+		if !ok {
+			return nil, false
+		}
+	}
+	if items == nil || !s.atEnd() {
+		return nil, false
+	}
+	// The top-level group may follow the array: items without their own
+	// get it now (API.md 9).
+	g, ok := group.name("", true)
+	if !ok {
+		return nil, false
+	}
+	if g == "" {
+		g = broker.QueueMode
+	}
+	for i := range items {
+		if items[i].Group == "" {
+			items[i].Group = g
+		}
 	}
 	return items, true
+}
+
+// ackItems reads the acknowledgments array at pos. Past maxItems it fails,
+// and the field-by-field path answers 413.
+func (s *bodyScanner) ackItems(maxItems int) ([]broker.AckItem, bool) {
+	if s.pos >= len(s.data) || s.data[s.pos] != '[' {
+		return nil, false
+	}
+	s.pos++
+	items := []broker.AckItem{} // [] is an empty batch, not an absent array
+	var prev broker.AckItem
+	for first := true; ; first = false {
+		done, ok := s.element(first)
+		if !ok {
+			return nil, false
+		}
+		if done {
+			return items, true
+		}
+		if len(items) == maxItems {
+			return nil, false
+		}
+		start := s.pos
+		it, ok := s.ackItem(prev)
+		if !ok {
+			return nil, false
+		}
+		if len(items) == 0 {
+			items = make([]broker.AckItem, 0, estimateItems(len(s.data)-start, s.pos-start, maxItems))
+		}
+		items = append(items, it)
+		prev = it
+	}
+}
+
+// ackItem reads one acknowledgment object at pos; prev is the one before
+// it, whose names it reuses when equal. Group stays "" when the item names
+// none.
+func (s *bodyScanner) ackItem(prev broker.AckItem) (broker.AckItem, bool) {
+	var it broker.AckItem
+	if s.pos >= len(s.data) || s.data[s.pos] != '{' {
+		return it, false
+	}
+	s.pos++
+	var txID, partitionID, status, group, leaseID jsonField
+	var errRaw []byte // nil: absent or null
+	for first := true; ; first = false {
+		key, escaped, done, ok := s.member(first)
+		if !ok {
+			return it, false
+		}
+		if done {
+			break
+		}
+		switch string(key) {
+		case "transactionId":
+			ok = s.stringField(&txID)
+		case "partitionId":
+			ok = s.stringField(&partitionID)
+		case "status":
+			ok = s.stringField(&status)
+		case "consumerGroup":
+			ok = s.stringField(&group)
+		case "leaseId":
+			ok = s.stringField(&leaseID)
+		case "error":
+			if s.null() {
+				errRaw = nil
+			} else {
+				start := s.pos
+				ok = s.skipValue(4)
+				errRaw = s.data[start:s.pos]
+			}
+		default:
+			ok = !unknownKey(key, escaped, "transactionId", "partitionId", "status", "consumerGroup", "leaseId", "error") &&
+				s.skipValue(4)
+		}
+		if !ok {
+			return it, false
+		}
+	}
+	var ok1, ok2, ok3, ok4, ok5 bool
+	it.TransactionID, ok1 = txID.name("", false)
+	it.PartitionID, ok2 = partitionID.name(prev.PartitionID, false)
+	it.Status, ok3 = status.name(prev.Status, true) // unknown statuses go through, as in parseAckItem
+	it.Group, ok4 = group.name(prev.Group, true)
+	it.LeaseID, ok5 = leaseID.name(prev.LeaseID, true)
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 {
+		return it, false
+	}
+	if n := len(errRaw); n >= 2 && errRaw[0] == '"' && n-2 <= maxErrorText && bytes.IndexByte(errRaw, '\\') < 0 {
+		// A short plain string is stored as is: str has checked it is valid
+		// UTF-8 without NUL, which is all errorText would change.
+		it.Error = string(errRaw[1 : n-1])
+	} else if errRaw != nil {
+		it.Error = errorText(errRaw)
+	}
+	return it, true
 }
 
 // POST /api/v1/ack/batch

@@ -231,34 +231,6 @@ func countElements(data []byte) (n int, isArray bool) {
 	return n, true
 }
 
-// limitedArray is a JSON array field of a fast-path struct that refuses,
-// before decoding any element, more than max elements (a *tooManyError).
-// Set max before json.Unmarshal; null or absent leaves elems nil.
-type limitedArray[T any] struct {
-	max   int
-	elems []T
-}
-
-func (a *limitedArray[T]) UnmarshalJSON(data []byte) error {
-	a.elems = nil // a repeated key replaces, as with a plain slice
-	if isNull(data) {
-		return nil
-	}
-	n, isArray := countElements(data)
-	if !isArray {
-		return errors.New("not an array")
-	}
-	if n > a.max {
-		return &tooManyError{n: n, max: a.max}
-	}
-	elems := make([]T, 0, n)
-	if err := json.Unmarshal(data, &elems); err != nil {
-		return err
-	}
-	a.elems = elems
-	return nil
-}
-
 // checkName enforces API.md 1.5: non-empty, at most 255 bytes; and what
 // PostgreSQL text can hold: valid UTF-8 without NUL (a path segment or a
 // query string can carry either).
@@ -305,13 +277,19 @@ func (o object) group(key string) (string, error) {
 // maxErrorText bounds the failure text an ack stores in the DLQ.
 const maxErrorText = 4096
 
-// errorText reads an ack's `error`. Any non-string JSON is kept as its JSON
-// text rather than refused: it is informational only.
+// errorText reads an ack's `error`.
 func (o object) errorText(key string) string {
 	v := o.raw(key)
 	if v == nil {
 		return ""
 	}
+	return errorText(v)
+}
+
+// errorText is an ack's `error` as stored, from its raw JSON (not null).
+// Any non-string JSON is kept as its JSON text rather than refused: it is
+// informational only.
+func errorText(v json.RawMessage) string {
 	var s string
 	if err := json.Unmarshal(v, &s); err != nil {
 		s = string(bytes.TrimSpace(v))
@@ -376,57 +354,4 @@ func compactJSON(raw json.RawMessage) (json.RawMessage, error) {
 		return nil, err
 	}
 	return json.RawMessage(buf.Bytes()), nil
-}
-
-// maxFoldedKey bounds the raw length of a key that could still fold to a
-// field name: each character of one escaped takes at most 6 bytes (\uXXXX).
-const maxFoldedKey = 6 * 16
-
-// foldedKeyVariant tells whether raw has an object key, at any depth, that
-// encoding/json's struct decoding could match to one of keys without being
-// exactly that key: "Queue" for "queue", or any escaped or non-ASCII key
-// short enough (Unicode folding maps 'ſ' to 's'). The fast decoders, which
-// decode into structs and so match keys case-insensitively, leave such
-// bodies to the field-by-field path, which matches exactly (issue 9 item 14:
-// the two paths must agree).
-func foldedKeyVariant(raw []byte, keys ...string) bool {
-	for i := 0; i < len(raw); i++ {
-		if raw[i] != '"' {
-			continue
-		}
-		start, plain := i+1, true
-		j := start
-		for ; j < len(raw) && raw[j] != '"'; j++ {
-			if raw[j] == '\\' {
-				plain = false
-				j++
-			} else if raw[j] >= utf8.RuneSelf {
-				plain = false
-			}
-		}
-		if j >= len(raw) {
-			return false
-		}
-		key := raw[start:j]
-		k := j + 1
-		for k < len(raw) && (raw[k] == ' ' || raw[k] == '\t' || raw[k] == '\r' || raw[k] == '\n') {
-			k++
-		}
-		i = j
-		if k >= len(raw) || raw[k] != ':' {
-			continue // a string value, not a key
-		}
-		if !plain {
-			if len(key) <= maxFoldedKey {
-				return true
-			}
-			continue
-		}
-		for _, want := range keys {
-			if len(key) == len(want) && string(key) != want && strings.EqualFold(string(key), want) {
-				return true
-			}
-		}
-	}
-	return false
 }

@@ -24,6 +24,12 @@ var fuzzSeeds = []string{
 	`{"operations":[{"type":"push","items":[0,0,0,0]}]}`, `{"operations":[{"type":"x"}],"requiredLeases":[1]}`,
 	`{"queue":"q","namespace":"n","task":"t","options":{"leaseTime":300,"retryLimit":3.0,"deadLetterQueue":true,"priority":-1}}`,
 	`{"queue":"q","options":{"namespace":"n","task":"t","ttl":1e3}}`, `{"queue":"q","options":[1]}`,
+	// Shapes for the single-pass scanner of the fast push and ack decoders.
+	` {"items" : [ {"queue" : "q\u00e9\ud83d\ude00\"" , "payload" : { "a" : [1, -2.5e+3 ,{}, "x y"] } } ] } `,
+	`{"items":[{"queue":"q","partition":"p","transactionId":"t\/\b\f\n\r\t","payload":"\ud800"}],"x":[true,false,null]}`,
+	`{"items":[{"queue":"q","payload":{"Queue":"名前"}},{"queue":"q","queue":"r","traceId":null}]}`,
+	`{"consumerGroup":"g","acknowledgments":[{"transactionId":"t","partitionId":"p","error":"a\u0000b"},{"transactionId":"u","partitionId":"p","error":[1, {"b":null}]}]}`,
+	`{"acknowledgments":[{"transactionId":"t","partitionId":"p","status":"completed","consumerGroup":"g"},{"transactionId":"t2","partitionId":"p","status":"completed"}],"consumerGroup":null}`,
 }
 
 const fuzzMax = 3 // item limits small enough for the fuzzer to cross

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -39,12 +40,25 @@ func nullable(s string) *string {
 	return &s
 }
 
+// respBufs recycles writeJSON's buffers: a push or batch-ack answer of 100
+// items is 20-40 KB, which a fresh buffer grew to by doubling on every
+// request. Buffers past maxPooledResp are left to the GC.
+var respBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+const maxPooledResp = 1 << 20
+
 // writeJSON encodes v fully before writing, so an encoding failure is a
 // clean 500 rather than a truncated body. HTML escaping is off so payloads
 // come back byte-for-byte as stored.
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
+	buf := respBufs.Get().(*bytes.Buffer)
+	buf.Reset()
+	defer func() {
+		if buf.Cap() <= maxPooledResp {
+			respBufs.Put(buf) // Write has returned: nothing holds its bytes
+		}
+	}()
+	enc := json.NewEncoder(buf)
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(v); err != nil {
 		status = http.StatusInternalServerError

@@ -200,7 +200,7 @@ func ack(ctx context.Context, q querier, tenant string, rows []AckRow, txMode bo
 	}
 	rs, err := q.Query(ctx, `SELECT o_idx, o_success, o_error, o_queue, o_partition, o_released, o_dlq,
 			o_pending, o_pid, o_group
-		FROM queen.ack_v1($1, $2, $3::uuid[], $4, $5, $6, $7, $8)`,
+		FROM queen.ack_v1($1, $2, $3::text[]::uuid[], $4, $5, $6, $7, $8)`, // text[]: see push
 		tenant, groups, pids, txids, sts, leases, errs, txMode)
 	if err != nil {
 		return nil, fmt.Errorf("ack: %w", err)

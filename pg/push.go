@@ -180,7 +180,8 @@ func (db *DB) InPushTx(ctx context.Context, tenant string, locks TxLocks, fn fun
 				}
 			}
 			if len(locks.Leases) > 0 || len(pids) > 0 {
-				if _, err := t.tx.Exec(ctx, `SELECT queen.lock_tx_consumers_v1($1, $2::uuid[], $3)`,
+				// text[] cast to uuid[]: see push.
+				if _, err := t.tx.Exec(ctx, `SELECT queen.lock_tx_consumers_v1($1, $2::text[]::uuid[], $3)`,
 					locks.Leases, pids, groups); err != nil {
 					return fmt.Errorf("lock consumers: %w", err)
 				}
@@ -237,8 +238,13 @@ func push(ctx context.Context, q querier, tenant string, rows []PushRow) ([]Push
 		queues[j], parts[j], seqs[j], txids[j], ids[j] = r.Queue, r.Partition, seq[pk], r.TxID, r.ID
 		traces[j], payloads[j], subs[j] = r.Trace, r.Payload, r.Sub
 	}
+	// uuid arrays go as text[] cast by PostgreSQL: pgx has no binary
+	// encoding of a Go string as uuid, so a []string bound to a uuid[]
+	// parameter first fails in binary, building an error that formats the
+	// whole array, and is then sent again as text. Measured on 2 x 100
+	// elements: 454 allocations and 49 KB that way, 122 and 26 KB as text[].
 	rs, err := q.Query(ctx, `SELECT o_idx, o_status, o_mid::text, o_pid::text
-		FROM queen.push_v3($1, $2, $3, $4, $5, $6::uuid[], $7::uuid[], $8, $9)`,
+		FROM queen.push_v3($1, $2, $3, $4, $5, $6::text[]::uuid[], $7::text[]::uuid[], $8, $9)`,
 		tenant, queues, parts, seqs, txids, ids, traces, payloads, subs)
 	if err != nil {
 		return nil, fmt.Errorf("push: %w", err)
