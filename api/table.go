@@ -142,10 +142,6 @@ const (
 	helpMembs = "Members this node knows, itself included, by state."
 )
 
-// memberStates are always exported, zeros included, so a query like
-// queen_mesh_members{state="dead"} > 0 never hits a missing series.
-var memberStates = [...]string{"alive", "suspect", "dead", "left"}
-
 // membersIn counts the members in one state.
 func membersIn(state string) func(*Snapshot) float64 {
 	return func(s *Snapshot) float64 {
@@ -212,7 +208,9 @@ var Table = []Row{
 	{Status: "mesh.enabled", Metric: "queen_mesh_enabled", Kind: Gauge,
 		Help: "1 when membership and hints are on.", Field: flag(func(s *Snapshot) *bool { return &s.Mesh.Enabled })},
 	{Status: "mesh.members", Kind: Doc, Field: list[mesh.Member](func(s *Snapshot) *[]mesh.Member { return &s.Mesh.Members })},
-	// The members list is text in /status; /metrics counts it by state.
+	// The members list is text in /status; /metrics counts it by state,
+	// all four always (zeros included), so a query like
+	// queen_mesh_members{state="dead"} > 0 never hits a missing series.
 	{Status: "mesh.members", Metric: "queen_mesh_members", Label: Label{"state", "alive"}, Kind: Gauge, Help: helpMembs, Count: membersIn("alive")},
 	{Status: "mesh.members", Metric: "queen_mesh_members", Label: Label{"state", "suspect"}, Kind: Gauge, Help: helpMembs, Count: membersIn("suspect")},
 	{Status: "mesh.members", Metric: "queen_mesh_members", Label: Label{"state", "dead"}, Kind: Gauge, Help: helpMembs, Count: membersIn("dead")},
