@@ -158,11 +158,17 @@ func membersIn(state string) func(*Snapshot) float64 {
 // Table is every figure of /status and /metrics, in document order. The
 // route and pop latency histograms (metrics.go) and the Go runtime and
 // process collectors are not figures of a snapshot and are not here.
+//
+// Both names of a row are contracts (docs/operations.md). Metric names
+// follow Prometheus conventions (counters end in _total, units are spelled
+// out), so most differ from their /status name by a suffix; rows whose
+// names differ beyond that say why.
 var Table = []Row{
 	// node
 	{Status: "node.name", Kind: Doc, Field: str(func(s *Snapshot) *string { return &s.Name })},
 	{Status: "node.version", Metric: "queen_build_info", Label: Label{Name: "version"}, Kind: Info,
 		Help: "Always 1; the version label names the running build.", Field: str(func(s *Snapshot) *string { return &s.Version })},
+	// Prometheus spells units out.
 	{Status: "node.uptime_s", Metric: "queen_uptime_seconds", Kind: Gauge,
 		Help: "Seconds since the node started.", Field: num[float64](func(s *Snapshot) *float64 { return &s.UptimeS })},
 	{Status: "node.http_addr", Kind: Doc, Field: str(func(s *Snapshot) *string { return &s.HTTPAddr })},
@@ -176,6 +182,8 @@ var Table = []Row{
 		Help: "Candidate rings, one per (tenant, queue, group).", Field: num[int](func(s *Snapshot) *int { return &s.Hotlist.Rings })},
 	{Status: "hotlist.queues", Metric: "queen_hotlist_queues", Kind: Gauge,
 		Help: "Queues with at least one ring.", Field: num[int](func(s *Snapshot) *int { return &s.Hotlist.Queues })},
+	// The metrics say _entries: they count ring entries, and a bare
+	// queen_hotlist_inflight would read as requests.
 	{Status: "hotlist.ready", Metric: "queen_hotlist_ready_entries", Kind: Gauge,
 		Help: "Partitions marked ready across all rings.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Hotlist.Ready })},
 	{Status: "hotlist.wheel", Metric: "queen_hotlist_wheel_entries", Kind: Gauge,
@@ -233,6 +241,7 @@ var Table = []Row{
 		Help: "Outgoing frames dropped because a peer's send queue was full or it was unreachable.", Field: num[uint64](func(s *Snapshot) *uint64 { return &s.Mesh.QueueDropped })},
 	{Status: "mesh.coalescer.size", Metric: "queen_mesh_coalescer_size", Kind: Gauge,
 		Help: "Hints waiting in the coalescing set.", Field: num[int](func(s *Snapshot) *int { return &s.Mesh.CoalescerSize })},
+	// Prometheus spells the word out; /status keeps its short name.
 	{Status: "mesh.coalescer.cap", Metric: "queen_mesh_coalescer_capacity", Kind: Gauge,
 		Help: "Bound of the coalescing set (QUEEN_MESH_HINT_CAP).", Field: num[int](func(s *Snapshot) *int { return &s.Mesh.CoalescerCap })},
 	{Status: "mesh.coalescer.dropped", Metric: "queen_mesh_coalescer_dropped_total", Kind: Counter,
@@ -273,11 +282,12 @@ var Table = []Row{
 	{Status: "pg.retries", Metric: "queen_pg_retries_total", Kind: Counter,
 		Help: "Calls run again after a deadlock, serialization failure or concurrent-delete foreign-key violation.", Field: num[int64](func(s *Snapshot) *int64 { return &s.PG.Retries })},
 
-	// requests: the node core's counters, plus the HTTP layer's in-flight
-	// count. Both names predate this table; where they differ (pops,
-	// duplicates, *_messages) each output keeps its own.
+	// requests: the node core's counters (broker.Counters), plus the HTTP
+	// layer's in-flight count.
 	{Status: "requests.parked_long_polls", Metric: "queen_parked_long_polls", Kind: Gauge,
 		Help: "Long-poll pops parked on a wake gate.", Field: num[int](func(s *Snapshot) *int { return &s.Parked })},
+	// The HTTP layer's figure: the family sits with queen_http_*, the
+	// field with the other request counts.
 	{Status: "requests.http_in_flight", Metric: "queen_http_requests_in_flight", Kind: Gauge, Own: true,
 		Help: "HTTP requests being served, parked long-polls included (the request reading this figure excluded).", Field: num[int64](func(s *Snapshot) *int64 { return &s.InFlight })},
 	{Status: "requests.pushes", Metric: "queen_pushes_total", Kind: Counter,
@@ -286,6 +296,8 @@ var Table = []Row{
 		Help: "Messages stored by pushes.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.PushedItems })},
 	{Status: "requests.push_flushes", Metric: "queen_push_flushes_total", Kind: Counter,
 		Help: "Push transactions sent to PostgreSQL; fewer than pushes when concurrent pushes are combined (QUEEN_PUSH_COMBINE).", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.PushFlushes })},
+	// The family is prefixed by what it counts duplicates of; /status
+	// nests it under requests.
 	{Status: "requests.duplicates", Metric: "queen_push_duplicates_total", Kind: Counter,
 		Help: "Pushed messages refused as duplicates.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.Duplicates })},
 	// "pops" counts pops begun; queen_pops_total is taken by finished pops
