@@ -14,9 +14,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/prometheus/client_golang/prometheus"
-
-	"queen-node/broker"
 )
 
 // Connection limits (docs/operations.md, "Limits"). net/http's ReadTimeout
@@ -36,27 +33,11 @@ type connStats struct {
 	acceptErrors atomic.Int64 // failed accepts (descriptor exhaustion and the like)
 }
 
-// ConnStatus reports the connection counters (the "http" section of /status).
-func (s *Server) ConnStatus() broker.HTTPStatus {
-	return broker.HTTPStatus{OpenConns: s.conns.open.Load(), MaxConns: s.cfg.MaxConns, ConnsRefused: s.conns.refused.Load(),
+// ConnStatus reports the connection counters (the "http" section of
+// /status; their names are in table.go).
+func (s *Server) ConnStatus() ConnSnapshot {
+	return ConnSnapshot{OpenConns: s.conns.open.Load(), MaxConns: s.cfg.MaxConns, ConnsRefused: s.conns.refused.Load(),
 		BodyTimeouts: s.conns.bodyTimeouts.Load(), AcceptErrors: s.conns.acceptErrors.Load()}
-}
-
-// registerConnMetrics exports the connection counters on /metrics.
-func (s *Server) registerConnMetrics() {
-	gauge := func(name, help string, f func() float64) prometheus.Collector {
-		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
-	}
-	counter := func(name, help string, v *atomic.Int64) prometheus.Collector {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(v.Load()) })
-	}
-	s.metrics.reg.MustRegister(
-		gauge("queen_http_connections_open", "Client connections open now.", func() float64 { return float64(s.conns.open.Load()) }),
-		gauge("queen_http_connections_max", "Cap of open client connections (QUEEN_HTTP_MAX_CONNS).", func() float64 { return float64(s.cfg.MaxConns) }),
-		counter("queen_http_connections_refused_total", "Connections beyond the cap, answered 503 and closed.", &s.conns.refused),
-		counter("queen_http_body_timeouts_total", "Requests cut with 408 because their body did not arrive in time.", &s.conns.bodyTimeouts),
-		counter("queen_http_accept_errors_total", "Failed accepts of client connections, e.g. out of file descriptors.", &s.conns.acceptErrors),
-	)
 }
 
 // HTTPServer returns an http.Server for Handler with the header and idle

@@ -11,8 +11,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-
-	"queen-node/broker"
 )
 
 // Label values of the route label for requests no registered pattern matched.
@@ -59,9 +57,9 @@ type metrics struct {
 	mu     sync.Mutex
 	routes atomic.Pointer[map[string]*routeObs]
 
-	collectorOnce sync.Once
-	handlerOnce   sync.Once
-	handler       http.Handler
+	sourceOnce  sync.Once
+	handlerOnce sync.Once
+	handler     http.Handler
 }
 
 // routeObs caches the histogram children of one route, created on first use
@@ -91,16 +89,12 @@ func newMetrics() *metrics {
 	for i, o := range popOutcomes {
 		m.popDur[i] = popDur.WithLabelValues(o)
 	}
-	inflight := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "queen_http_requests_in_flight",
-		Help: "HTTP requests being served, parked long-polls included.",
-	}, func() float64 { return float64(m.inflight.Load()) })
 	empty := map[string]*routeObs{}
 	m.routes.Store(&empty)
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.reqDur, popDur, inflight,
+		m.reqDur, popDur,
 	)
 	return m
 }
@@ -254,20 +248,16 @@ func queryFlag(raw, key string) bool {
 	return false
 }
 
-// StatusSource produces the node's status document; *broker.Broker is one.
-type StatusSource interface {
-	Status(version, httpAddr, tenant string) broker.Status
-}
-
 // MetricsHandler returns the Prometheus handler of this server's registry
-// (GET /metrics and its alias /metrics/prometheus). The first call registers
-// a collector that reads src's status document at scrape time, so the
-// exported counters are the components' own, never a second bookkeeping.
-// httpAddr is what the status document reports as the node's HTTP address.
-func (s *Server) MetricsHandler(src StatusSource, httpAddr string) http.Handler {
+// (GET /metrics and its alias /metrics/prometheus). The first call names
+// src as the source of the node core's figures, which the table collector
+// (table.go) reads at scrape time: the exported counters are the
+// components' own, never a second bookkeeping. httpAddr is what the status
+// document reports as the node's HTTP address.
+func (s *Server) MetricsHandler(src SnapshotSource, httpAddr string) http.Handler {
 	m := s.metrics
-	m.collectorOnce.Do(func() {
-		m.reg.MustRegister(&statusCollector{src: src, version: s.cfg.Version, httpAddr: httpAddr, tenant: s.cfg.Tenant})
+	m.sourceOnce.Do(func() {
+		s.table.src.Store(&sourceRef{src: src, httpAddr: httpAddr})
 	})
 	m.handlerOnce.Do(func() {
 		m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
@@ -300,194 +290,4 @@ func fmtArgs(v []any) string {
 		}
 	}
 	return b.String()
-}
-
-// statusCollector turns the status document into metrics at scrape time.
-// One Status call per scrape: no SQL, no lock a hot path holds for long.
-type statusCollector struct {
-	src                       StatusSource
-	version, httpAddr, tenant string
-}
-
-func desc(name, help string, labels ...string) *prometheus.Desc {
-	return prometheus.NewDesc(name, help, labels, nil)
-}
-
-var (
-	dBuildInfo = desc("queen_build_info", "Always 1; the version label names the running build.", "version")
-	dUptime    = desc("queen_uptime_seconds", "Seconds since the node started.")
-
-	dHotEnabled    = desc("queen_hotlist_enabled", "1 when the hot-list is on, 0 for the SQL candidate scan.")
-	dHotRings      = desc("queen_hotlist_rings", "Candidate rings, one per (tenant, queue, group).")
-	dHotQueues     = desc("queen_hotlist_queues", "Queues with at least one ring.")
-	dHotReady      = desc("queen_hotlist_ready_entries", "Partitions marked ready across all rings.")
-	dHotWheel      = desc("queen_hotlist_wheel_entries", "Partitions parked on the timer wheel (deferred or leased) until their revisit time.")
-	dHotInflight   = desc("queen_hotlist_inflight_entries", "Partitions checked out by pops in progress.")
-	dHotMarks      = desc("queen_hotlist_marks_total", "Partition marks by source: local push, remote (peer hint), commit (transaction commit or DLQ move).", "source")
-	dHotReseeds    = desc("queen_hotlist_reseeds_total", "Reseed floor passes over rings.")
-	dHotReseedAdd  = desc("queen_hotlist_reseed_added_total", "Entries a reseed found in PostgreSQL that were missing from the ring (lost hints healed).")
-	dHotReclaimed  = desc("queen_hotlist_reclaimed_total", "Inflight entries stranded by a dropped pop and reclaimed by a reseed.")
-	dHotSwept      = desc("queen_hotlist_swept_total", "Queues dropped by the idle sweep.")
-	dHotUnconf     = desc("queen_hotlist_unconfirmed_entries", "Ring entries that only peers' hints vouch for (not yet confirmed by a push, a reseed or a claim).")
-	dHotPruned     = desc("queen_hotlist_pruned_total", "Unconfirmed entries a complete reseed dropped in bulk (fake or stale hints).")
-	dMeshEnabled   = desc("queen_mesh_enabled", "1 when membership and hints are on.")
-	dMeshMembers   = desc("queen_mesh_members", "Members this node knows, itself included, by state.", "state")
-	dMeshLivePeers = desc("queen_mesh_live_peers", "Alive members other than this node (hint recipients).")
-	dFramesSent    = desc("queen_mesh_frames_sent_total", "Hint frames sent to peers.")
-	dFramesRecv    = desc("queen_mesh_frames_received_total", "Hint frames received and accepted.")
-	dHintsSent     = desc("queen_mesh_hints_sent_total", "Dirty-partition hints sent (summed over peers).")
-	dHintsRecv     = desc("queen_mesh_hints_received_total", "Dirty-partition hints received.")
-	dFramesDropped = desc("queen_mesh_frames_dropped_total", "Outgoing frames dropped on purpose (QUEEN_MESH_DROP_RATE chaos).")
-	dFramesReject  = desc("queen_mesh_frames_rejected_total", "Received frames refused: malformed or unauthenticated (secret mismatch).")
-	dFramesQDrop   = desc("queen_mesh_frames_queue_dropped_total", "Outgoing frames dropped because a peer's send queue was full or it was unreachable.")
-	dCoalSize      = desc("queen_mesh_coalescer_size", "Hints waiting in the coalescing set.")
-	dCoalCap       = desc("queen_mesh_coalescer_capacity", "Bound of the coalescing set (QUEEN_MESH_HINT_CAP).")
-	dCoalDropped   = desc("queen_mesh_coalescer_dropped_total", "Hints dropped because the coalescing set was full.")
-	dInStreams     = desc("queen_mesh_inbound_streams", "Inbound hint streams open now.")
-	dInRefused     = desc("queen_mesh_inbound_refused_total", "Inbound hint streams refused, by reason: limit (per-address or total streams), not_member.", "reason")
-	dInEvicted     = desc("queen_mesh_inbound_evicted_total", "Inbound hint streams that had not delivered a frame, closed to make room for a new one from the same address.")
-	dInTimedOut    = desc("queen_mesh_inbound_timed_out_total", "Inbound hint streams closed because a read deadline passed.")
-	dGossipErrors  = desc("queen_mesh_gossip_errors_total", "Error lines memberlist logged: garbage, undecodable or unauthenticated gossip packets and streams, failed probes or state exchanges.")
-	dHintsLimited  = desc("queen_mesh_hints_rate_limited_total", "Received hints dropped because their peer exceeded its rate (QUEEN_MESH_HINT_RATE).")
-
-	dPGMax      = desc("queen_pg_pool_max_conns", "Maximum connections of the PostgreSQL pool.")
-	dPGTotal    = desc("queen_pg_pool_total_conns", "Connections currently open.")
-	dPGIdle     = desc("queen_pg_pool_idle_conns", "Open connections not in use.")
-	dPGAcquired = desc("queen_pg_pool_acquired_conns", "Connections in use; equal to max_conns means the pool is saturated.")
-	dPGAcquires = desc("queen_pg_pool_acquires_total", "Successful connection acquisitions.")
-	dPGEmptyAcq = desc("queen_pg_pool_empty_acquires_total", "Acquisitions that had to wait or dial because no idle connection was available.")
-	dPGNewConns = desc("queen_pg_pool_new_conns_total", "Connections opened.")
-	dPGRetries  = desc("queen_pg_retries_total", "Calls run again after a deadlock, serialization failure or concurrent-delete foreign-key violation.")
-
-	dParked       = desc("queen_parked_long_polls", "Long-poll pops parked on a wake gate.")
-	dPushes       = desc("queen_pushes_total", "Push requests.")
-	dPushedMsgs   = desc("queen_pushed_messages_total", "Messages stored by pushes.")
-	dPushFlushes  = desc("queen_push_flushes_total", "Push transactions sent to PostgreSQL; fewer than pushes when concurrent pushes are combined (QUEEN_PUSH_COMBINE).")
-	dDuplicates   = desc("queen_push_duplicates_total", "Pushed messages refused as duplicates.")
-	dPopsStarted  = desc("queen_pops_started_total", "Pops begun, whatever their end (outcomes are in queen_pops_total).")
-	dPops         = desc("queen_pops_total", "Finished pops by outcome: messages or empty (timed-out long-polls included).", "outcome")
-	dPoppedMsgs   = desc("queen_popped_messages_total", "Messages delivered by pops.")
-	dPopSQL       = desc("queen_pop_sql_calls_total", "SQL calls made by pops (hot-list efficiency: low per pop is good).")
-	dAcks         = desc("queen_acks_total", "Acknowledged items.")
-	dAcksRefused  = desc("queen_acks_refused_total", "Acknowledged items refused (e.g. unknown or expired lease).")
-	dDeadLettered = desc("queen_dead_lettered_total", "Messages moved to the dead-letter queue.")
-	dTransactions = desc("queen_transactions_total", "Transaction requests.")
-	dLeasesDrop   = desc("queen_leases_released_undelivered_total", "Leases released because the pop's answer never reached its client.")
-)
-
-var allDescs = []*prometheus.Desc{
-	dBuildInfo, dUptime,
-	dHotEnabled, dHotRings, dHotQueues, dHotReady, dHotWheel, dHotInflight, dHotMarks, dHotReseeds,
-	dHotReseedAdd, dHotReclaimed, dHotSwept, dHotUnconf, dHotPruned,
-	dMeshEnabled, dMeshMembers, dMeshLivePeers, dFramesSent, dFramesRecv, dHintsSent, dHintsRecv,
-	dFramesDropped, dFramesReject, dFramesQDrop, dCoalSize, dCoalCap, dCoalDropped,
-	dInStreams, dInRefused, dInEvicted, dInTimedOut, dHintsLimited, dGossipErrors,
-	dPGMax, dPGTotal, dPGIdle, dPGAcquired, dPGAcquires, dPGEmptyAcq, dPGNewConns, dPGRetries,
-	dParked, dPushes, dPushedMsgs, dPushFlushes, dDuplicates, dPopsStarted, dPops, dPoppedMsgs, dPopSQL, dAcks,
-	dAcksRefused, dDeadLettered, dTransactions, dLeasesDrop,
-}
-
-// memberStates are always exported, zeros included, so a query like
-// queen_mesh_members{state="dead"} > 0 never hits a missing series.
-var memberStates = [...]string{"alive", "suspect", "dead", "left"}
-
-func (c *statusCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range allDescs {
-		ch <- d
-	}
-}
-
-func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
-	st := c.src.Status(c.version, c.httpAddr, c.tenant)
-	gauge := func(d *prometheus.Desc, v float64, lv ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, lv...)
-	}
-	counter := func(d *prometheus.Desc, v float64, lv ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, lv...)
-	}
-	b2f := func(b bool) float64 {
-		if b {
-			return 1
-		}
-		return 0
-	}
-
-	gauge(dBuildInfo, 1, st.Node.Version)
-	gauge(dUptime, st.Node.UptimeS)
-
-	h := st.Hotlist
-	gauge(dHotEnabled, b2f(h.Enabled))
-	gauge(dHotRings, float64(h.Rings))
-	gauge(dHotQueues, float64(h.Queues))
-	gauge(dHotReady, float64(h.Ready))
-	gauge(dHotWheel, float64(h.Wheel))
-	gauge(dHotInflight, float64(h.Inflight))
-	counter(dHotMarks, float64(h.MarksLocal), "local")
-	counter(dHotMarks, float64(h.MarksRemote), "remote")
-	counter(dHotMarks, float64(h.MarksCommit), "commit")
-	counter(dHotReseeds, float64(h.Reseeds))
-	counter(dHotReseedAdd, float64(h.ReseedAdded))
-	counter(dHotReclaimed, float64(h.Reclaimed))
-	counter(dHotSwept, float64(h.Swept))
-	gauge(dHotUnconf, float64(h.Unconfirmed))
-	counter(dHotPruned, float64(h.Pruned))
-
-	ms := st.Mesh
-	gauge(dMeshEnabled, b2f(ms.Enabled))
-	var byState [len(memberStates)]int
-	for _, mem := range ms.Members {
-		for i, s := range memberStates {
-			if mem.State == s {
-				byState[i]++
-			}
-		}
-	}
-	for i, s := range memberStates {
-		gauge(dMeshMembers, float64(byState[i]), s)
-	}
-	gauge(dMeshLivePeers, float64(ms.LivePeers))
-	counter(dFramesSent, float64(ms.FramesSent))
-	counter(dFramesRecv, float64(ms.FramesReceived))
-	counter(dHintsSent, float64(ms.HintsSent))
-	counter(dHintsRecv, float64(ms.HintsReceived))
-	counter(dFramesDropped, float64(ms.FramesDropped))
-	counter(dFramesReject, float64(ms.FramesRejected))
-	counter(dFramesQDrop, float64(ms.QueueDropped))
-	gauge(dCoalSize, float64(ms.Coalescer.Size))
-	gauge(dCoalCap, float64(ms.Coalescer.Cap))
-	counter(dCoalDropped, float64(ms.Coalescer.Dropped))
-	gauge(dInStreams, float64(ms.InboundStreams))
-	counter(dInRefused, float64(ms.InboundRefused), "limit")
-	counter(dInEvicted, float64(ms.InboundEvicted))
-	counter(dInRefused, float64(ms.InboundNotMember), "not_member")
-	counter(dInTimedOut, float64(ms.InboundTimedOut))
-	counter(dHintsLimited, float64(ms.HintsRateLimited))
-	counter(dGossipErrors, float64(ms.GossipErrors))
-
-	p := st.PG
-	gauge(dPGMax, float64(p.MaxConns))
-	gauge(dPGTotal, float64(p.TotalConns))
-	gauge(dPGIdle, float64(p.IdleConns))
-	gauge(dPGAcquired, float64(p.AcquiredConns))
-	counter(dPGAcquires, float64(p.AcquireCount))
-	counter(dPGEmptyAcq, float64(p.EmptyAcquire))
-	counter(dPGNewConns, float64(p.NewConns))
-	counter(dPGRetries, float64(p.Retries))
-
-	q := st.Requests
-	gauge(dParked, float64(q.Parked))
-	counter(dPushes, float64(q.Pushes))
-	counter(dPushedMsgs, float64(q.PushedItems))
-	counter(dPushFlushes, float64(q.PushFlushes))
-	counter(dDuplicates, float64(q.Duplicates))
-	counter(dPopsStarted, float64(q.Pops))
-	counter(dPops, float64(q.PopsMessages), "messages")
-	counter(dPops, float64(q.PopsEmpty), "empty")
-	counter(dPoppedMsgs, float64(q.PoppedItems))
-	counter(dPopSQL, float64(q.PopSQLCalls))
-	counter(dAcks, float64(q.Acks))
-	counter(dAcksRefused, float64(q.AcksFailed))
-	counter(dDeadLettered, float64(q.DeadLettered))
-	counter(dTransactions, float64(q.Transactions))
-	counter(dLeasesDrop, float64(q.LeasesDropped))
 }

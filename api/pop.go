@@ -130,18 +130,15 @@ func (s *Server) handlePop(w http.ResponseWriter, r *http.Request, _ *string) {
 	}
 }
 
-// undeliveredReleaser is implemented by brokers that can hand back the
-// lease of a pop whose response never reached the client (*broker.Broker
-// does). It is optional so test brokers need not implement it.
-type undeliveredReleaser interface {
-	ReleaseUndelivered(res *broker.PopResult)
-}
-
+// releaseUndelivered hands back the lease of a pop whose answer never
+// reached its client, so its messages are redelivered without waiting for
+// the lease to expire.
 func (s *Server) releaseUndelivered(res *broker.PopResult) {
-	if rel, ok := s.b.(undeliveredReleaser); ok && res.LeaseID != "" {
-		s.log.Debug("releasing lease of undelivered pop", "lease", res.LeaseID)
-		rel.ReleaseUndelivered(res)
+	if res.LeaseID == "" {
+		return
 	}
+	s.log.Debug("releasing lease of undelivered pop", "lease", res.LeaseID)
+	s.b.ReleaseUndelivered(res)
 }
 
 // parsePop reads the path and query of a pop (API.md 4.4 parameter table).

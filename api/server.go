@@ -25,6 +25,7 @@ type Broker interface {
 	DeleteQueue(ctx context.Context, tenant, queue string) (existed bool, err error)
 	Push(ctx context.Context, tenant string, producerSub *string, items []broker.PushItem) ([]broker.PushResult, error)
 	Pop(ctx context.Context, tenant string, req broker.PopRequest) (*broker.PopResult, error) // nil or no messages => 204
+	ReleaseUndelivered(res *broker.PopResult)                                                 // a popped answer never reached its client
 	Ack(ctx context.Context, tenant string, items []broker.AckItem) ([]broker.AckResult, error)
 	ExtendLease(ctx context.Context, tenant, leaseID string, seconds int) (broker.LeaseResult, error)
 	Transaction(ctx context.Context, tenant string, producerSub *string, ops []broker.TxOp, requiredLeases []string) (broker.TxResult, error)
@@ -176,7 +177,8 @@ type Server struct {
 	log     hclog.Logger
 	mux     *http.ServeMux
 	handler http.Handler
-	metrics *metrics // request histograms and the /metrics registry
+	metrics *metrics        // request histograms and the /metrics registry
+	table   *tableCollector // Table's series on /metrics (table.go)
 	conns   connStats
 
 	// drainCtx is canceled by Drain so parked long-polls answer 204 at once
@@ -193,7 +195,8 @@ func New(b Broker, cfg Config, logger hclog.Logger) *Server {
 	}
 	s := &Server{b: b, cfg: cfg.withDefaults(), log: logger, mux: http.NewServeMux(), metrics: newMetrics()}
 	s.drainCtx, s.drain = context.WithCancel(context.Background())
-	s.registerConnMetrics()
+	s.table = &tableCollector{s: s}
+	s.metrics.reg.MustRegister(s.table)
 
 	s.route("POST", "/api/v1/configure", AccessReadWrite, s.handleConfigure)
 	s.route("DELETE", "/api/v1/resources/queues/{queue}", AccessAdmin, s.handleDeleteQueue)

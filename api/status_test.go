@@ -1,32 +1,32 @@
 package api
 
 import (
-	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"queen-node/broker"
+	"queen-node/hotlist"
 )
 
-// fakeStatus records what the handler asked for and returns a canned document.
+// fakeStatus counts the snapshots taken and returns a canned one.
 type fakeStatus struct {
-	mu                        sync.Mutex
-	version, httpAddr, tenant string
-	calls                     int
+	mu    sync.Mutex
+	calls int
 }
 
-func (f *fakeStatus) Status(version, httpAddr, tenant string) broker.Status {
+func (f *fakeStatus) Snapshot() broker.Snapshot {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.version, f.httpAddr, f.tenant = version, httpAddr, tenant
 	f.calls++
-	return broker.Status{
-		Node:     broker.NodeStatus{Name: "n1", Version: version, HTTPAddr: httpAddr, Tenant: tenant, UptimeS: 12.5},
-		Hotlist:  broker.HotlistStatus{Enabled: true, Rings: 2, TopRings: []broker.RingStat{{Tenant: tenant, Queue: "q", Group: "g", Ready: 3}}},
-		Requests: broker.RequestsStatus{Pushes: 7},
+	return broker.Snapshot{
+		Name:     "n1",
+		Started:  time.Now().Add(-12500 * time.Millisecond),
+		Hotlist:  broker.HotlistSnapshot{Enabled: true, Stats: hotlist.Stats{Rings: 2}, TopRings: []hotlist.RingStat{{Tenant: "t1", Queue: "q", Group: "g", Ready: 3}}},
+		Requests: broker.Counters{Pushes: 7},
 	}
 }
 
@@ -43,17 +43,17 @@ func TestStatusHandler(t *testing.T) {
 	if cc := r.header.Get("Cache-Control"); cc != "no-store" {
 		t.Errorf("Cache-Control %q, want no-store", cc)
 	}
-	if src.version != "v-test" || src.tenant != "t1" || src.httpAddr != "10.0.0.1:6632" {
-		t.Errorf("Status asked with version %q tenant %q addr %q", src.version, src.tenant, src.httpAddr)
-	}
 	if !strings.HasPrefix(string(r.body), "{\n  \"node\": {\n    \"name\": \"n1\"") {
 		t.Errorf("not indented with two spaces:\n%s", r.body)
 	}
-	var st broker.Status
-	if err := json.Unmarshal(r.body, &st); err != nil {
+	st, err := DecodeStatus(r.body)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Requests.Pushes != 7 || st.Hotlist.TopRings[0].Ready != 3 || st.Requests.InFlight != 0 {
+	if st.Version != "v-test" || st.Tenant != "t1" || st.HTTPAddr != "10.0.0.1:6632" {
+		t.Errorf("node section: version %q tenant %q addr %q", st.Version, st.Tenant, st.HTTPAddr)
+	}
+	if st.Requests.Pushes != 7 || st.Hotlist.TopRings[0].Ready != 3 || st.InFlight != 0 || st.UptimeS < 12 {
 		t.Errorf("round trip lost data: %+v", st)
 	}
 	tb.noBrokerCalls() // the status read never goes through the API broker calls (no SQL)

@@ -61,7 +61,7 @@ func (b *Broker) afterAck(tenant string, outs []pg.AckOutcome) {
 	for _, o := range outs {
 		b.stats.Acks.Add(1)
 		if !o.Success {
-			b.stats.AcksFailed.Add(1)
+			b.stats.AcksRefused.Add(1)
 		}
 		if o.DLQ {
 			b.stats.DeadLettered.Add(1)

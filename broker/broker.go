@@ -53,7 +53,7 @@ type Stats struct {
 	PoppedItems   atomic.Int64 // messages delivered
 	PopSQLCalls   atomic.Int64 // claim-core round trips
 	Acks          atomic.Int64 // ack items
-	AcksFailed    atomic.Int64 // ack items refused
+	AcksRefused   atomic.Int64 // ack items refused
 	DeadLettered  atomic.Int64 // messages moved to the DLQ
 	Transactions  atomic.Int64 // transaction requests
 	LeasesDropped atomic.Int64 // leases released because the client was gone
@@ -163,11 +163,11 @@ type Hinter interface {
 	HasPeers() bool
 }
 
-type meshRef struct{ h Hinter }
+type meshRef struct{ h MeshView }
 
 // SetMesh attaches the mesh after it started (it needs the broker as its
 // receiver first).
-func (b *Broker) SetMesh(h Hinter) { b.mesh.Store(&meshRef{h}) }
+func (b *Broker) SetMesh(m MeshView) { b.mesh.Store(&meshRef{m}) }
 
 // HintsReceived applies a peer's dirty hints: a remote mark on every existing
 // group ring of the queue, and a wake of the queue's gate (even when it has

@@ -46,8 +46,8 @@ func TestHintWakesConsumerOnAnotherNode(t *testing.T) {
 	if lat[len(lat)-1] > 2*time.Second {
 		t.Fatalf("slowest wake %v", lat[len(lat)-1])
 	}
-	sa := a.Broker.Status("test", "", broker.DefaultTenant)
-	sb := b.Broker.Status("test", "", broker.DefaultTenant)
+	sa := a.Broker.Snapshot()
+	sb := b.Broker.Snapshot()
 	if sa.Hotlist.MarksLocal < 20 || sa.Mesh.HintsSent < 20 || sb.Mesh.HintsReceived < 20 || sb.Hotlist.MarksRemote < 20 {
 		t.Fatalf("status counters: A %+v %+v / B %+v %+v", sa.Hotlist, sa.Mesh, sb.Hotlist, sb.Mesh)
 	}

@@ -102,7 +102,7 @@ func TestPushCombining(t *testing.T) {
 			t.Fatalf("%s was never answered queued", tx)
 		}
 	}
-	st := b.Status("test", "", broker.DefaultTenant)
+	st := b.Snapshot()
 	if st.Requests.PushFlushes >= st.Requests.Pushes {
 		t.Fatalf("%d pushes in %d transactions: nothing was combined", st.Requests.Pushes, st.Requests.PushFlushes)
 	}

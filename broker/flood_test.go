@@ -51,7 +51,7 @@ func TestFakeRemoteMarksDoNotStallARealMessage(t *testing.T) {
 		}
 		t.Logf("the real message reached the parked consumer %v after the push, behind %d fake marks", time.Since(pushed), fakes)
 	case <-time.After(15 * time.Second):
-		st := n.Broker.Status("test", "", broker.DefaultTenant)
+		st := n.Broker.Snapshot()
 		t.Fatalf("the real message did not reach the parked consumer within 15 s: hotlist %+v", st.Hotlist)
 	}
 }

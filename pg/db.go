@@ -116,16 +116,17 @@ func (db *DB) Migrate(ctx context.Context) error {
 	return nil
 }
 
-// PoolStat are the pool figures the status endpoint reports.
+// PoolStat are the pool figures the node's status and metrics report
+// (their names are in api/table.go).
 type PoolStat struct {
-	MaxConns      int32 `json:"max_conns"`
-	TotalConns    int32 `json:"total_conns"`
-	IdleConns     int32 `json:"idle_conns"`
-	AcquiredConns int32 `json:"acquired_conns"`
-	AcquireCount  int64 `json:"acquire_count"`
-	EmptyAcquire  int64 `json:"empty_acquire_count"`
-	NewConns      int64 `json:"new_conns_count"`
-	Retries       int64 `json:"retries"` // calls run again after a deadlock, serialization failure or concurrent delete (pg/retry.go)
+	MaxConns      int32
+	TotalConns    int32
+	IdleConns     int32
+	AcquiredConns int32
+	AcquireCount  int64
+	EmptyAcquire  int64
+	NewConns      int64
+	Retries       int64 // calls run again after a deadlock, serialization failure or concurrent delete (pg/retry.go)
 }
 
 // Stat returns the pool figures without touching the database.

@@ -20,7 +20,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"queen-node/broker"
+	"queen-node/api"
 	"queen-node/mesh"
 )
 
@@ -159,7 +159,7 @@ func normalizeBaseURL(addr string) (string, error) {
 
 // fetchStatus GETs base/status and returns the raw body and its decoding.
 // Errors read "cannot reach URL: why" so the one stderr line says it all.
-func fetchStatus(ctx context.Context, client *http.Client, base string) ([]byte, *broker.Status, error) {
+func fetchStatus(ctx context.Context, client *http.Client, base string) ([]byte, *api.Snapshot, error) {
 	target := base + "/status"
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
 	if err != nil {
@@ -182,11 +182,11 @@ func fetchStatus(ctx context.Context, client *http.Client, base string) ([]byte,
 	if resp.StatusCode != http.StatusOK {
 		return nil, nil, fmt.Errorf("cannot reach %s: HTTP %d: %s", target, resp.StatusCode, oneLine(body, 120))
 	}
-	var st broker.Status
-	if err := json.Unmarshal(body, &st); err != nil {
+	st, err := api.DecodeStatus(body)
+	if err != nil {
 		return nil, nil, fmt.Errorf("cannot reach %s: not a queen-node status document: %w", target, err)
 	}
-	return body, &st, nil
+	return body, st, nil
 }
 
 func oneLine(b []byte, n int) string {
@@ -215,10 +215,9 @@ func showNode(ctx context.Context, client *http.Client, opts statusOptions, w io
 	return nil
 }
 
-func writeNodeTables(w io.Writer, st *broker.Status) {
-	n := st.Node
+func writeNodeTables(w io.Writer, st *api.Snapshot) {
 	fmt.Fprintf(w, "node %s   version %s   uptime %s   http %s   tenant %s\n",
-		n.Name, n.Version, fmtUptime(n.UptimeS), dash(n.HTTPAddr), dash(n.Tenant))
+		st.Name, st.Version, fmtUptime(st.UptimeS), dash(st.HTTPAddr), dash(st.Tenant))
 
 	h := st.Hotlist
 	if !h.Enabled {
@@ -251,7 +250,7 @@ func writeNodeTables(w io.Writer, st *broker.Status) {
 		sort.Slice(members, func(i, j int) bool { return members[i].Name < members[j].Name })
 		for _, mem := range members {
 			state := mem.State
-			if mem.Self || mem.Name == n.Name {
+			if mem.Self || mem.Name == st.Name {
 				state += " (self)"
 			}
 			rows = append(rows, fmt.Sprintf("%s\t%s\t%s\t%s", mem.Name, dash(mem.Addr), dash(mem.HTTPAddr), state))
@@ -266,7 +265,7 @@ func writeNodeTables(w io.Writer, st *broker.Status) {
 			fmt.Sprintf("  rejected\t%d", m.FramesRejected))
 		table(w,
 			"COALESCER\tSIZE\tCAP\tDROPPED",
-			fmt.Sprintf("\t%d\t%d\t%d", m.Coalescer.Size, m.Coalescer.Cap, m.Coalescer.Dropped))
+			fmt.Sprintf("\t%d\t%d\t%d", m.CoalescerSize, m.CoalescerCap, m.CoalescerDropped))
 	}
 
 	p := st.PG
@@ -279,9 +278,9 @@ func writeNodeTables(w io.Writer, st *broker.Status) {
 		"REQUESTS\tCOUNT\tMESSAGES\tDETAIL",
 		fmt.Sprintf("  push\t%d\t%d\tduplicates %d", q.Pushes, q.PushedItems, q.Duplicates),
 		fmt.Sprintf("  pop\t%d\t%d\twith messages %d, empty %d, sql calls %d", q.Pops, q.PoppedItems, q.PopsMessages, q.PopsEmpty, q.PopSQLCalls),
-		fmt.Sprintf("  ack\t%d\t-\trefused %d, dead-lettered %d", q.Acks, q.AcksFailed, q.DeadLettered),
+		fmt.Sprintf("  ack\t%d\t-\trefused %d, dead-lettered %d", q.Acks, q.AcksRefused, q.DeadLettered),
 		fmt.Sprintf("  transaction\t%d\t-", q.Transactions))
-	fmt.Fprintf(w, "parked long-polls %d   in flight %d   undelivered leases released %d\n", q.Parked, q.InFlight, q.LeasesDropped)
+	fmt.Fprintf(w, "parked long-polls %d   in flight %d   undelivered leases released %d\n", st.Parked, st.InFlight, q.LeasesDropped)
 }
 
 // table writes a blank line and rows aligned on their tabs. Each table
@@ -304,7 +303,7 @@ type memberResult struct {
 	URL      string          `json:"url"`
 	Error    string          `json:"error,omitempty"`
 	Status   json.RawMessage `json:"status,omitempty"`
-	st       *broker.Status
+	st       *api.Snapshot
 }
 
 // showCluster asks the node at opts.addr for its members, then every
@@ -316,13 +315,13 @@ func showCluster(ctx context.Context, client *http.Client, opts statusOptions, w
 	}
 	members := seed.Mesh.Members
 	if len(members) == 0 { // mesh off: the cluster is this node
-		members = []mesh.Member{{Name: seed.Node.Name, HTTPAddr: seed.Node.HTTPAddr, State: "alive", Self: true}}
+		members = []mesh.Member{{Name: seed.Name, HTTPAddr: seed.HTTPAddr, State: "alive", Self: true}}
 	}
 	rows := make([]memberResult, len(members))
 	var wg sync.WaitGroup
 	for i, m := range members {
 		rows[i] = memberResult{Name: m.Name, State: m.State, HTTPAddr: m.HTTPAddr}
-		if m.Self || m.Name == seed.Node.Name {
+		if m.Self || m.Name == seed.Name {
 			// The seed already answered; its advertised address may not be
 			// reachable from here (e.g. it listens on a wildcard).
 			rows[i].URL, rows[i].Status, rows[i].st = opts.addr, seedRaw, seed
@@ -358,7 +357,7 @@ func showCluster(ctx context.Context, client *http.Client, opts statusOptions, w
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	defer tw.Flush()
-	fmt.Fprintf(tw, "cluster seen by %s (%s): %d members\n\n", seed.Node.Name, opts.addr, len(rows))
+	fmt.Fprintf(tw, "cluster seen by %s (%s): %d members\n\n", seed.Name, opts.addr, len(rows))
 	fmt.Fprintln(tw, "NAME\tSTATE\tHTTP\tUPTIME\tRINGS\tREADY\tWHEEL\tMARKS L/R\tHINTS S/R\tFRAMES DROP/REJ\tPG ACQ/MAX")
 	for _, r := range rows {
 		if r.st == nil {
@@ -369,7 +368,7 @@ func showCluster(ctx context.Context, client *http.Client, opts statusOptions, w
 		}
 		s := r.st
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d/%d\t%d/%d\t%d/%d\t%d/%d\n",
-			r.Name, dash(r.State), dash(r.HTTPAddr), fmtUptime(s.Node.UptimeS),
+			r.Name, dash(r.State), dash(r.HTTPAddr), fmtUptime(s.UptimeS),
 			s.Hotlist.Rings, s.Hotlist.Ready, s.Hotlist.Wheel,
 			s.Hotlist.MarksLocal, s.Hotlist.MarksRemote,
 			s.Mesh.HintsSent, s.Mesh.HintsReceived,

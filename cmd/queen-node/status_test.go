@@ -14,6 +14,7 @@ import (
 
 	"queen-node/api"
 	"queen-node/broker"
+	"queen-node/hotlist"
 	"queen-node/internal/nodetest"
 	"queen-node/internal/pgtest"
 	"queen-node/mesh"
@@ -180,22 +181,26 @@ func TestStatusBadArguments(t *testing.T) {
 }
 
 // cannedNode serves a fixed status document.
-func cannedNode(t *testing.T, st *broker.Status) *httptest.Server {
+func cannedNode(t *testing.T, st *api.Snapshot) *httptest.Server {
 	t.Helper()
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/status" {
 			http.NotFound(w, r)
 			return
 		}
+		doc, err := api.EncodeStatus(st)
+		if err != nil {
+			t.Errorf("encode canned status: %v", err)
+		}
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(st)
+		_, _ = w.Write(doc)
 	}))
 	t.Cleanup(ts.Close)
 	return ts
 }
 
 func TestStatusCluster(t *testing.T) {
-	docs := []*broker.Status{{}, {}, {}}
+	docs := []*api.Snapshot{{}, {}, {}}
 	servers := make([]*httptest.Server, 3)
 	names := []string{"node-a", "node-b", "node-c"}
 	for i := range docs {
@@ -207,9 +212,9 @@ func TestStatusCluster(t *testing.T) {
 			HTTPAddr: strings.TrimPrefix(ts.URL, "http://"), State: "alive", Self: i == 0})
 	}
 	for i, d := range docs {
-		d.Node = broker.NodeStatus{Name: names[i], Version: "dev", UptimeS: float64(60 * (i + 1)), HTTPAddr: members[i].HTTPAddr}
-		d.Hotlist = broker.HotlistStatus{Enabled: true, Rings: i + 1, Ready: int64(10 * (i + 1)), MarksLocal: 100, MarksRemote: 7}
-		d.Mesh = broker.MeshStatus{Enabled: true, Members: members, HintsSent: 42, HintsReceived: 41, FramesRejected: uint64(i)}
+		d.Name, d.Version, d.UptimeS, d.HTTPAddr = names[i], "dev", float64(60*(i+1)), members[i].HTTPAddr
+		d.Hotlist = broker.HotlistSnapshot{Enabled: true, Stats: hotlist.Stats{Rings: i + 1, Ready: int64(10 * (i + 1)), MarksLocal: 100, MarksRemote: 7}}
+		d.Mesh = broker.MeshSnapshot{Enabled: true, Members: members, Stats: mesh.Stats{HintsSent: 42, HintsReceived: 41, FramesRejected: uint64(i)}}
 		d.PG.AcquiredConns, d.PG.MaxConns = 2, 16
 	}
 	servers[2].Close() // node-c does not answer
@@ -278,7 +283,7 @@ func TestMemberBaseURL(t *testing.T) {
 }
 
 func TestStatusWatchRedraws(t *testing.T) {
-	st := &broker.Status{Node: broker.NodeStatus{Name: "watched"}}
+	st := &api.Snapshot{Snapshot: broker.Snapshot{Name: "watched"}}
 	ts := cannedNode(t, st)
 	ctx, cancel := context.WithTimeout(context.Background(), 350*time.Millisecond)
 	defer cancel()

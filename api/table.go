@@ -1,0 +1,338 @@
+package api
+
+import (
+	"encoding/json"
+
+	"queen-node/hotlist"
+	"queen-node/mesh"
+)
+
+// Kind says how a row is exported on /metrics.
+type Kind int
+
+const (
+	Counter Kind = iota // only grows while the process lives
+	Gauge               // a level that goes up and down; booleans export as 0 or 1
+	Info                // a text field: a gauge of 1 whose Label carries the text (queen_build_info)
+	Doc                 // /status only: text and lists, which are not numbers
+)
+
+// Row defines one figure of the node once, for both outputs: its place in
+// the GET /status document (a contract, docs/operations.md) and its
+// Prometheus series. Where the two names read differently today (acks,
+// pops, marks...), both are kept and the row sets them side by side.
+type Row struct {
+	Status string // dotted path in the /status document, e.g. "requests.acks_refused"
+	Metric string // Prometheus family name; "" for Doc rows
+	Label  Label  // the family's one label, if any (several rows then share a family)
+	Help   string
+	Kind   Kind
+	Field  field // the snapshot field read for both outputs
+
+	// Count, set instead of Field, derives a series from a /status field
+	// that is not a number (members by state); Status then names that
+	// field and the row adds nothing to the document.
+	Count func(*Snapshot) float64
+
+	// Own marks the HTTP layer's own figures: /metrics exports them from
+	// New on, before MetricsHandler names the node core's source.
+	Own bool
+}
+
+// Label is a row's label of its family; an Info row takes Value from its field.
+type Label struct{ Name, Value string }
+
+// field is one Snapshot field seen by the table: the same pointer serves
+// the /status encoder, the CLI's decoder and the /metrics collector.
+type field interface {
+	get(s *Snapshot) any                        // the value in /status
+	set(s *Snapshot, raw json.RawMessage) error // read back from a /status document
+	number(s *Snapshot) float64                 // the value on /metrics
+	text(s *Snapshot) string                    // the label value of an Info row
+}
+
+type numeric interface {
+	~int | ~int32 | ~int64 | ~uint64 | ~float64
+}
+
+// num is a counter or gauge field.
+type num[T numeric] func(*Snapshot) *T
+
+func (f num[T]) get(s *Snapshot) any                        { return *f(s) }
+func (f num[T]) set(s *Snapshot, raw json.RawMessage) error { return json.Unmarshal(raw, f(s)) }
+func (f num[T]) number(s *Snapshot) float64                 { return float64(*f(s)) }
+func (f num[T]) text(*Snapshot) string                      { return "" }
+
+// flag is a boolean field, 0 or 1 on /metrics.
+type flag func(*Snapshot) *bool
+
+func (f flag) get(s *Snapshot) any                        { return *f(s) }
+func (f flag) set(s *Snapshot, raw json.RawMessage) error { return json.Unmarshal(raw, f(s)) }
+func (f flag) text(*Snapshot) string                      { return "" }
+func (f flag) number(s *Snapshot) float64 {
+	if *f(s) {
+		return 1
+	}
+	return 0
+}
+
+// str is a text field.
+type str func(*Snapshot) *string
+
+func (f str) get(s *Snapshot) any                        { return *f(s) }
+func (f str) set(s *Snapshot, raw json.RawMessage) error { return json.Unmarshal(raw, f(s)) }
+func (f str) number(*Snapshot) float64                   { return 1 }
+func (f str) text(s *Snapshot) string                    { return *f(s) }
+
+// list is a list field; an absent list is [] in /status, never null.
+type list[T any] func(*Snapshot) *[]T
+
+func (f list[T]) get(s *Snapshot) any {
+	if v := *f(s); v != nil {
+		return v
+	}
+	return []T{}
+}
+func (f list[T]) set(s *Snapshot, raw json.RawMessage) error { return json.Unmarshal(raw, f(s)) }
+func (f list[T]) number(s *Snapshot) float64                 { return float64(len(*f(s))) }
+func (f list[T]) text(*Snapshot) string                      { return "" }
+
+// rings is the top_rings list. hotlist.RingStat carries no JSON names, so
+// the document's names for a ring are given here.
+type rings func(*Snapshot) *[]hotlist.RingStat
+
+type ringJSON struct {
+	Tenant   string `json:"tenant"`
+	Queue    string `json:"queue"`
+	Group    string `json:"group"`
+	Ready    int    `json:"ready"`
+	Wheel    int    `json:"wheel"`
+	Inflight int    `json:"inflight"`
+}
+
+func (f rings) get(s *Snapshot) any {
+	in := *f(s)
+	out := make([]ringJSON, len(in))
+	for i, r := range in {
+		out[i] = ringJSON(r)
+	}
+	return out
+}
+
+func (f rings) set(s *Snapshot, raw json.RawMessage) error {
+	var in []ringJSON
+	if err := json.Unmarshal(raw, &in); err != nil {
+		return err
+	}
+	out := make([]hotlist.RingStat, len(in))
+	for i, r := range in {
+		out[i] = hotlist.RingStat(r)
+	}
+	*f(s) = out
+	return nil
+}
+func (f rings) number(s *Snapshot) float64 { return float64(len(*f(s))) }
+func (f rings) text(*Snapshot) string      { return "" }
+
+// Help of the families several rows share.
+const (
+	helpMarks = "Partition marks by source: local push, remote (peer hint), commit (transaction commit or DLQ move)."
+	helpInRef = "Inbound hint streams refused, by reason: limit (per-address or total streams), not_member."
+	helpPops  = "Finished pops by outcome: messages or empty (timed-out long-polls included)."
+	helpMembs = "Members this node knows, itself included, by state."
+)
+
+// membersIn counts the members in one state.
+func membersIn(state string) func(*Snapshot) float64 {
+	return func(s *Snapshot) float64 {
+		n := 0
+		for _, m := range s.Mesh.Members {
+			if m.State == state {
+				n++
+			}
+		}
+		return float64(n)
+	}
+}
+
+// Table is every figure of /status and /metrics, in document order. The
+// route and pop latency histograms (metrics.go) and the Go runtime and
+// process collectors are not figures of a snapshot and are not here.
+//
+// Both names of a row are contracts (docs/operations.md). Metric names
+// follow Prometheus conventions (counters end in _total, units are spelled
+// out), so most differ from their /status name by a suffix; rows whose
+// names differ beyond that say why.
+var Table = []Row{
+	// node
+	{Status: "node.name", Kind: Doc, Field: str(func(s *Snapshot) *string { return &s.Name })},
+	{Status: "node.version", Metric: "queen_build_info", Label: Label{Name: "version"}, Kind: Info,
+		Help: "Always 1; the version label names the running build.", Field: str(func(s *Snapshot) *string { return &s.Version })},
+	// Prometheus spells units out.
+	{Status: "node.uptime_s", Metric: "queen_uptime_seconds", Kind: Gauge,
+		Help: "Seconds since the node started.", Field: num[float64](func(s *Snapshot) *float64 { return &s.UptimeS })},
+	{Status: "node.http_addr", Kind: Doc, Field: str(func(s *Snapshot) *string { return &s.HTTPAddr })},
+	{Status: "node.tenant", Kind: Doc, Field: str(func(s *Snapshot) *string { return &s.Tenant })},
+	{Status: "node.started_at", Kind: Doc, Field: str(func(s *Snapshot) *string { return &s.StartedAt })},
+
+	// hotlist (docs/hotlist.md)
+	{Status: "hotlist.enabled", Metric: "queen_hotlist_enabled", Kind: Gauge,
+		Help: "1 when the hot-list is on, 0 for the SQL candidate scan.", Field: flag(func(s *Snapshot) *bool { return &s.Hotlist.Enabled })},
+	{Status: "hotlist.rings", Metric: "queen_hotlist_rings", Kind: Gauge,
+		Help: "Candidate rings, one per (tenant, queue, group).", Field: num[int](func(s *Snapshot) *int { return &s.Hotlist.Rings })},
+	{Status: "hotlist.queues", Metric: "queen_hotlist_queues", Kind: Gauge,
+		Help: "Queues with at least one ring.", Field: num[int](func(s *Snapshot) *int { return &s.Hotlist.Queues })},
+	// The metrics say _entries: they count ring entries, and a bare
+	// queen_hotlist_inflight would read as requests.
+	{Status: "hotlist.ready", Metric: "queen_hotlist_ready_entries", Kind: Gauge,
+		Help: "Partitions marked ready across all rings.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Hotlist.Ready })},
+	{Status: "hotlist.wheel", Metric: "queen_hotlist_wheel_entries", Kind: Gauge,
+		Help: "Partitions parked on the timer wheel (deferred or leased) until their revisit time.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Hotlist.Wheel })},
+	{Status: "hotlist.inflight", Metric: "queen_hotlist_inflight_entries", Kind: Gauge,
+		Help: "Partitions checked out by pops in progress.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Hotlist.Inflight })},
+	// One family, three fields: /status splits marks by source into fields,
+	// /metrics by label.
+	{Status: "hotlist.marks_local", Metric: "queen_hotlist_marks_total", Label: Label{"source", "local"}, Kind: Counter,
+		Help: helpMarks, Field: num[int64](func(s *Snapshot) *int64 { return &s.Hotlist.MarksLocal })},
+	{Status: "hotlist.marks_remote", Metric: "queen_hotlist_marks_total", Label: Label{"source", "remote"}, Kind: Counter,
+		Help: helpMarks, Field: num[int64](func(s *Snapshot) *int64 { return &s.Hotlist.MarksRemote })},
+	{Status: "hotlist.marks_commit", Metric: "queen_hotlist_marks_total", Label: Label{"source", "commit"}, Kind: Counter,
+		Help: helpMarks, Field: num[int64](func(s *Snapshot) *int64 { return &s.Hotlist.MarksCommit })},
+	{Status: "hotlist.reseeds", Metric: "queen_hotlist_reseeds_total", Kind: Counter,
+		Help: "Reseed floor passes over rings.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Hotlist.Reseeds })},
+	{Status: "hotlist.reseed_added", Metric: "queen_hotlist_reseed_added_total", Kind: Counter,
+		Help: "Entries a reseed found in PostgreSQL that were missing from the ring (lost hints healed).", Field: num[int64](func(s *Snapshot) *int64 { return &s.Hotlist.ReseedAdded })},
+	{Status: "hotlist.reclaimed", Metric: "queen_hotlist_reclaimed_total", Kind: Counter,
+		Help: "Inflight entries stranded by a dropped pop and reclaimed by a reseed.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Hotlist.Reclaimed })},
+	{Status: "hotlist.swept", Metric: "queen_hotlist_swept_total", Kind: Counter,
+		Help: "Queues dropped by the idle sweep.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Hotlist.Swept })},
+	{Status: "hotlist.top_rings", Kind: Doc, Field: rings(func(s *Snapshot) *[]hotlist.RingStat { return &s.Hotlist.TopRings })},
+	{Status: "hotlist.unconfirmed", Metric: "queen_hotlist_unconfirmed_entries", Kind: Gauge,
+		Help: "Ring entries that only peers' hints vouch for (not yet confirmed by a push, a reseed or a claim).", Field: num[int64](func(s *Snapshot) *int64 { return &s.Hotlist.Unconfirmed })},
+	{Status: "hotlist.pruned", Metric: "queen_hotlist_pruned_total", Kind: Counter,
+		Help: "Unconfirmed entries a complete reseed dropped in bulk (fake or stale hints).", Field: num[int64](func(s *Snapshot) *int64 { return &s.Hotlist.Pruned })},
+
+	// mesh
+	{Status: "mesh.enabled", Metric: "queen_mesh_enabled", Kind: Gauge,
+		Help: "1 when membership and hints are on.", Field: flag(func(s *Snapshot) *bool { return &s.Mesh.Enabled })},
+	{Status: "mesh.members", Kind: Doc, Field: list[mesh.Member](func(s *Snapshot) *[]mesh.Member { return &s.Mesh.Members })},
+	// The members list is text in /status; /metrics counts it by state,
+	// all four always (zeros included), so a query like
+	// queen_mesh_members{state="dead"} > 0 never hits a missing series.
+	{Status: "mesh.members", Metric: "queen_mesh_members", Label: Label{"state", "alive"}, Kind: Gauge, Help: helpMembs, Count: membersIn("alive")},
+	{Status: "mesh.members", Metric: "queen_mesh_members", Label: Label{"state", "suspect"}, Kind: Gauge, Help: helpMembs, Count: membersIn("suspect")},
+	{Status: "mesh.members", Metric: "queen_mesh_members", Label: Label{"state", "dead"}, Kind: Gauge, Help: helpMembs, Count: membersIn("dead")},
+	{Status: "mesh.members", Metric: "queen_mesh_members", Label: Label{"state", "left"}, Kind: Gauge, Help: helpMembs, Count: membersIn("left")},
+	{Status: "mesh.live_peers", Metric: "queen_mesh_live_peers", Kind: Gauge,
+		Help: "Alive members other than this node (hint recipients).", Field: num[int](func(s *Snapshot) *int { return &s.Mesh.LivePeers })},
+	{Status: "mesh.frames_sent", Metric: "queen_mesh_frames_sent_total", Kind: Counter,
+		Help: "Hint frames sent to peers.", Field: num[uint64](func(s *Snapshot) *uint64 { return &s.Mesh.FramesSent })},
+	{Status: "mesh.frames_received", Metric: "queen_mesh_frames_received_total", Kind: Counter,
+		Help: "Hint frames received and accepted.", Field: num[uint64](func(s *Snapshot) *uint64 { return &s.Mesh.FramesReceived })},
+	{Status: "mesh.hints_sent", Metric: "queen_mesh_hints_sent_total", Kind: Counter,
+		Help: "Dirty-partition hints sent (summed over peers).", Field: num[uint64](func(s *Snapshot) *uint64 { return &s.Mesh.HintsSent })},
+	{Status: "mesh.hints_received", Metric: "queen_mesh_hints_received_total", Kind: Counter,
+		Help: "Dirty-partition hints received.", Field: num[uint64](func(s *Snapshot) *uint64 { return &s.Mesh.HintsReceived })},
+	{Status: "mesh.frames_dropped", Metric: "queen_mesh_frames_dropped_total", Kind: Counter,
+		Help: "Outgoing frames dropped on purpose (QUEEN_MESH_DROP_RATE chaos).", Field: num[uint64](func(s *Snapshot) *uint64 { return &s.Mesh.FramesDropped })},
+	{Status: "mesh.frames_rejected", Metric: "queen_mesh_frames_rejected_total", Kind: Counter,
+		Help: "Received frames refused: malformed or unauthenticated (secret mismatch).", Field: num[uint64](func(s *Snapshot) *uint64 { return &s.Mesh.FramesRejected })},
+	{Status: "mesh.frames_queue_dropped", Metric: "queen_mesh_frames_queue_dropped_total", Kind: Counter,
+		Help: "Outgoing frames dropped because a peer's send queue was full or it was unreachable.", Field: num[uint64](func(s *Snapshot) *uint64 { return &s.Mesh.QueueDropped })},
+	{Status: "mesh.coalescer.size", Metric: "queen_mesh_coalescer_size", Kind: Gauge,
+		Help: "Hints waiting in the coalescing set.", Field: num[int](func(s *Snapshot) *int { return &s.Mesh.CoalescerSize })},
+	// Prometheus spells the word out; /status keeps its short name.
+	{Status: "mesh.coalescer.cap", Metric: "queen_mesh_coalescer_capacity", Kind: Gauge,
+		Help: "Bound of the coalescing set (QUEEN_MESH_HINT_CAP).", Field: num[int](func(s *Snapshot) *int { return &s.Mesh.CoalescerCap })},
+	{Status: "mesh.coalescer.dropped", Metric: "queen_mesh_coalescer_dropped_total", Kind: Counter,
+		Help: "Hints dropped because the coalescing set was full.", Field: num[uint64](func(s *Snapshot) *uint64 { return &s.Mesh.CoalescerDropped })},
+	// Hint port limits (docs/operations.md, "Limits").
+	{Status: "mesh.inbound_streams", Metric: "queen_mesh_inbound_streams", Kind: Gauge,
+		Help: "Inbound hint streams open now.", Field: num[int](func(s *Snapshot) *int { return &s.Mesh.InboundStreams })},
+	// Refusals are one family by reason on /metrics, two fields in /status.
+	{Status: "mesh.inbound_refused", Metric: "queen_mesh_inbound_refused_total", Label: Label{"reason", "limit"}, Kind: Counter,
+		Help: helpInRef, Field: num[uint64](func(s *Snapshot) *uint64 { return &s.Mesh.InboundRefusedLimit })},
+	{Status: "mesh.inbound_evicted", Metric: "queen_mesh_inbound_evicted_total", Kind: Counter,
+		Help: "Inbound hint streams that had not delivered a frame, closed to make room for a new one from the same address.", Field: num[uint64](func(s *Snapshot) *uint64 { return &s.Mesh.InboundEvicted })},
+	{Status: "mesh.inbound_timed_out", Metric: "queen_mesh_inbound_timed_out_total", Kind: Counter,
+		Help: "Inbound hint streams closed because a read deadline passed.", Field: num[uint64](func(s *Snapshot) *uint64 { return &s.Mesh.InboundTimedOut })},
+	{Status: "mesh.inbound_refused_not_member", Metric: "queen_mesh_inbound_refused_total", Label: Label{"reason", "not_member"}, Kind: Counter,
+		Help: helpInRef, Field: num[uint64](func(s *Snapshot) *uint64 { return &s.Mesh.InboundRefusedNotMember })},
+	{Status: "mesh.hints_rate_limited", Metric: "queen_mesh_hints_rate_limited_total", Kind: Counter,
+		Help: "Received hints dropped because their peer exceeded its rate (QUEEN_MESH_HINT_RATE).", Field: num[uint64](func(s *Snapshot) *uint64 { return &s.Mesh.HintsRateLimited })},
+	{Status: "mesh.gossip_errors", Metric: "queen_mesh_gossip_errors_total", Kind: Counter,
+		Help: "Error lines memberlist logged: garbage, undecodable or unauthenticated gossip packets and streams, failed probes or state exchanges.", Field: num[uint64](func(s *Snapshot) *uint64 { return &s.Mesh.GossipErrors })},
+
+	// pg: the pool's counters read *_count in /status and *_total on
+	// /metrics (Prometheus naming); retries are not the pool's, hence queen_pg_.
+	{Status: "pg.max_conns", Metric: "queen_pg_pool_max_conns", Kind: Gauge,
+		Help: "Maximum connections of the PostgreSQL pool.", Field: num[int32](func(s *Snapshot) *int32 { return &s.PG.MaxConns })},
+	{Status: "pg.total_conns", Metric: "queen_pg_pool_total_conns", Kind: Gauge,
+		Help: "Connections currently open.", Field: num[int32](func(s *Snapshot) *int32 { return &s.PG.TotalConns })},
+	{Status: "pg.idle_conns", Metric: "queen_pg_pool_idle_conns", Kind: Gauge,
+		Help: "Open connections not in use.", Field: num[int32](func(s *Snapshot) *int32 { return &s.PG.IdleConns })},
+	{Status: "pg.acquired_conns", Metric: "queen_pg_pool_acquired_conns", Kind: Gauge,
+		Help: "Connections in use; equal to max_conns means the pool is saturated.", Field: num[int32](func(s *Snapshot) *int32 { return &s.PG.AcquiredConns })},
+	{Status: "pg.acquire_count", Metric: "queen_pg_pool_acquires_total", Kind: Counter,
+		Help: "Successful connection acquisitions.", Field: num[int64](func(s *Snapshot) *int64 { return &s.PG.AcquireCount })},
+	{Status: "pg.empty_acquire_count", Metric: "queen_pg_pool_empty_acquires_total", Kind: Counter,
+		Help: "Acquisitions that had to wait or dial because no idle connection was available.", Field: num[int64](func(s *Snapshot) *int64 { return &s.PG.EmptyAcquire })},
+	{Status: "pg.new_conns_count", Metric: "queen_pg_pool_new_conns_total", Kind: Counter,
+		Help: "Connections opened.", Field: num[int64](func(s *Snapshot) *int64 { return &s.PG.NewConns })},
+	{Status: "pg.retries", Metric: "queen_pg_retries_total", Kind: Counter,
+		Help: "Calls run again after a deadlock, serialization failure or concurrent-delete foreign-key violation.", Field: num[int64](func(s *Snapshot) *int64 { return &s.PG.Retries })},
+
+	// requests: the node core's counters (broker.Counters), plus the HTTP
+	// layer's in-flight count.
+	{Status: "requests.parked_long_polls", Metric: "queen_parked_long_polls", Kind: Gauge,
+		Help: "Long-poll pops parked on a wake gate.", Field: num[int](func(s *Snapshot) *int { return &s.Parked })},
+	// The HTTP layer's figure: the family sits with queen_http_*, the
+	// field with the other request counts.
+	{Status: "requests.http_in_flight", Metric: "queen_http_requests_in_flight", Kind: Gauge, Own: true,
+		Help: "HTTP requests being served, parked long-polls included (the request reading this figure excluded).", Field: num[int64](func(s *Snapshot) *int64 { return &s.InFlight })},
+	{Status: "requests.pushes", Metric: "queen_pushes_total", Kind: Counter,
+		Help: "Push requests.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.Pushes })},
+	{Status: "requests.pushed_messages", Metric: "queen_pushed_messages_total", Kind: Counter,
+		Help: "Messages stored by pushes.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.PushedItems })},
+	{Status: "requests.push_flushes", Metric: "queen_push_flushes_total", Kind: Counter,
+		Help: "Push transactions sent to PostgreSQL; fewer than pushes when concurrent pushes are combined (QUEEN_PUSH_COMBINE).", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.PushFlushes })},
+	// The family is prefixed by what it counts duplicates of; /status
+	// nests it under requests.
+	{Status: "requests.duplicates", Metric: "queen_push_duplicates_total", Kind: Counter,
+		Help: "Pushed messages refused as duplicates.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.Duplicates })},
+	// "pops" counts pops begun; queen_pops_total is taken by finished pops
+	// by outcome, so the started count has its own family.
+	{Status: "requests.pops", Metric: "queen_pops_started_total", Kind: Counter,
+		Help: "Pops begun, whatever their end (outcomes are in queen_pops_total).", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.Pops })},
+	{Status: "requests.pops_with_messages", Metric: "queen_pops_total", Label: Label{"outcome", "messages"}, Kind: Counter,
+		Help: helpPops, Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.PopsMessages })},
+	{Status: "requests.pops_empty", Metric: "queen_pops_total", Label: Label{"outcome", "empty"}, Kind: Counter,
+		Help: helpPops, Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.PopsEmpty })},
+	{Status: "requests.popped_messages", Metric: "queen_popped_messages_total", Kind: Counter,
+		Help: "Messages delivered by pops.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.PoppedItems })},
+	{Status: "requests.pop_sql_calls", Metric: "queen_pop_sql_calls_total", Kind: Counter,
+		Help: "SQL calls made by pops (hot-list efficiency: low per pop is good).", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.PopSQLCalls })},
+	{Status: "requests.acks", Metric: "queen_acks_total", Kind: Counter,
+		Help: "Acknowledged items.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.Acks })},
+	{Status: "requests.acks_refused", Metric: "queen_acks_refused_total", Kind: Counter,
+		Help: "Acknowledged items refused (e.g. unknown or expired lease).", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.AcksRefused })},
+	{Status: "requests.dead_lettered", Metric: "queen_dead_lettered_total", Kind: Counter,
+		Help: "Messages moved to the dead-letter queue.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.DeadLettered })},
+	{Status: "requests.transactions", Metric: "queen_transactions_total", Kind: Counter,
+		Help: "Transaction requests.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.Transactions })},
+	{Status: "requests.leases_released_undelivered", Metric: "queen_leases_released_undelivered_total", Kind: Counter,
+		Help: "Leases released because the pop's answer never reached its client.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.LeasesDropped })},
+
+	// http: the HTTP layer's connection counters (conn.go). /status keeps
+	// the short names of its "http" section; /metrics says connections.
+	{Status: "http.open_conns", Metric: "queen_http_connections_open", Kind: Gauge, Own: true,
+		Help: "Client connections open now.", Field: num[int64](func(s *Snapshot) *int64 { return &s.HTTP.OpenConns })},
+	{Status: "http.max_conns", Metric: "queen_http_connections_max", Kind: Gauge, Own: true,
+		Help: "Cap of open client connections (QUEEN_HTTP_MAX_CONNS).", Field: num[int](func(s *Snapshot) *int { return &s.HTTP.MaxConns })},
+	{Status: "http.conns_refused", Metric: "queen_http_connections_refused_total", Kind: Counter, Own: true,
+		Help: "Connections beyond the cap, answered 503 and closed.", Field: num[int64](func(s *Snapshot) *int64 { return &s.HTTP.ConnsRefused })},
+	{Status: "http.body_timeouts", Metric: "queen_http_body_timeouts_total", Kind: Counter, Own: true,
+		Help: "Requests cut with 408 because their body did not arrive in time.", Field: num[int64](func(s *Snapshot) *int64 { return &s.HTTP.BodyTimeouts })},
+	{Status: "http.accept_errors", Metric: "queen_http_accept_errors_total", Kind: Counter, Own: true,
+		Help: "Failed accepts of client connections, e.g. out of file descriptors.", Field: num[int64](func(s *Snapshot) *int64 { return &s.HTTP.AcceptErrors })},
+}
