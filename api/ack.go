@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	"queen-node/broker"
+	"queen-node/protocol"
 )
 
 // ackResult is one element of the API.md 4.5 / 4.6 response arrays.
@@ -58,11 +59,13 @@ func parseAckItem(o object, defaultGroup string) (broker.AckItem, error) {
 	}
 	it.TransactionID, it.PartitionID = tx, pid
 	// Unknown statuses go through: the broker answers them per item with
-	// "Invalid status" (API.md 2.6).
-	if it.Status, _, err = o.str("status"); err != nil {
+	// "Invalid status" (docs/api.md, "Acks").
+	st, _, err := o.str("status")
+	if err != nil {
 		return it, err
 	}
-	if len(it.Status) > broker.MaxNameBytes || !validText(it.Status) {
+	it.Status = protocol.AckStatus(st)
+	if len(st) > broker.MaxNameBytes || !validText(st) {
 		return it, badRequest("status must be a short UTF-8 string")
 	}
 	if it.Group, err = o.optName("consumerGroup"); err != nil {
@@ -232,10 +235,11 @@ func (s *bodyScanner) ackItem(prev broker.AckItem) (broker.AckItem, bool) {
 			return it, false
 		}
 	}
-	var ok1, ok2, ok3, ok4, ok5 bool
+	var ok1, ok2, ok4, ok5 bool
 	it.TransactionID, ok1 = txID.name("", false)
 	it.PartitionID, ok2 = partitionID.name(prev.PartitionID, false)
-	it.Status, ok3 = status.name(prev.Status, true) // unknown statuses go through, as in parseAckItem
+	st, ok3 := status.name(string(prev.Status), true) // unknown statuses go through, as in parseAckItem
+	it.Status = protocol.AckStatus(st)
 	it.Group, ok4 = group.name(prev.Group, true)
 	it.LeaseID, ok5 = leaseID.name(prev.LeaseID, true)
 	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"queen-node/broker"
+	"queen-node/protocol"
 )
 
 // maxLeaseSeconds bounds client-chosen lease lengths (pop leaseSeconds,
@@ -174,15 +175,18 @@ func (s *Server) parsePop(r *http.Request) (broker.PopRequest, error) {
 	if len(req.SubscriptionMode) > broker.MaxNameBytes {
 		return req, badRequest("subscriptionMode is too long")
 	}
+	// subscriptionFrom wins over subscriptionMode: "now" is the mode new,
+	// a timestamp travels as a time (docs/api.md, "Semantics").
 	if from := q.Get("subscriptionFrom"); from != "" {
-		if strings.EqualFold(from, "now") {
-			req.SubscriptionFrom = "now"
+		if strings.EqualFold(from, protocol.SubFromNow) {
+			req.SubscriptionMode = string(protocol.SubNew)
 		} else {
 			t, ok := parseTime(from)
 			if !ok {
 				return req, badRequest(`subscriptionFrom must be "now" or an ISO-8601 timestamp`)
 			}
-			req.SubscriptionFrom = t.UTC().Format(time.RFC3339Nano)
+			t = t.UTC()
+			req.SubscriptionFrom = &t
 		}
 	}
 	// timeout only matters for a long-poll (API.md 2.10).

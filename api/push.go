@@ -8,21 +8,22 @@ import (
 	"unicode/utf8"
 
 	"queen-node/broker"
+	"queen-node/protocol"
 )
 
 // pushResult is one element of the API.md 4.3 response array. Both id
 // spellings are sent because Go reads camelCase and JS/1.x snake_case.
 type pushResult struct {
-	Index           int     `json:"index"`
-	Status          string  `json:"status"`
-	TransactionID   string  `json:"transactionId"`
-	TransactionIDSn string  `json:"transaction_id"`
-	MessageID       *string `json:"message_id"`
-	PartitionIDSn   *string `json:"partition_id"`
-	PartitionID     *string `json:"partitionId"`
-	TraceID         *string `json:"trace_id"`
-	QueueName       string  `json:"queueName"`
-	Error           string  `json:"error,omitempty"` // only with "failed"
+	Index           int                 `json:"index"`
+	Status          protocol.PushStatus `json:"status"`
+	TransactionID   string              `json:"transactionId"`
+	TransactionIDSn string              `json:"transaction_id"`
+	MessageID       *string             `json:"message_id"`
+	PartitionIDSn   *string             `json:"partition_id"`
+	PartitionID     *string             `json:"partitionId"`
+	TraceID         *string             `json:"trace_id"`
+	QueueName       string              `json:"queueName"`
+	Error           string              `json:"error,omitempty"` // only with "failed"
 }
 
 // POST /api/v1/push
@@ -65,7 +66,7 @@ func toPushResult(p broker.PushResult) pushResult {
 		TraceID:         p.TraceID,
 		QueueName:       p.Queue,
 	}
-	if p.Status == "failed" {
+	if p.Status == protocol.PushFailed {
 		pr.Error = p.Error
 		if pr.Error == "" {
 			pr.Error = "push failed"

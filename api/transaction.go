@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"queen-node/broker"
+	"queen-node/protocol"
 )
 
 // txResponse is API.md 4.8. Results mix ack and push shapes.
@@ -29,15 +30,15 @@ type txAckResult struct {
 }
 
 type txPushResult struct {
-	Index         int     `json:"index"`
-	Type          string  `json:"type"`
-	Success       bool    `json:"success"`
-	TransactionID string  `json:"transactionId"`
-	MessageID     *string `json:"messageId"`
-	PartitionID   *string `json:"partitionId"`
-	QueueName     string  `json:"queueName"`
-	Status        string  `json:"status"`
-	Error         string  `json:"error,omitempty"`
+	Index         int                 `json:"index"`
+	Type          string              `json:"type"`
+	Success       bool                `json:"success"`
+	TransactionID string              `json:"transactionId"`
+	MessageID     *string             `json:"messageId"`
+	PartitionID   *string             `json:"partitionId"`
+	QueueName     string              `json:"queueName"`
+	Status        protocol.PushStatus `json:"status"`
+	Error         string              `json:"error,omitempty"`
 }
 
 // txFailure is a transaction refused before reaching the broker. API.md

@@ -30,6 +30,7 @@ import (
 
 	"queen-node/internal/pgtest"
 	"queen-node/pg"
+	"queen-node/protocol"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -738,7 +739,7 @@ func BenchmarkPopAck(b *testing.B) {
 		lease := uuid.NewString()
 		out, err := e.db.Pop(ctx, pg.PopArgs{Tenant: benchTenant, Queue: "q", Group: benchGroup, Names: names,
 			ScanLimit: 16, Budget: benchBatch, MaxParts: 1, LeaseID: lease, LeaseSeconds: 60,
-			Owner: "bench", SubMode: pg.SubAll})
+			Owner: "bench", SubMode: protocol.SubAll})
 		if err != nil {
 			b.Fatalf("pop: %v", err)
 		}
