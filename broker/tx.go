@@ -52,7 +52,7 @@ func (b *Broker) Transaction(ctx context.Context, tenant string, producerSub *st
 			return err
 		}
 		if !ok {
-			return &txAbort{"Invalid or expired lease"}
+			return &txAbort{protocol.ErrInvalidLease}
 		}
 		for i, op := range ops {
 			switch op.Type {

@@ -97,10 +97,13 @@ const (
 	GroupFresh    = "fresh"   // the call wrote the group marker
 )
 
-// AckDecision is ack_v1's internal decision for a failed item
-// (pg/sql/004_ack.sql): release for a retry or dead-letter. Go never reads
-// it; it is listed so the SQL literals stay tied to one place.
+// ack_v1 (pg/sql/004_ack.sql) decides a failed item with the values of
+// AckRetry (release for redelivery) and AckDLQ (dead-letter).
+
+// Error texts that clients see and the SQL functions write too
+// (docs/api.md, "Acks" and "Semantics").
 const (
-	AckDecisionRetry = string(AckRetry)
-	AckDecisionDLQ   = string(AckDLQ)
+	ErrMessageNotFound = "Message not found"
+	ErrInvalidLease    = "Invalid or expired lease"
+	ErrInvalidStatus   = "Invalid status"
 )
