@@ -3,7 +3,6 @@ package broker
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"time"
 
 	"queen-node/protocol"
@@ -217,11 +216,6 @@ type UserError struct {
 }
 
 func (e *UserError) Error() string { return e.Msg }
-
-// BadRequest returns a 400 UserError.
-func BadRequest(format string, args ...any) error {
-	return &UserError{Status: 400, Msg: fmt.Sprintf(format, args...)}
-}
 
 // ErrUnavailable wraps storage failures caused by PostgreSQL being unreachable.
 var ErrUnavailable = errors.New("database unavailable")
