@@ -10,7 +10,7 @@ import (
 	"queen-node/protocol"
 )
 
-// ackResult is one element of the API.md 4.5 / 4.6 response arrays.
+// ackResult is one element of the single and batch ack response arrays (docs/api.md, "Acks").
 type ackResult struct {
 	Index         int     `json:"index"`
 	TransactionID string  `json:"transactionId"`
@@ -39,7 +39,7 @@ func toAckResults(res []broker.AckResult) []ackResult {
 	return out
 }
 
-// parseAckItem reads one ack (API.md 4.5). defaultGroup applies when the
+// parseAckItem reads one ack (docs/api.md, "Acks"). defaultGroup applies when the
 // item names no consumerGroup.
 func parseAckItem(o object, defaultGroup string) (broker.AckItem, error) {
 	var it broker.AckItem
@@ -140,7 +140,7 @@ func fastAckItems(raw []byte, maxItems int) ([]broker.AckItem, bool) {
 		return nil, false
 	}
 	// The top-level group may follow the array: items without their own
-	// get it now (API.md 9).
+	// get it now (docs/api.md, "Semantics").
 	g, ok := group.name("", true)
 	if !ok {
 		return nil, false
@@ -270,7 +270,7 @@ func (s *Server) handleAckBatch(w http.ResponseWriter, r *http.Request, _ *strin
 	s.ackItems(w, r, items)
 }
 
-// decodeAckBatch decodes a batch ack body (API.md 4.6): the fast path when
+// decodeAckBatch decodes a batch ack body: the fast path when
 // it can, else the field-by-field path, which names the exact problem.
 // Both refuse more than maxItems acknowledgments before decoding them.
 func decodeAckBatch(raw []byte, maxItems int) ([]broker.AckItem, error) {
@@ -286,7 +286,7 @@ func slowAckItems(raw []byte, maxItems int) ([]broker.AckItem, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The top-level group applies to items without their own (API.md 9).
+	// The top-level group applies to items without their own (docs/api.md, "Semantics").
 	group, err := body.group("consumerGroup")
 	if err != nil {
 		return nil, err
@@ -327,7 +327,7 @@ func (s *Server) ackItems(w http.ResponseWriter, r *http.Request, items []broker
 	writeJSON(w, http.StatusOK, out)
 }
 
-// leaseResponse is API.md 4.7: `newExpiresAt` for Go and JS, `expiresAt`
+// leaseResponse is the lease extend answer (docs/api.md, "Semantics"): `newExpiresAt` for Go and JS, `expiresAt`
 // for the reference shape.
 type leaseResponse struct {
 	LeaseID      string  `json:"leaseId"`

@@ -17,7 +17,7 @@ import (
 // lease extend seconds) so interval arithmetic stays sane.
 const maxLeaseSeconds = 31 * 24 * 3600
 
-// popMessage is one message of API.md 4.4; partitionId and leaseId are on
+// popMessage is one message of a pop response; partitionId and leaseId are on
 // every message because the Go client reads nothing else.
 type popMessage struct {
 	ID            string          `json:"id"`
@@ -109,7 +109,7 @@ func (s *Server) handlePop(w http.ResponseWriter, r *http.Request, _ *string) {
 		return
 	}
 	// A client that left while the claim ran must not keep the lease until
-	// it expires (API.md 2.10).
+	// it expires (docs/api.md, "Semantics", long-poll).
 	if r.Context().Err() != nil {
 		s.releaseUndelivered(res)
 		return
@@ -145,7 +145,7 @@ func (s *Server) releaseUndelivered(res *broker.PopResult) {
 	}
 }
 
-// parsePop reads the path and query of a pop (API.md 4.4 parameter table).
+// parsePop reads the path and query of a pop.
 func (s *Server) parsePop(r *http.Request) (broker.PopRequest, error) {
 	q := r.URL.Query()
 	req := broker.PopRequest{
@@ -189,7 +189,7 @@ func (s *Server) parsePop(r *http.Request) (broker.PopRequest, error) {
 			req.SubscriptionFrom = &t
 		}
 	}
-	// timeout only matters for a long-poll (API.md 2.10).
+	// timeout only matters for a long-poll.
 	if req.Wait {
 		def := int(s.cfg.DefaultPopTimeout / time.Millisecond)
 		ms := queryInt(q, "timeout", def)

@@ -12,7 +12,7 @@ import (
 	"queen-node/protocol"
 )
 
-// txResponse is API.md 4.8. Results mix ack and push shapes.
+// txResponse is the answer of POST /api/v1/transaction. Results mix ack and push shapes.
 type txResponse struct {
 	TransactionID string  `json:"transactionId"`
 	Success       bool    `json:"success"`
@@ -41,8 +41,8 @@ type txPushResult struct {
 	Error         string              `json:"error,omitempty"`
 }
 
-// txFailure is a transaction refused before reaching the broker. API.md
-// 4.8 makes an invalid operation a failed transaction (HTTP 200,
+// txFailure is a transaction refused before reaching the broker. The
+// reference makes an invalid operation a failed transaction (HTTP 200,
 // success:false), not a 400: Go tests treat any HTTP error as fatal.
 type txFailure struct{ msg string }
 

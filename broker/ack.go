@@ -10,7 +10,7 @@ import (
 	"queen-node/protocol"
 )
 
-// Ack resolves messages (sections 2.5 and 2.6 of the API contract). Results
+// Ack resolves messages (docs/api.md, "Acks"). Results
 // come back in input order; per-item failures are results, not errors.
 func (b *Broker) Ack(ctx context.Context, tenant string, items []AckItem) ([]AckResult, error) {
 	if len(items) == 0 {

@@ -134,7 +134,7 @@ func (b *Broker) sqlPop(ctx context.Context, args pg.PopArgs) (*PopResult, *pg.P
 
 // claim is one round trip to the claim core. When the request ends during
 // it, the claim may have committed anyway: its lease is released at once
-// rather than left on messages nobody will read (API.md 2.10).
+// rather than left on messages nobody will read (docs/api.md).
 func (b *Broker) claim(ctx context.Context, args pg.PopArgs) (*pg.PopOutcome, error) {
 	b.stats.PopSQLCalls.Add(1)
 	// A deadlock, or a foreign-key violation from a queue delete racing

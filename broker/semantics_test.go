@@ -600,7 +600,7 @@ func testDeleteQueueRemovesMessages(t *testing.T, mode nodetest.Option) {
 	}
 }
 
-// semantics lists the rules of API.md section 2 and 4; TestSemantics runs
+// semantics lists the rules of docs/api.md; TestSemantics runs
 // each one with the hot-list on and off (QUEEN_HOTLIST=0 must behave the same).
 var semantics = []struct {
 	name string

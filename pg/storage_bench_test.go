@@ -1,7 +1,7 @@
 package pg_test
 
 // Storage benchmarks behind docs/storage.md: the message log stored one row
-// per message (queen.messages, queen.push_v2) against packed per-batch
+// per message (queen.messages, queen.push_v3) against packed per-batch
 // segments, with the raw PostgreSQL ceilings (a plain batched INSERT and a
 // plain FOR UPDATE SKIP LOCKED claim loop) measured in the same run.
 //
@@ -543,7 +543,7 @@ func BenchmarkRawClaim(b *testing.B) {
 // ---------------------------------------------------------------------------
 // Row per message (the product design)
 
-// BenchmarkPushRowPerMessage measures pg.DB.Push (queen.push_v2) of 100
+// BenchmarkPushRowPerMessage measures pg.DB.Push (queen.push_v3) of 100
 // rows to one partition, and as a control the same layout through a minimal
 // function shaped like push_seg (bench.push_rows).
 func BenchmarkPushRowPerMessage(b *testing.B) {
