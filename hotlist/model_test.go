@@ -108,8 +108,9 @@ func (g *truth) visibleAt(grp, p int) time.Time {
 	return time.Time{}
 }
 
-// claim is the claim core (queen.pop_v1, pg/sql/003_pop.sql) on one candidate: the tri-state verdict, applying
-// the claim to the ground truth.
+// claim is the claim core (queen.pop_v1, pg/sql/functions/20_pop.sql) on
+// one candidate: the tri-state verdict, applying the claim to the ground
+// truth.
 func (g *truth) claim(rng *rand.Rand, grp int, c Candidate, now time.Time, leaseFor time.Duration) Result {
 	p := mIndex(c.Name)
 	res := Result{Cand: c, PartitionID: mID(p)}

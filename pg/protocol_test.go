@@ -14,7 +14,7 @@ import (
 // comments stripped, with the files it appears in.
 func sqlLiterals(t *testing.T) map[string][]string {
 	t.Helper()
-	names, err := fs.Glob(sqlFiles, "sql/*.sql")
+	names, err := fs.Glob(sqlFiles, "sql/*/*.sql")
 	if err != nil || len(names) == 0 {
 		t.Fatalf("list SQL files: %v (%d)", err, len(names))
 	}

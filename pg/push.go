@@ -73,7 +73,7 @@ func dedupParts(parts []QueuePartition) []QueuePartition {
 
 // Push appends rows in one transaction: every row is stored or reported a
 // duplicate, or nothing is stored. Missing queues and partitions are created
-// first, in their own short transaction (see sql/002_push.sql for the lock
+// first, in their own short transaction (see sql/functions/10_push.sql for the lock
 // order). Deadlocks are retried.
 func (db *DB) Push(ctx context.Context, tenant string, rows []PushRow) ([]PushOutcome, error) {
 	for round := 0; ; round++ {

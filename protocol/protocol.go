@@ -1,7 +1,7 @@
 // Package protocol holds the string values of Queen MQ's protocol that more
 // than one layer must spell the same way: push and ack statuses,
 // subscription modes, the queue-mode consumer group and the claim core's
-// verdicts. The SQL functions in pg/sql spell them too; protocol_test.go in
+// verdicts. The SQL functions in pg/sql/functions spell them too; protocol_test.go in
 // package pg checks that the two agree.
 //
 // It is a leaf package (no imports) so that pg, broker and api can all
@@ -73,7 +73,7 @@ func ParseSubMode(s string) (mode SubMode, ok bool) {
 const SubFromNow = "now"
 
 // Verdict is the claim core's answer for one candidate partition
-// (pg/sql/003_pop.sql).
+// (pg/sql/functions/20_pop.sql).
 type Verdict string
 
 const (
@@ -88,7 +88,7 @@ const (
 var Verdicts = []Verdict{VerdictTook, VerdictEmpty, VerdictLeased, VerdictBusy, VerdictRequeue}
 
 // Row kinds and group-marker states of the claim core's result rows
-// (pg/sql/003_pop.sql); only pg reads them.
+// (pg/sql/functions/20_pop.sql); only pg reads them.
 const (
 	PopRowMeta    = "meta"    // the first row: queue id, group marker state, deferral options
 	PopRowVerdict = "verdict" // one per candidate
@@ -97,7 +97,7 @@ const (
 	GroupFresh    = "fresh"   // the call wrote the group marker
 )
 
-// ack_v1 (pg/sql/004_ack.sql) decides a failed item with the values of
+// ack_v1 (pg/sql/functions/30_ack.sql) decides a failed item with the values of
 // AckRetry (release for redelivery) and AckDLQ (dead-letter).
 
 // Error texts that clients see and the SQL functions write too
