@@ -514,7 +514,7 @@ func testMultiPartitionPop(t *testing.T, mode nodetest.Option) {
 	if len(ms) != 5 || len(parts) != 1 || body["partitionsClaimed"] != 1.0 {
 		t.Fatalf("default pop must take one partition: %d messages from %d", len(ms), len(parts))
 	}
-	ms, body = pop(t, n, "mp", "batch=10&partitions=5")
+	ms, _ = pop(t, n, "mp", "batch=10&partitions=5")
 	lease := ms[0]["leaseId"]
 	for _, m := range ms {
 		if m["leaseId"] != lease {
