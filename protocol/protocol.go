@@ -1,11 +1,11 @@
 // Package protocol holds the string values of Queen MQ's protocol that more
 // than one layer must spell the same way: push and ack statuses,
 // subscription modes, the queue-mode consumer group and the claim core's
-// verdicts. The SQL functions in pg/sql/functions spell them too; protocol_test.go in
-// package pg checks that the two agree.
+// verdicts. The SQL functions in pg/sql/functions spell them too;
+// pg/protocol_test.go checks that the two agree.
 //
 // It is a leaf package (no imports) so that pg, broker and api can all
-// depend on it: pg sits below broker and cannot import it.
+// depend on it: pg sits below broker, so broker cannot hold these values.
 package protocol
 
 // QueueMode is the built-in consumer group used when a request names none:
@@ -26,8 +26,8 @@ const (
 )
 
 // AckStatus is the status of one acknowledgement (docs/api.md, "Acks").
-// Clients may send any case; the claim core lowercases it and refuses an
-// unknown value per item.
+// Clients may send any case; ack_v1 (pg/sql/functions/30_ack.sql)
+// lowercases it and refuses an unknown value per item with ErrInvalidStatus.
 type AckStatus string
 
 const (
@@ -35,7 +35,7 @@ const (
 	AckSuccess   AckStatus = "success"   // an alias of completed
 	AckFailed    AckStatus = "failed"    // retry or dead-letter by the queue's retryLimit
 	AckDLQ       AckStatus = "dlq"       // dead-letter at once
-	AckRetry     AckStatus = "retry"     // release for redelivery without counting a retry
+	AckRetry     AckStatus = "retry"     // release the lease for redelivery, not counted against retryLimit
 )
 
 // AckStatuses lists every status the claim core accepts.
