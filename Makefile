@@ -15,7 +15,7 @@ SHELL := bash
 
 PGTEMP := $(GO) run ./cmd/pgtemp --
 
-.PHONY: build test test-race test-short cluster-test soak bench bench-quick bench-go demo fmt vet fuzz clean ensure-postgres
+.PHONY: build test test-race test-short cluster-test soak bench bench-quick bench-go demo fmt vet lint fuzz clean ensure-postgres
 
 build:
 	$(GO) build -o bin/ ./cmd/...
@@ -23,14 +23,14 @@ build:
 ensure-postgres:
 	bash ./scripts/ensure-postgres.sh
 
-test: ensure-postgres vet
+test: ensure-postgres lint
 	$(PGTEMP) $(GO) test -count=1 -timeout 20m ./...
 
 # The product packages under the race detector (slower; not part of CI's make test).
-test-race: ensure-postgres vet
+test-race: ensure-postgres lint
 	$(PGTEMP) $(GO) test -race -count=1 -timeout 20m ./api/ ./broker/ ./hotlist/ ./coalesce/ ./mesh/ ./cmd/...
 
-test-short: ensure-postgres vet
+test-short: ensure-postgres lint
 	$(PGTEMP) $(GO) test -count=1 -short -timeout 10m ./...
 
 cluster-test: ensure-postgres
@@ -65,6 +65,14 @@ fmt:
 
 vet:
 	$(GO) vet ./...
+
+# staticcheck's default checks, unused code (U1000) included. go run fetches
+# the pinned version through the module proxy and caches it, so a fresh
+# clone needs only Go.
+STATICCHECK_VERSION ?= v0.8.2
+
+lint: vet
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
 # go test -fuzz takes one target at a time.
 API_FUZZ := FuzzDecodePush FuzzDecodeAckBatch FuzzDecodeAck FuzzDecodeTransaction FuzzDecodeConfigure FuzzCountElements

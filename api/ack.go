@@ -7,9 +7,10 @@ import (
 	"net/http"
 
 	"queen-node/broker"
+	"queen-node/protocol"
 )
 
-// ackResult is one element of the API.md 4.5 / 4.6 response arrays.
+// ackResult is one element of the single and batch ack response arrays (docs/api.md, "Acks").
 type ackResult struct {
 	Index         int     `json:"index"`
 	TransactionID string  `json:"transactionId"`
@@ -38,7 +39,7 @@ func toAckResults(res []broker.AckResult) []ackResult {
 	return out
 }
 
-// parseAckItem reads one ack (API.md 4.5). defaultGroup applies when the
+// parseAckItem reads one ack (docs/api.md, "Acks"). defaultGroup applies when the
 // item names no consumerGroup.
 func parseAckItem(o object, defaultGroup string) (broker.AckItem, error) {
 	var it broker.AckItem
@@ -58,11 +59,13 @@ func parseAckItem(o object, defaultGroup string) (broker.AckItem, error) {
 	}
 	it.TransactionID, it.PartitionID = tx, pid
 	// Unknown statuses go through: the broker answers them per item with
-	// "Invalid status" (API.md 2.6).
-	if it.Status, _, err = o.str("status"); err != nil {
+	// "Invalid status" (docs/api.md, "Acks").
+	st, _, err := o.str("status")
+	if err != nil {
 		return it, err
 	}
-	if len(it.Status) > broker.MaxNameBytes || !validText(it.Status) {
+	it.Status = protocol.AckStatus(st)
+	if len(st) > broker.MaxNameBytes || !validText(st) {
 		return it, badRequest("status must be a short UTF-8 string")
 	}
 	if it.Group, err = o.optName("consumerGroup"); err != nil {
@@ -137,7 +140,7 @@ func fastAckItems(raw []byte, maxItems int) ([]broker.AckItem, bool) {
 		return nil, false
 	}
 	// The top-level group may follow the array: items without their own
-	// get it now (API.md 9).
+	// get it now (docs/api.md, "Semantics").
 	g, ok := group.name("", true)
 	if !ok {
 		return nil, false
@@ -232,10 +235,11 @@ func (s *bodyScanner) ackItem(prev broker.AckItem) (broker.AckItem, bool) {
 			return it, false
 		}
 	}
-	var ok1, ok2, ok3, ok4, ok5 bool
+	var ok1, ok2, ok4, ok5 bool
 	it.TransactionID, ok1 = txID.name("", false)
 	it.PartitionID, ok2 = partitionID.name(prev.PartitionID, false)
-	it.Status, ok3 = status.name(prev.Status, true) // unknown statuses go through, as in parseAckItem
+	st, ok3 := status.name(string(prev.Status), true) // unknown statuses go through, as in parseAckItem
+	it.Status = protocol.AckStatus(st)
 	it.Group, ok4 = group.name(prev.Group, true)
 	it.LeaseID, ok5 = leaseID.name(prev.LeaseID, true)
 	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 {
@@ -266,7 +270,7 @@ func (s *Server) handleAckBatch(w http.ResponseWriter, r *http.Request, _ *strin
 	s.ackItems(w, r, items)
 }
 
-// decodeAckBatch decodes a batch ack body (API.md 4.6): the fast path when
+// decodeAckBatch decodes a batch ack body: the fast path when
 // it can, else the field-by-field path, which names the exact problem.
 // Both refuse more than maxItems acknowledgments before decoding them.
 func decodeAckBatch(raw []byte, maxItems int) ([]broker.AckItem, error) {
@@ -282,7 +286,7 @@ func slowAckItems(raw []byte, maxItems int) ([]broker.AckItem, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The top-level group applies to items without their own (API.md 9).
+	// The top-level group applies to items without their own (docs/api.md, "Semantics").
 	group, err := body.group("consumerGroup")
 	if err != nil {
 		return nil, err
@@ -323,7 +327,7 @@ func (s *Server) ackItems(w http.ResponseWriter, r *http.Request, items []broker
 	writeJSON(w, http.StatusOK, out)
 }
 
-// leaseResponse is API.md 4.7: `newExpiresAt` for Go and JS, `expiresAt`
+// leaseResponse is the lease extend answer (docs/api.md, "Semantics"): `newExpiresAt` for Go and JS, `expiresAt`
 // for the reference shape.
 type leaseResponse struct {
 	LeaseID      string  `json:"leaseId"`

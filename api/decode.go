@@ -19,7 +19,7 @@ import (
 )
 
 // Request bodies are decoded into maps of raw fields rather than structs:
-// API.md needs null == absent, unknown fields ignored, and per-field error
+// The Queen API needs null == absent, unknown fields ignored, and per-field error
 // messages for wrong types, which struct decoding cannot give.
 
 // object is one decoded JSON object; values are raw and not yet validated.
@@ -231,7 +231,7 @@ func countElements(data []byte) (n int, isArray bool) {
 	return n, true
 }
 
-// checkName enforces API.md 1.5: non-empty, at most 255 bytes; and what
+// checkName enforces the name rule (docs/api.md, "Input bounds"): non-empty, at most 255 bytes; and what
 // PostgreSQL text can hold: valid UTF-8 without NUL (a path segment or a
 // query string can carry either).
 func checkName(kind, name string) error {
@@ -311,7 +311,7 @@ func parseTime(s string) (time.Time, bool) {
 	return t, err == nil
 }
 
-// queryBool is API.md 1.1: true for "true" or "1", false otherwise.
+// queryBool reads a query flag as the reference does: true for "true" or "1", false otherwise.
 func queryBool(q url.Values, key string, def bool) bool {
 	if !q.Has(key) {
 		return def

@@ -27,7 +27,7 @@ func (s *Server) handleDeleteGroup(w http.ResponseWriter, r *http.Request, _ *st
 			return
 		}
 	}
-	deleteMetadata := queryBool(r.URL.Query(), "deleteMetadata", true) // API.md 5.1: default true
+	deleteMetadata := queryBool(r.URL.Query(), "deleteMetadata", true) // default true, as in the reference
 	n, err := s.b.DeleteConsumerGroup(r.Context(), s.cfg.Tenant, group, queue, deleteMetadata)
 	if err != nil {
 		s.brokerError(w, r, "delete consumer group", err)

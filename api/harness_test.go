@@ -270,7 +270,7 @@ func (r response) array(t *testing.T) []map[string]any {
 	return a
 }
 
-// wantError asserts an API.md 1.4 error response.
+// wantError asserts an error response ({"error": ...}).
 func (r response) wantError(t *testing.T, status int, msg string) {
 	t.Helper()
 	if r.status != status {

@@ -18,7 +18,7 @@ type healthResponse struct {
 	Error    string `json:"error,omitempty"`
 }
 
-// GET /health (API.md 4.10)
+// GET /health
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request, _ *string) {
 	ctx, cancel := context.WithTimeout(r.Context(), healthTimeout)
 	defer cancel()

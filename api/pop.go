@@ -10,13 +10,14 @@ import (
 	"time"
 
 	"queen-node/broker"
+	"queen-node/protocol"
 )
 
 // maxLeaseSeconds bounds client-chosen lease lengths (pop leaseSeconds,
 // lease extend seconds) so interval arithmetic stays sane.
 const maxLeaseSeconds = 31 * 24 * 3600
 
-// popMessage is one message of API.md 4.4; partitionId and leaseId are on
+// popMessage is one message of a pop response; partitionId and leaseId are on
 // every message because the Go client reads nothing else.
 type popMessage struct {
 	ID            string          `json:"id"`
@@ -108,7 +109,7 @@ func (s *Server) handlePop(w http.ResponseWriter, r *http.Request, _ *string) {
 		return
 	}
 	// A client that left while the claim ran must not keep the lease until
-	// it expires (API.md 2.10).
+	// it expires (docs/api.md, "Semantics", long-poll).
 	if r.Context().Err() != nil {
 		s.releaseUndelivered(res)
 		return
@@ -141,7 +142,7 @@ func (s *Server) releaseUndelivered(res *broker.PopResult) {
 	s.b.ReleaseUndelivered(res)
 }
 
-// parsePop reads the path and query of a pop (API.md 4.4 parameter table).
+// parsePop reads the path and query of a pop.
 func (s *Server) parsePop(r *http.Request) (broker.PopRequest, error) {
 	q := r.URL.Query()
 	req := broker.PopRequest{
@@ -171,18 +172,21 @@ func (s *Server) parsePop(r *http.Request) (broker.PopRequest, error) {
 	if len(req.SubscriptionMode) > broker.MaxNameBytes {
 		return req, badRequest("subscriptionMode is too long")
 	}
+	// subscriptionFrom wins over subscriptionMode: "now" is the mode new,
+	// a timestamp travels as a time (docs/api.md, "Semantics").
 	if from := q.Get("subscriptionFrom"); from != "" {
-		if strings.EqualFold(from, "now") {
-			req.SubscriptionFrom = "now"
+		if strings.EqualFold(from, protocol.SubFromNow) {
+			req.SubscriptionMode = string(protocol.SubNew)
 		} else {
 			t, ok := parseTime(from)
 			if !ok {
 				return req, badRequest(`subscriptionFrom must be "now" or an ISO-8601 timestamp`)
 			}
-			req.SubscriptionFrom = t.UTC().Format(time.RFC3339Nano)
+			t = t.UTC()
+			req.SubscriptionFrom = &t
 		}
 	}
-	// timeout only matters for a long-poll (API.md 2.10).
+	// timeout only matters for a long-poll.
 	if req.Wait {
 		def := int(s.cfg.DefaultPopTimeout / time.Millisecond)
 		ms := queryInt(q, "timeout", def)

@@ -125,23 +125,23 @@ func TestPopParameters(t *testing.T) {
 			}
 		}},
 		{"?subscriptionFrom=now", func(t *testing.T, p broker.PopRequest) {
-			if p.SubscriptionFrom != "now" {
+			if p.SubscriptionFrom != nil || p.SubscriptionMode != "new" {
 				t.Fatalf("%+v", p)
 			}
 		}},
 		{"?subscriptionFrom=2026-05-06T12:00:00%2B02:00", func(t *testing.T, p broker.PopRequest) {
-			if p.SubscriptionFrom != "2026-05-06T10:00:00Z" {
-				t.Fatalf("%q", p.SubscriptionFrom)
+			if p.SubscriptionFrom == nil || p.SubscriptionFrom.Format(time.RFC3339Nano) != "2026-05-06T10:00:00Z" {
+				t.Fatalf("%v", p.SubscriptionFrom)
 			}
 		}},
 		{"?subscriptionFrom=2026-05-06T12:00:00+02:00", func(t *testing.T, p broker.PopRequest) { // unencoded '+'
-			if p.SubscriptionFrom != "2026-05-06T10:00:00Z" {
-				t.Fatalf("%q", p.SubscriptionFrom)
+			if p.SubscriptionFrom == nil || p.SubscriptionFrom.Format(time.RFC3339Nano) != "2026-05-06T10:00:00Z" {
+				t.Fatalf("%v", p.SubscriptionFrom)
 			}
 		}},
 		{"?subscriptionFrom=2026-05-06T10:01:42.123Z", func(t *testing.T, p broker.PopRequest) {
-			if p.SubscriptionFrom != "2026-05-06T10:01:42.123Z" {
-				t.Fatalf("%q", p.SubscriptionFrom)
+			if p.SubscriptionFrom == nil || p.SubscriptionFrom.Format(time.RFC3339Nano) != "2026-05-06T10:01:42.123Z" {
+				t.Fatalf("%v", p.SubscriptionFrom)
 			}
 		}},
 	}

@@ -8,21 +8,22 @@ import (
 	"unicode/utf8"
 
 	"queen-node/broker"
+	"queen-node/protocol"
 )
 
-// pushResult is one element of the API.md 4.3 response array. Both id
+// pushResult is one element of the push response array (docs/api.md, "Semantics"). Both id
 // spellings are sent because Go reads camelCase and JS/1.x snake_case.
 type pushResult struct {
-	Index           int     `json:"index"`
-	Status          string  `json:"status"`
-	TransactionID   string  `json:"transactionId"`
-	TransactionIDSn string  `json:"transaction_id"`
-	MessageID       *string `json:"message_id"`
-	PartitionIDSn   *string `json:"partition_id"`
-	PartitionID     *string `json:"partitionId"`
-	TraceID         *string `json:"trace_id"`
-	QueueName       string  `json:"queueName"`
-	Error           string  `json:"error,omitempty"` // only with "failed"
+	Index           int                 `json:"index"`
+	Status          protocol.PushStatus `json:"status"`
+	TransactionID   string              `json:"transactionId"`
+	TransactionIDSn string              `json:"transaction_id"`
+	MessageID       *string             `json:"message_id"`
+	PartitionIDSn   *string             `json:"partition_id"`
+	PartitionID     *string             `json:"partitionId"`
+	TraceID         *string             `json:"trace_id"`
+	QueueName       string              `json:"queueName"`
+	Error           string              `json:"error,omitempty"` // only with "failed"
 }
 
 // POST /api/v1/push
@@ -65,7 +66,7 @@ func toPushResult(p broker.PushResult) pushResult {
 		TraceID:         p.TraceID,
 		QueueName:       p.Queue,
 	}
-	if p.Status == "failed" {
+	if p.Status == protocol.PushFailed {
 		pr.Error = p.Error
 		if pr.Error == "" {
 			pr.Error = "push failed"
@@ -74,7 +75,7 @@ func toPushResult(p broker.PushResult) pushResult {
 	return pr
 }
 
-// decodePush decodes a push body (API.md 4.3): the fast path when it can,
+// decodePush decodes a push body: the fast path when it can,
 // else the field-by-field path, which names the exact problem. Both refuse
 // more than maxItems items before decoding any of them.
 func decodePush(raw []byte, maxItems int) ([]broker.PushItem, error) {
@@ -247,7 +248,7 @@ func (s *bodyScanner) pushItem(prev broker.PushItem) (broker.PushItem, bool) {
 }
 
 // parsePushItems validates every item before anything is stored: one bad
-// item rejects the whole request (API.md 4.3).
+// item rejects the whole request (docs/api.md, "Semantics").
 func parsePushItems(raws []json.RawMessage) ([]broker.PushItem, error) {
 	items := make([]broker.PushItem, 0, len(raws))
 	for _, raw := range raws {
@@ -288,12 +289,12 @@ func parsePushItem(raw json.RawMessage) (broker.PushItem, error) {
 	if trace != "" {
 		canon, ok := canonicalUUID(trace)
 		if !ok {
-			// The reference 5xx'd on this; API.md requires 400 or null.
+			// The reference 5xx'd on this; docs/api.md: 400, never 5xx.
 			return it, badRequest("traceId must be a UUID")
 		}
 		it.TraceID = &canon
 	}
-	// Absent payload is {}; an explicit null is kept as null (API.md 4.3).
+	// Absent payload is {}; an explicit null is kept as null (docs/api.md, "Semantics").
 	p, present := o["payload"]
 	if !present {
 		it.Payload = json.RawMessage("{}")
@@ -302,6 +303,6 @@ func parsePushItem(raw json.RawMessage) (broker.PushItem, error) {
 	} else if !utf8.Valid(it.Payload) {
 		return it, badRequest("payload must be valid UTF-8")
 	}
-	// producerSub in the body is deliberately ignored (API.md 7).
+	// producerSub in the body is deliberately ignored (docs/api.md, "Semantics").
 	return it, nil
 }

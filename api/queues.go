@@ -7,7 +7,7 @@ import (
 	"queen-node/broker"
 )
 
-// configureResponse is API.md 4.1.
+// configureResponse is the answer of POST /api/v1/configure.
 type configureResponse struct {
 	Configured  bool                `json:"configured"` // JS checks it
 	Queue       string              `json:"queue"`

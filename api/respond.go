@@ -13,7 +13,7 @@ import (
 	"queen-node/broker"
 )
 
-// Timestamp layouts of responses (API.md 1.5): UTC with Z; microseconds for
+// Timestamp layouts of responses, as in the reference: UTC with Z; microseconds for
 // message createdAt, milliseconds elsewhere.
 const (
 	layoutMicro = "2006-01-02T15:04:05.000000Z"
@@ -74,7 +74,7 @@ type errorBody struct {
 	Error string `json:"error"`
 }
 
-// writeError writes the API.md 1.4 error body.
+// writeError writes the error body, {"error": ...} (docs/api.md, "Semantics").
 func writeError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, errorBody{Error: msg})
 }

@@ -1,4 +1,5 @@
-// Package api serves the Queen MQ HTTP API (see API.md) on top of a Broker.
+// Package api serves the Queen MQ HTTP API on top of a Broker; docs/api.md
+// says how queen-node implements it.
 //
 // It owns everything HTTP: routing, CORS, body limits, request parsing and
 // validation, and the exact response shapes the Queen client libraries read.
@@ -37,13 +38,13 @@ type Broker interface {
 
 // Defaults of Config.
 const (
-	DefaultMaxBodyBytes       = 10 << 20 // API.md 1.1: at least 10 MiB must be accepted
+	DefaultMaxBodyBytes       = 10 << 20 // at least 10 MiB must be accepted (docs/api.md, "Input bounds")
 	DefaultMaxPushItems       = 10000
 	DefaultMaxAckItems        = 10000
 	DefaultMaxTxOps           = 10000
 	DefaultPopTimeout         = 30 * time.Second
 	DefaultMaxPopTimeout      = 10 * time.Minute
-	DefaultLeaseExtendSeconds = 60 // API.md 4.7: `seconds` defaults to 60
+	DefaultLeaseExtendSeconds = 60 // `seconds` defaults to 60 (docs/api.md, "Semantics")
 	DefaultReadHeaderTimeout  = 10 * time.Second
 	DefaultBodyTimeout        = 30 * time.Second
 	DefaultIdleTimeout        = 120 * time.Second
@@ -153,7 +154,7 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Access is the role a route needs when authentication is on (API.md 3).
+// Access is the role a route needs when authentication is on.
 type Access int
 
 // Access levels, lowest first; a higher level includes the lower ones.
@@ -224,7 +225,7 @@ func (s *Server) Handler() http.Handler { return s.handler }
 
 // Handle registers an extra route (e.g. "GET /status", "GET /metrics") on
 // the same mux. It gets CORS and JSON 404/405 handling but no
-// authentication: the routes added this way are public by API.md 3.
+// authentication: the routes added this way are public in the reference.
 func (s *Server) Handle(pattern string, h http.Handler) {
 	s.mux.Handle(pattern, h)
 	s.metrics.addRoute(pattern)
@@ -312,7 +313,7 @@ func (r *statusRecorder) WriteHeader(code int) {
 	}
 }
 
-// cors adds the API.md 1.1 CORS headers to every response and answers
+// cors adds the reference's CORS headers to every response and answers
 // every OPTIONS preflight with 204.
 func (s *Server) cors(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

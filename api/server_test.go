@@ -102,7 +102,7 @@ func TestBrokerErrorMapping(t *testing.T) {
 		msg    string
 	}{
 		{&broker.UserError{Status: 409, Msg: "conflict here"}, 409, "conflict here"},
-		{fmt.Errorf("wrapped: %w", broker.BadRequest("bad %s", "thing")), 400, "bad thing"},
+		{fmt.Errorf("wrapped: %w", &broker.UserError{Status: 400, Msg: "bad thing"}), 400, "bad thing"},
 		{fmt.Errorf("push q: %w", broker.ErrUnavailable), 503, "database unavailable"},
 		{errors.New("pg: syntax error"), 500, "internal error: pg: syntax error"},
 	}

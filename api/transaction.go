@@ -9,9 +9,10 @@ import (
 	"github.com/google/uuid"
 
 	"queen-node/broker"
+	"queen-node/protocol"
 )
 
-// txResponse is API.md 4.8. Results mix ack and push shapes.
+// txResponse is the answer of POST /api/v1/transaction. Results mix ack and push shapes.
 type txResponse struct {
 	TransactionID string  `json:"transactionId"`
 	Success       bool    `json:"success"`
@@ -29,19 +30,19 @@ type txAckResult struct {
 }
 
 type txPushResult struct {
-	Index         int     `json:"index"`
-	Type          string  `json:"type"`
-	Success       bool    `json:"success"`
-	TransactionID string  `json:"transactionId"`
-	MessageID     *string `json:"messageId"`
-	PartitionID   *string `json:"partitionId"`
-	QueueName     string  `json:"queueName"`
-	Status        string  `json:"status"`
-	Error         string  `json:"error,omitempty"`
+	Index         int                 `json:"index"`
+	Type          string              `json:"type"`
+	Success       bool                `json:"success"`
+	TransactionID string              `json:"transactionId"`
+	MessageID     *string             `json:"messageId"`
+	PartitionID   *string             `json:"partitionId"`
+	QueueName     string              `json:"queueName"`
+	Status        protocol.PushStatus `json:"status"`
+	Error         string              `json:"error,omitempty"`
 }
 
-// txFailure is a transaction refused before reaching the broker. API.md
-// 4.8 makes an invalid operation a failed transaction (HTTP 200,
+// txFailure is a transaction refused before reaching the broker. The
+// reference makes an invalid operation a failed transaction (HTTP 200,
 // success:false), not a 400: Go tests treat any HTTP error as fatal.
 type txFailure struct{ msg string }
 

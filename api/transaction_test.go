@@ -101,7 +101,7 @@ func TestTransactionMalformed(t *testing.T) {
 }
 
 // Invalid operations fail the transaction (200, success:false) without
-// reaching the broker: API.md 4.8 says they roll everything back.
+// reaching the broker: the reference rolls everything back.
 func TestTransactionInvalidOperation(t *testing.T) {
 	cases := []struct{ ops, contains string }{
 		{`[{"type":"bogus"}]`, "unknown operation type"},

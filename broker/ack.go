@@ -7,9 +7,10 @@ import (
 	"github.com/google/uuid"
 
 	"queen-node/pg"
+	"queen-node/protocol"
 )
 
-// Ack resolves messages (sections 2.5 and 2.6 of the API contract). Results
+// Ack resolves messages (docs/api.md, "Acks"). Results
 // come back in input order; per-item failures are results, not errors.
 func (b *Broker) Ack(ctx context.Context, tenant string, items []AckItem) ([]AckResult, error) {
 	if len(items) == 0 {
@@ -32,7 +33,7 @@ func (b *Broker) Ack(ctx context.Context, tenant string, items []AckItem) ([]Ack
 			Error: o.Error, QueueName: o.Queue, PartitionName: o.Partition,
 			LeaseReleased: o.Released, DLQ: o.DLQ}
 		if !o.Success && o.Error == "" {
-			res[i].Error = "Message not found"
+			res[i].Error = protocol.ErrMessageNotFound
 		}
 	}
 	return res, nil

@@ -15,6 +15,7 @@ import (
 
 	"queen-node/hotlist"
 	"queen-node/pg"
+	"queen-node/protocol"
 )
 
 // Broker is one node's core. It is safe for concurrent use.
@@ -128,9 +129,7 @@ func (c *Config) validate() error {
 	if c.HotlistWindowBatch <= 0 {
 		c.HotlistWindowBatch = DefaultHotlistWinBatch
 	}
-	switch c.DefaultSubscription {
-	case "", "all", "new", "new-only":
-	default:
+	if _, ok := protocol.ParseSubMode(c.DefaultSubscription); !ok {
 		return fmt.Errorf("default subscription mode %q: want all, new or new-only", c.DefaultSubscription)
 	}
 	return nil

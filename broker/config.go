@@ -8,7 +8,6 @@ const (
 	DefaultPoolMaxConns    = 32
 	DefaultPopBackoffMin   = 25 * time.Millisecond
 	DefaultPopBackoffMax   = 1000 * time.Millisecond
-	DefaultPopTimeout      = 30 * time.Second
 	DefaultMaxPopBatch     = 10000
 	DefaultMaxPushRows     = 10000 // rows of one combined push flush (broker/combine.go)
 	DefaultPushCombine     = true

@@ -6,6 +6,7 @@ import (
 
 	"queen-node/hotlist"
 	"queen-node/pg"
+	"queen-node/protocol"
 )
 
 // Reseed walk bounds: pages of 10,000 partitions, at most 200 pages.
@@ -121,9 +122,8 @@ func (b *Broker) reseed(ctx context.Context, r *hotlist.Ring) error {
 	return err
 }
 
-// hotPop is the pop path with the hot-list on. It returns handled=false
-// when the request must take the SQL path instead.
-func (b *Broker) hotPop(ctx context.Context, args pg.PopArgs, wait bool) (*PopResult, bool, error) {
+// hotPop is the pop path with the hot-list on.
+func (b *Broker) hotPop(ctx context.Context, args pg.PopArgs, wait bool) (*PopResult, error) {
 	key := queueKey(args.Tenant, args.Queue)
 	ring := b.hot.Lookup(key, args.Group)
 	if ring == nil {
@@ -134,12 +134,12 @@ func (b *Broker) hotPop(ctx context.Context, args pg.PopArgs, wait bool) (*PopRe
 		if err == nil && out != nil && out.Seeded {
 			b.hot.Register(key, args.Group, queueOpts(out), time.Now())
 		}
-		return res, true, err
+		return res, err
 	}
 	if ring.Cold() && b.hot.BeginReseed(ring, time.Now(), false) {
 		// Opportunistic: a cold ring knows nothing yet.
 		if err := b.reseed(ctx, ring); err != nil {
-			return nil, true, wrap(err)
+			return nil, wrap(err)
 		}
 	}
 	k := clamp(args.MaxParts*8, 16, 256)
@@ -150,7 +150,7 @@ func (b *Broker) hotPop(ctx context.Context, args pg.PopArgs, wait bool) (*PopRe
 			// hints): one walk of the partitions with work drops them all,
 			// where probing them would cost one empty claim each.
 			if err := b.reseed(ctx, ring); err != nil {
-				return nil, true, wrap(err)
+				return nil, wrap(err)
 			}
 		}
 		cands := b.hot.Take(ring, k, now)
@@ -158,7 +158,7 @@ func (b *Broker) hotPop(ctx context.Context, args pg.PopArgs, wait bool) (*PopRe
 			if !ring.Ready(now) && b.hot.BeginReseed(ring, now, false) {
 				// The floor is due anyway: run it now rather than park.
 				if err := b.reseed(ctx, ring); err != nil {
-					return nil, true, wrap(err)
+					return nil, wrap(err)
 				}
 				continue
 			}
@@ -168,14 +168,14 @@ func (b *Broker) hotPop(ctx context.Context, args pg.PopArgs, wait bool) (*PopRe
 				// cannot promise: ask PostgreSQL.
 				return b.scanAndLearn(ctx, args, ring)
 			}
-			return nil, true, nil // the quiet path: park with no SQL at all
+			return nil, nil // the quiet path: park with no SQL at all
 		}
 		res, woke, err := b.probe(ctx, args, ring, cands)
 		if woke {
 			b.gates.notify(key)
 		}
 		if err != nil || res != nil {
-			return res, true, err
+			return res, err
 		}
 	}
 	if !wait {
@@ -184,7 +184,7 @@ func (b *Broker) hotPop(ctx context.Context, args pg.PopArgs, wait bool) (*PopRe
 		// visible to this wait=false pop.
 		return b.scanAndLearn(ctx, args, ring)
 	}
-	return nil, true, nil
+	return nil, nil
 }
 
 // probe asks the claim core about checked-out candidates and checks every
@@ -232,30 +232,32 @@ func (b *Broker) probe(ctx context.Context, args pg.PopArgs, ring *hotlist.Ring,
 
 // scanAndLearn runs the SQL candidate scan and teaches the ring the
 // partitions it found (they were missing from it).
-func (b *Broker) scanAndLearn(ctx context.Context, args pg.PopArgs, ring *hotlist.Ring) (*PopResult, bool, error) {
+func (b *Broker) scanAndLearn(ctx context.Context, args pg.PopArgs, ring *hotlist.Ring) (*PopResult, error) {
 	res, out, err := b.sqlPop(ctx, args)
 	if err != nil || out == nil {
-		return res, true, err
+		return res, err
 	}
 	var found []hotlist.ReseedRow
 	for _, v := range out.Verdicts {
-		if v.Kind == pg.VerdictTook || v.Kind == pg.VerdictLeased {
+		if v.Kind == protocol.VerdictTook || v.Kind == protocol.VerdictLeased {
 			found = append(found, hotlist.ReseedRow{Name: v.Name, PartitionID: v.PartitionID})
 		}
 	}
 	if len(found) > 0 {
 		b.hot.Reseed(ring, found, time.Now())
 	}
-	return res, true, nil
+	return res, nil
 }
 
-func verdictOf(kind string) hotlist.Verdict {
+// verdictOf maps a claim-core verdict onto the hot-list's; busy and
+// requeue both mean "not evaluated, try again".
+func verdictOf(kind protocol.Verdict) hotlist.Verdict {
 	switch kind {
-	case pg.VerdictTook:
+	case protocol.VerdictTook:
 		return hotlist.Took
-	case pg.VerdictEmpty:
+	case protocol.VerdictEmpty:
 		return hotlist.Empty
-	case pg.VerdictLeased:
+	case protocol.VerdictLeased:
 		return hotlist.Leased
 	}
 	return hotlist.Requeue

@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	"queen-node/pg"
+	"queen-node/protocol"
 )
 
 // Pop claims up to req.Batch messages for the group. With req.Wait it parks
@@ -93,35 +94,26 @@ func (b *Broker) Pop(ctx context.Context, tenant string, req PopRequest) (*PopRe
 // subscription maps the request's subscription parameters to the mode the
 // claim core records on a group's first contact. QueueMode always starts at
 // the beginning.
-func (b *Broker) subscription(req PopRequest) (string, *time.Time) {
+func (b *Broker) subscription(req PopRequest) (protocol.SubMode, *time.Time) {
 	if req.Group == QueueMode {
-		return pg.SubAll, nil
+		return protocol.SubAll, nil
 	}
-	if req.SubscriptionFrom != "" {
-		if req.SubscriptionFrom == "now" {
-			return pg.SubNew, nil
-		}
-		if ts, err := time.Parse(time.RFC3339Nano, req.SubscriptionFrom); err == nil {
-			return pg.SubFrom, &ts
-		}
+	if req.SubscriptionFrom != nil {
+		return protocol.SubFrom, req.SubscriptionFrom
 	}
 	mode := req.SubscriptionMode
 	if mode == "" {
 		mode = b.cfg.DefaultSubscription
 	}
-	switch mode {
-	case "new", "new-only":
-		return pg.SubNew, nil
-	}
-	return pg.SubAll, nil
+	m, _ := protocol.ParseSubMode(mode) // unknown modes mean all (docs/api.md, "Semantics")
+	return m, nil
 }
 
 // popOnce is one claim attempt. A wildcard pop with the hot-list on asks
 // the ring first; everything else is one round trip to the claim core.
 func (b *Broker) popOnce(ctx context.Context, args pg.PopArgs, wait bool) (*PopResult, error) {
 	if b.hot != nil && args.Names == nil {
-		res, _, err := b.hotPop(ctx, args, wait)
-		return res, err
+		return b.hotPop(ctx, args, wait)
 	}
 	res, _, err := b.sqlPop(ctx, args)
 	return res, err
@@ -142,7 +134,7 @@ func (b *Broker) sqlPop(ctx context.Context, args pg.PopArgs) (*PopResult, *pg.P
 
 // claim is one round trip to the claim core. When the request ends during
 // it, the claim may have committed anyway: its lease is released at once
-// rather than left on messages nobody will read (API.md 2.10).
+// rather than left on messages nobody will read (docs/api.md).
 func (b *Broker) claim(ctx context.Context, args pg.PopArgs) (*pg.PopOutcome, error) {
 	b.stats.PopSQLCalls.Add(1)
 	// A deadlock, or a foreign-key violation from a queue delete racing
@@ -168,7 +160,7 @@ func (b *Broker) popResult(args pg.PopArgs, out *pg.PopOutcome) *PopResult {
 	res := &PopResult{Queue: args.Queue, LeaseID: args.LeaseID, ConsumerGroup: args.Group,
 		Messages: make([]Message, len(out.Messages))}
 	for _, v := range out.Verdicts {
-		if v.Kind == pg.VerdictTook {
+		if v.Kind == protocol.VerdictTook {
 			if res.PartitionsClaimed == 0 {
 				res.Partition, res.PartitionID = v.Name, v.PartitionID
 			}

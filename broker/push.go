@@ -11,6 +11,7 @@ import (
 
 	"queen-node/hotlist"
 	"queen-node/pg"
+	"queen-node/protocol"
 )
 
 // Push appends items atomically: every item is stored (or reported a
@@ -74,7 +75,7 @@ func pushRows(items []PushItem, producerSub *string) ([]pg.PushRow, error) {
 func pushResults(items []PushItem, rows []pg.PushRow, outs []pg.PushOutcome) []PushResult {
 	res := make([]PushResult, len(items))
 	for i := range items {
-		res[i] = PushResult{Index: i, Status: "failed", TransactionID: rows[i].TxID,
+		res[i] = PushResult{Index: i, Status: protocol.PushFailed, TransactionID: rows[i].TxID,
 			TraceID: items[i].TraceID, Queue: items[i].Queue, Error: "not stored", partition: rows[i].Partition}
 	}
 	for _, o := range outs {
@@ -83,7 +84,7 @@ func pushResults(items []PushItem, rows []pg.PushRow, outs []pg.PushOutcome) []P
 		}
 		r := &res[o.Idx]
 		r.Status, r.MessageID, r.PartitionID = o.Status, o.MessageID, o.PartitionID
-		if o.Status != "failed" {
+		if o.Status != protocol.PushFailed {
 			r.Error = ""
 		} else {
 			r.Error = "queue or partition was deleted during the push"
@@ -101,10 +102,10 @@ func (b *Broker) afterPush(tenant string, res []PushResult, src hotlist.Source) 
 	counts := make(map[part]int, 1)
 	for _, r := range res {
 		switch r.Status {
-		case "queued":
+		case protocol.PushQueued:
 			b.stats.PushedItems.Add(1)
 			counts[part{r.Queue, r.partition}]++
-		case "duplicate":
+		case protocol.PushDuplicate:
 			b.stats.Duplicates.Add(1)
 		}
 	}

@@ -514,7 +514,7 @@ func testMultiPartitionPop(t *testing.T, mode nodetest.Option) {
 	if len(ms) != 5 || len(parts) != 1 || body["partitionsClaimed"] != 1.0 {
 		t.Fatalf("default pop must take one partition: %d messages from %d", len(ms), len(parts))
 	}
-	ms, body = pop(t, n, "mp", "batch=10&partitions=5")
+	ms, _ = pop(t, n, "mp", "batch=10&partitions=5")
 	lease := ms[0]["leaseId"]
 	for _, m := range ms {
 		if m["leaseId"] != lease {
@@ -600,7 +600,7 @@ func testDeleteQueueRemovesMessages(t *testing.T, mode nodetest.Option) {
 	}
 }
 
-// semantics lists the rules of API.md section 2 and 4; TestSemantics runs
+// semantics lists the rules of docs/api.md; TestSemantics runs
 // each one with the hot-list on and off (QUEEN_HOTLIST=0 must behave the same).
 var semantics = []struct {
 	name string

@@ -9,6 +9,7 @@ import (
 
 	"queen-node/hotlist"
 	"queen-node/pg"
+	"queen-node/protocol"
 )
 
 // txAbort carries why a transaction rolled back.
@@ -51,7 +52,7 @@ func (b *Broker) Transaction(ctx context.Context, tenant string, producerSub *st
 			return err
 		}
 		if !ok {
-			return &txAbort{"Invalid or expired lease"}
+			return &txAbort{protocol.ErrInvalidLease}
 		}
 		for i, op := range ops {
 			switch op.Type {
@@ -80,10 +81,10 @@ func (b *Broker) Transaction(ctx context.Context, tenant string, producerSub *st
 				prs := pushResults(op.Items, rows, outs)
 				for _, pr := range prs {
 					res.Results = append(res.Results, TxOpResult{Index: len(res.Results), Type: "push",
-						Success: pr.Status != "failed", TransactionID: pr.TransactionID,
+						Success: pr.Status != protocol.PushFailed, TransactionID: pr.TransactionID,
 						MessageID: pr.MessageID, PartitionID: pr.PartitionID, QueueName: pr.Queue,
 						Status: pr.Status, Error: pr.Error})
-					if pr.Status == "failed" {
+					if pr.Status == protocol.PushFailed {
 						return &txAbort{fmt.Sprintf("operation %d (push to %s): %s", i, pr.Queue, pr.Error)}
 					}
 				}

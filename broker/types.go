@@ -3,13 +3,14 @@ package broker
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"time"
+
+	"queen-node/protocol"
 )
 
 // QueueMode is the built-in consumer group used when a request names none:
 // competing consumers share one cursor per partition.
-const QueueMode = "__QUEUE_MODE__"
+const QueueMode = protocol.QueueMode
 
 // DefaultPartition receives pushes that name no partition.
 const DefaultPartition = "Default"
@@ -71,13 +72,13 @@ type PushItem struct {
 // PushResult reports one pushed item, in input order.
 type PushResult struct {
 	Index         int
-	Status        string // "queued", "duplicate" or "failed"
+	Status        protocol.PushStatus // queued, duplicate or failed
 	TransactionID string
 	MessageID     string
 	PartitionID   string
 	TraceID       *string
 	Queue         string
-	Error         string // only with "failed"
+	Error         string // only with failed
 
 	partition string // resolved name (Default filled in), for the hot-list mark
 }
@@ -91,10 +92,10 @@ type PopRequest struct {
 	Wait             bool
 	Timeout          time.Duration
 	AutoAck          bool
-	SubscriptionMode string // "", "all", "new", "new-only", anything else = all
-	SubscriptionFrom string // "", "now" or an RFC 3339 timestamp (api validates and normalizes it)
-	Partitions       int    // >= 1, wildcard only
-	LeaseSeconds     int    // 0 = the queue's leaseTime
+	SubscriptionMode string     // "", "all", "new", "new-only", anything else = all (protocol.ParseSubMode)
+	SubscriptionFrom *time.Time // start from this time; wins over SubscriptionMode (subscriptionFrom=now arrives as mode "new")
+	Partitions       int        // >= 1, wildcard only
+	LeaseSeconds     int        // 0 = the queue's leaseTime
 }
 
 // Message is one delivered message.
@@ -128,10 +129,10 @@ type PopResult struct {
 type AckItem struct {
 	TransactionID string
 	PartitionID   string
-	Status        string // completed|success|failed|dlq|retry; "" = completed
-	Group         string // "" = QueueMode
-	LeaseID       string // "" = no lease check
-	Error         string // stored in the DLQ entry
+	Status        protocol.AckStatus // as sent; "" = completed
+	Group         string             // "" = QueueMode
+	LeaseID       string             // "" = no lease check
+	Error         string             // stored in the DLQ entry
 }
 
 // AckResult reports one ack item, in input order.
@@ -171,7 +172,7 @@ type TxOpResult struct {
 	MessageID     string
 	PartitionID   string
 	QueueName     string
-	Status        string
+	Status        protocol.PushStatus // push operations only
 }
 
 // TxResult reports a transaction. A failed transaction applied nothing.
@@ -215,11 +216,6 @@ type UserError struct {
 }
 
 func (e *UserError) Error() string { return e.Msg }
-
-// BadRequest returns a 400 UserError.
-func BadRequest(format string, args ...any) error {
-	return &UserError{Status: 400, Msg: fmt.Sprintf(format, args...)}
-}
 
 // ErrUnavailable wraps storage failures caused by PostgreSQL being unreachable.
 var ErrUnavailable = errors.New("database unavailable")

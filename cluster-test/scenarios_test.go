@@ -427,13 +427,13 @@ func TestNameFlood(t *testing.T) {
 		t.Fatal(err)
 	}
 	var st *Status
-	back := waitUntil(t, 2*sweep+1500*time.Millisecond, "rings and queues back to the baseline", func() bool {
+	waitUntil(t, 2*sweep+1500*time.Millisecond, "rings and queues back to the baseline", func() bool {
 		st = c.MustStatus(0)
 		return st.Hotlist.Rings <= base.Hotlist.Rings && st.Hotlist.Queues <= base.Hotlist.Queues
 	})
 	close(stopPoll)
 	pollWG.Wait()
-	back = time.Since(lastPop)
+	back := time.Since(lastPop)
 	t.Logf("name flood: %d names x 2 pops; rings baseline %d, peak seen %d, back to %d rings / %d queues %v after the last pop (sweep %v); swept +%d",
 		names, base.Hotlist.Rings, peakRings, st.Hotlist.Rings, st.Hotlist.Queues, back.Round(time.Millisecond), sweep, st.Hotlist.Swept-base.Hotlist.Swept)
 	if d := st.Hotlist.Swept - base.Hotlist.Swept; d < names*9/10 {

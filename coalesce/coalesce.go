@@ -9,8 +9,8 @@
 // reseed from PostgreSQL heals every lost hint.
 //
 // The package is pure: no goroutines, no I/O. A Set is not safe for
-// concurrent use; the caller serializes access (the broker holds a mutex
-// around Add and Drain).
+// concurrent use; the caller serializes access (package mesh holds a
+// mutex around Add and Drain).
 package coalesce
 
 import "strings"

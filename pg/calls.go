@@ -6,14 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-)
 
-// Subscription modes of PopArgs.SubMode, decided by the first pop of a
-// (group, queue) and persisted in the group marker.
-const (
-	SubAll  = "all"
-	SubNew  = "new"
-	SubFrom = "from"
+	"queen-node/protocol"
 )
 
 // PopArgs are the inputs of the claim core.
@@ -27,25 +21,16 @@ type PopArgs struct {
 	LeaseSeconds         int // 0 = the queue's leaseTime
 	AutoAck              bool
 	Owner                string
-	SubMode              string // SubAll, SubNew, SubFrom
-	SubFrom              *time.Time
-	MaxBytes             int64 // payload bytes of the response, about; one message always fits; 0 = no bound
+	SubMode              protocol.SubMode
+	SubFrom              *time.Time // with protocol.SubFrom
+	MaxBytes             int64      // payload bytes of the response, about; one message always fits; 0 = no bound
 }
-
-// Verdict kinds of the claim core.
-const (
-	VerdictTook    = "took"
-	VerdictEmpty   = "empty"
-	VerdictLeased  = "leased"
-	VerdictBusy    = "busy"
-	VerdictRequeue = "requeue"
-)
 
 // Verdict is the claim core's answer for one candidate.
 type Verdict struct {
 	Name        string
 	PartitionID string // "" when the partition does not exist
-	Kind        string
+	Kind        protocol.Verdict
 	Until       time.Time // took: lease expiry; leased: foreign lease expiry; empty: when deferred data becomes visible (zero if unknown)
 	Drained     bool      // took: the served end reached the watermark read at claim time
 }
@@ -103,12 +88,12 @@ func (db *DB) Pop(ctx context.Context, a PopArgs) (*PopOutcome, error) {
 			return nil, fmt.Errorf("pop %s: scan: %w", a.Queue, err)
 		}
 		switch kind {
-		case "meta":
+		case protocol.PopRowMeta:
 			out.QueueID = deref(pid)
-			out.Seeded = deref(verdict) == "seeded"
+			out.Seeded = deref(verdict) == protocol.GroupSeeded
 			out.Delay, out.Window = int(derefInt(delay)), int(derefInt(window))
-		case "verdict":
-			v := Verdict{Name: deref(pname), PartitionID: deref(pid), Kind: deref(verdict)}
+		case protocol.PopRowVerdict:
+			v := Verdict{Name: deref(pname), PartitionID: deref(pid), Kind: protocol.Verdict(deref(verdict))}
 			if until != nil {
 				v.Until = *until
 			}
@@ -116,7 +101,7 @@ func (db *DB) Pop(ctx context.Context, a PopArgs) (*PopOutcome, error) {
 				v.Drained = *drained
 			}
 			out.Verdicts = append(out.Verdicts, v)
-		case "msg":
+		case protocol.PopRowMsg:
 			m := PopMessage{Partition: deref(pname), PartitionID: deref(pid), ID: deref(mid),
 				TxID: deref(txid), Trace: trace, Sub: sub, Retry: int(derefInt(retry))}
 			if off != nil {
@@ -162,7 +147,9 @@ func (db *DB) ReleaseLease(ctx context.Context, leaseID string) error {
 
 // AckRow is one acknowledgement.
 type AckRow struct {
-	Group, PartitionID, TxID, Status, LeaseID, Error string
+	Group, PartitionID, TxID string
+	Status                   protocol.AckStatus // as the client sent it; ack_v1 lowercases it, "" = completed
+	LeaseID, Error           string
 }
 
 // AckOutcome reports one AckRow.
@@ -196,7 +183,7 @@ func ack(ctx context.Context, q querier, tenant string, rows []AckRow, txMode bo
 	groups, pids, txids, sts, leases, errs := make([]string, n), make([]string, n), make([]string, n),
 		make([]string, n), make([]string, n), make([]string, n)
 	for i, r := range rows {
-		groups[i], pids[i], txids[i], sts[i], leases[i], errs[i] = r.Group, r.PartitionID, r.TxID, r.Status, r.LeaseID, r.Error
+		groups[i], pids[i], txids[i], sts[i], leases[i], errs[i] = r.Group, r.PartitionID, r.TxID, string(r.Status), r.LeaseID, r.Error
 	}
 	rs, err := q.Query(ctx, `SELECT o_idx, o_success, o_error, o_queue, o_partition, o_released, o_dlq,
 			o_pending, o_pid, o_group

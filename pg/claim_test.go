@@ -11,6 +11,7 @@ import (
 
 	"queen-node/internal/pgtest"
 	"queen-node/pg"
+	"queen-node/protocol"
 )
 
 // The claim core's verdicts, straight against PostgreSQL: the hot-list
@@ -60,7 +61,7 @@ func claim(t *testing.T, db *pg.DB, a pg.PopArgs) *pg.PopOutcome {
 		a.ScanLimit = 16
 	}
 	if a.SubMode == "" {
-		a.SubMode = pg.SubAll
+		a.SubMode = protocol.SubAll
 	}
 	out, err := db.Pop(context.Background(), a)
 	if err != nil {
@@ -83,14 +84,14 @@ func TestClaimTookReportsDrained(t *testing.T) {
 	pushN(t, db, "q", "p", 10)
 	out := claim(t, db, pg.PopArgs{Queue: "q", Names: []string{"p"}, Budget: 4, LeaseID: "L1"})
 	v := verdicts(out)["p"]
-	if v.Kind != pg.VerdictTook || v.Drained || len(out.Messages) != 4 || v.Until.IsZero() {
+	if v.Kind != protocol.VerdictTook || v.Drained || len(out.Messages) != 4 || v.Until.IsZero() {
 		t.Fatalf("budget 4 of 10: %+v, %d messages", v, len(out.Messages))
 	}
 	if out.Seeded {
 		t.Fatal("the first contact must report a fresh marker")
 	}
 	out = claim(t, db, pg.PopArgs{Queue: "q", Names: []string{"p"}, Budget: 100, LeaseID: "L2", Group: "g2"})
-	if v := verdicts(out)["p"]; v.Kind != pg.VerdictTook || !v.Drained || len(out.Messages) != 10 {
+	if v := verdicts(out)["p"]; v.Kind != protocol.VerdictTook || !v.Drained || len(out.Messages) != 10 {
 		t.Fatalf("whole backlog: %+v", v)
 	}
 }
@@ -102,7 +103,7 @@ func TestClaimLeasedReportsExpiry(t *testing.T) {
 	first := verdicts(claim(t, db, pg.PopArgs{Queue: "q", Names: []string{"p"}, Budget: 1, LeaseID: "L1"}))["p"]
 	out := claim(t, db, pg.PopArgs{Queue: "q", Names: []string{"p"}, Budget: 1, LeaseID: "L2"})
 	v := verdicts(out)["p"]
-	if v.Kind != pg.VerdictLeased || !v.Until.Equal(first.Until) || len(out.Messages) != 0 {
+	if v.Kind != protocol.VerdictLeased || !v.Until.Equal(first.Until) || len(out.Messages) != 0 {
 		t.Fatalf("want leased until %v, got %+v", first.Until, v)
 	}
 	if !out.Seeded {
@@ -118,14 +119,14 @@ func TestClaimEmptyAndRequeue(t *testing.T) {
 	pushN(t, db, "q", "c", 1)
 	out := claim(t, db, pg.PopArgs{Queue: "q", Names: []string{"nothing", "a", "b", "c"}, Budget: 10, MaxParts: 2, LeaseID: "L"})
 	v := verdicts(out)
-	if v["nothing"].Kind != pg.VerdictEmpty || v["a"].Kind != pg.VerdictTook || v["b"].Kind != pg.VerdictTook || v["c"].Kind != pg.VerdictRequeue {
+	if v["nothing"].Kind != protocol.VerdictEmpty || v["a"].Kind != protocol.VerdictTook || v["b"].Kind != protocol.VerdictTook || v["c"].Kind != protocol.VerdictRequeue {
 		t.Fatalf("verdicts %+v", v)
 	}
 	// the budget, not only the partition count, ends evaluation
 	pushN(t, db, "q", "d", 5)
 	pushN(t, db, "q", "e", 5)
 	out = claim(t, db, pg.PopArgs{Queue: "q", Names: []string{"d", "e"}, Budget: 5, MaxParts: 5, LeaseID: "L2"})
-	if v := verdicts(out); v["d"].Kind != pg.VerdictTook || v["e"].Kind != pg.VerdictRequeue {
+	if v := verdicts(out); v["d"].Kind != protocol.VerdictTook || v["e"].Kind != protocol.VerdictRequeue {
 		t.Fatalf("budget exhausted: %+v", v)
 	}
 }
@@ -137,7 +138,7 @@ func TestClaimBusyWhileRowLocked(t *testing.T) {
 	claim(t, db, pg.PopArgs{Queue: "q", Names: []string{"nothing"}, Budget: 1, LeaseID: "L0"})
 	// seed the consumer row, then hold its lock from another connection
 	out := claim(t, db, pg.PopArgs{Queue: "q", Names: []string{"p"}, Budget: 1, AutoAck: true})
-	if verdicts(out)["p"].Kind != pg.VerdictTook {
+	if verdicts(out)["p"].Kind != protocol.VerdictTook {
 		t.Fatal("setup")
 	}
 	pushN(t, db, "q", "p", 1)
@@ -155,7 +156,7 @@ func TestClaimBusyWhileRowLocked(t *testing.T) {
 		t.Fatal(err)
 	}
 	out = claim(t, db, pg.PopArgs{Queue: "q", Names: []string{"p"}, Budget: 1, LeaseID: "L"})
-	if v := verdicts(out)["p"]; v.Kind != pg.VerdictBusy {
+	if v := verdicts(out)["p"]; v.Kind != protocol.VerdictBusy {
 		t.Fatalf("locked row: %+v", v)
 	}
 }
@@ -165,7 +166,7 @@ func TestClaimAutoAckTakesNoLease(t *testing.T) {
 	db, _ := openDB(t)
 	pushN(t, db, "q", "p", 2)
 	out := claim(t, db, pg.PopArgs{Queue: "q", Names: []string{"p"}, Budget: 1, AutoAck: true})
-	if v := verdicts(out)["p"]; v.Kind != pg.VerdictTook || !v.Until.IsZero() {
+	if v := verdicts(out)["p"]; v.Kind != protocol.VerdictTook || !v.Until.IsZero() {
 		t.Fatalf("autoAck: %+v", v)
 	}
 	out = claim(t, db, pg.PopArgs{Queue: "q", Names: []string{"p"}, Budget: 5, AutoAck: true})
@@ -184,7 +185,7 @@ func TestClaimScanSkipsLeasedAndConsumed(t *testing.T) {
 	claim(t, db, pg.PopArgs{Queue: "q", Names: []string{"consumed"}, Budget: 1, AutoAck: true})
 	out := claim(t, db, pg.PopArgs{Queue: "q", Budget: 10, MaxParts: 10, LeaseID: "L2"})
 	v := verdicts(out)
-	if len(v) != 1 || v["pending"].Kind != pg.VerdictTook {
+	if len(v) != 1 || v["pending"].Kind != protocol.VerdictTook {
 		t.Fatalf("the scan must name only the pending, lease-free partition: %+v", v)
 	}
 }

@@ -1,17 +1,15 @@
 // Package pg is the only package that talks SQL: it holds the embedded
-// schema and its migration, and typed calls for every statement the broker
+// schema migrations and SQL functions (migrate.go, docs/storage.md,
+// "Schema migrations"), and typed calls for every statement the broker
 // runs. PostgreSQL is the sole authority on claiming, leases, cursors and
 // visibility; the functions in sql/ implement those rules.
 package pg
 
 import (
 	"context"
-	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net"
-	"sort"
 	"sync/atomic"
 	"time"
 
@@ -20,13 +18,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
-
-//go:embed sql/*.sql
-var sqlFiles embed.FS
-
-// migrationLock is the advisory lock key that serialises schema setup when
-// several nodes start at once against one empty database.
-const migrationLock int64 = 0x717565656e // "queen"
 
 // querier is what a pool and a transaction have in common.
 type querier interface {
@@ -77,42 +68,6 @@ func (db *DB) Ping(ctx context.Context) error {
 	if err := db.pool.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil {
 		return fmt.Errorf("ping: %w", err)
 	}
-	return nil
-}
-
-// Migrate applies every embedded SQL file in name order under an advisory
-// lock. Every file is idempotent, so re-running at each start is safe.
-func (db *DB) Migrate(ctx context.Context) error {
-	conn, err := db.pool.Acquire(ctx)
-	if err != nil {
-		return fmt.Errorf("migrate: acquire: %w", err)
-	}
-	defer conn.Release()
-	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", migrationLock); err != nil {
-		return fmt.Errorf("migrate: lock: %w", err)
-	}
-	defer func() {
-		// Use a fresh context: the caller's may be cancelled already.
-		uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_, _ = conn.Exec(uctx, "SELECT pg_advisory_unlock($1)", migrationLock)
-	}()
-	names, err := fs.Glob(sqlFiles, "sql/*.sql")
-	if err != nil {
-		return fmt.Errorf("migrate: list: %w", err)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		body, err := sqlFiles.ReadFile(name)
-		if err != nil {
-			return fmt.Errorf("migrate: read %s: %w", name, err)
-		}
-		// Simple protocol: a file holds several statements.
-		if _, err := conn.Exec(ctx, string(body), pgx.QueryExecModeSimpleProtocol); err != nil {
-			return fmt.Errorf("migrate: apply %s: %w", name, err)
-		}
-	}
-	db.log.Debug("schema applied", "files", len(names))
 	return nil
 }
 

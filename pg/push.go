@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"queen-node/protocol"
 )
 
 // ErrQueueDeleted means the queues or partitions a push names kept
@@ -30,7 +32,7 @@ type PushRow struct {
 // PushOutcome reports one PushRow, in input order.
 type PushOutcome struct {
 	Idx         int
-	Status      string // queued, duplicate
+	Status      protocol.PushStatus // PushQueued or PushDuplicate
 	MessageID   string
 	PartitionID string
 	TxID        string
@@ -71,7 +73,7 @@ func dedupParts(parts []QueuePartition) []QueuePartition {
 
 // Push appends rows in one transaction: every row is stored or reported a
 // duplicate, or nothing is stored. Missing queues and partitions are created
-// first, in their own short transaction (see sql/002_push.sql for the lock
+// first, in their own short transaction (see sql/functions/10_push.sql for the lock
 // order). Deadlocks are retried.
 func (db *DB) Push(ctx context.Context, tenant string, rows []PushRow) ([]PushOutcome, error) {
 	for round := 0; ; round++ {
@@ -253,13 +255,13 @@ func push(ctx context.Context, q querier, tenant string, rows []PushRow) ([]Push
 	missing := false
 	for rs.Next() {
 		var j int
-		var st string
+		var st protocol.PushStatus
 		var mid, pid *string
 		if err := rs.Scan(&j, &st, &mid, &pid); err != nil {
 			rs.Close()
 			return nil, fmt.Errorf("push: scan: %w", err)
 		}
-		if st == "missing" {
+		if st == protocol.PushMissing {
 			missing = true
 			continue
 		}
@@ -280,7 +282,7 @@ func push(ctx context.Context, q querier, tenant string, rows []PushRow) ([]Push
 			continue
 		}
 		o := out[j]
-		o.Status = "duplicate"
+		o.Status = protocol.PushDuplicate
 		o.Idx, o.TxID = i, rows[i].TxID
 		out[i] = o
 	}

@@ -1,7 +1,7 @@
 package pg_test
 
 // Storage benchmarks behind docs/storage.md: the message log stored one row
-// per message (queen.messages, queen.push_v2) against packed per-batch
+// per message (queen.messages, queen.push_v3) against packed per-batch
 // segments, with the raw PostgreSQL ceilings (a plain batched INSERT and a
 // plain FOR UPDATE SKIP LOCKED claim loop) measured in the same run.
 //
@@ -30,6 +30,7 @@ import (
 
 	"queen-node/internal/pgtest"
 	"queen-node/pg"
+	"queen-node/protocol"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -542,7 +543,7 @@ func BenchmarkRawClaim(b *testing.B) {
 // ---------------------------------------------------------------------------
 // Row per message (the product design)
 
-// BenchmarkPushRowPerMessage measures pg.DB.Push (queen.push_v2) of 100
+// BenchmarkPushRowPerMessage measures pg.DB.Push (queen.push_v3) of 100
 // rows to one partition, and as a control the same layout through a minimal
 // function shaped like push_seg (bench.push_rows).
 func BenchmarkPushRowPerMessage(b *testing.B) {
@@ -738,7 +739,7 @@ func BenchmarkPopAck(b *testing.B) {
 		lease := uuid.NewString()
 		out, err := e.db.Pop(ctx, pg.PopArgs{Tenant: benchTenant, Queue: "q", Group: benchGroup, Names: names,
 			ScanLimit: 16, Budget: benchBatch, MaxParts: 1, LeaseID: lease, LeaseSeconds: 60,
-			Owner: "bench", SubMode: pg.SubAll})
+			Owner: "bench", SubMode: protocol.SubAll})
 		if err != nil {
 			b.Fatalf("pop: %v", err)
 		}

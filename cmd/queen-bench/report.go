@@ -15,7 +15,7 @@ func printProgress(p bench.Progress) {
 	if p.Draining {
 		left = "draining"
 	} else if p.Left == 0 {
-		left = fmt.Sprintf("%s", p.Elapsed.Round(1e9))
+		left = p.Elapsed.Round(1e9).String()
 	}
 	fmt.Printf("\r\033[K%-10s push %s/s  deliver %s/s  ack %s/s  backlog %s  p99 %.1f ms  errors %d",
 		left, num(p.PushRate), num(p.DelivRate), num(p.AckRate), num(float64(p.Backlog)), p.P99, p.Errors)

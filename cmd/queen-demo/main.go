@@ -29,6 +29,7 @@ import (
 
 	"queen-node/internal/localnet"
 	"queen-node/internal/pgtemp"
+	"queen-node/protocol"
 )
 
 func main() {
@@ -199,7 +200,7 @@ func workload(ctx context.Context, log hclog.Logger, nodes []*node, messages, pa
 					}
 					acks := make([]map[string]any, len(res.Messages))
 					for i, m := range res.Messages {
-						acks[i] = map[string]any{"transactionId": m.TransactionID, "partitionId": m.PartitionID, "leaseId": res.LeaseID, "status": "completed"}
+						acks[i] = map[string]any{"transactionId": m.TransactionID, "partitionId": m.PartitionID, "leaseId": res.LeaseID, "status": protocol.AckCompleted}
 					}
 					if _, err := call(cctx, base, "POST", "/api/v1/ack/batch", map[string]any{"consumerGroup": g, "acknowledgments": acks}); err == nil {
 						consumed[gi].Add(int64(len(acks)))

@@ -19,6 +19,7 @@ import (
 	"queen-node/broker"
 	"queen-node/mesh"
 	"queen-node/pg"
+	"queen-node/protocol"
 )
 
 // Config is everything the binary reads from QUEEN_* variables and flags.
@@ -134,14 +135,14 @@ func settings() []setting {
 			}},
 		{env: "QUEEN_DEFAULT_SUBSCRIPTION_MODE", flag: "default-subscription-mode", usage: "subscription of new consumer groups: all, new or new-only (empty = all)",
 			apply: func(c *Config, v string) error {
-				// The broker knows "" (= all) and "new"; new-only is an alias (API.md 9).
-				switch v {
-				case "", "all":
-					c.Broker.DefaultSubscription = ""
-				case "new", "new-only":
-					c.Broker.DefaultSubscription = "new"
-				default:
+				// Normalised to "" (= all) or "new"; new-only is an alias (docs/api.md, "Semantics").
+				mode, ok := protocol.ParseSubMode(v)
+				if !ok {
 					return errors.New("want one of all, new, new-only (or empty)")
+				}
+				c.Broker.DefaultSubscription = ""
+				if mode == protocol.SubNew {
+					c.Broker.DefaultSubscription = string(protocol.SubNew)
 				}
 				return nil
 			}},

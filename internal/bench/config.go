@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"queen-node/protocol"
 )
 
 // QueueMode is the built-in consumer group of work-queue mode.
-const QueueMode = "__QUEUE_MODE__"
+const QueueMode = protocol.QueueMode
 
 // Defaults of Config, used by DefaultConfig and the command's flags.
 const (

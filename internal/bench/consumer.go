@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"queen-node/protocol"
 )
 
 // emptyPause is how long a consumer without long-poll waits after an empty
@@ -28,10 +30,10 @@ type popAnswer struct {
 }
 
 type ackItem struct {
-	TransactionID string `json:"transactionId"`
-	PartitionID   string `json:"partitionId"`
-	Status        string `json:"status"`
-	LeaseID       string `json:"leaseId,omitempty"`
+	TransactionID string             `json:"transactionId"`
+	PartitionID   string             `json:"partitionId"`
+	Status        protocol.AckStatus `json:"status"`
+	LeaseID       string             `json:"leaseId,omitempty"`
 }
 
 type ackBody struct {
@@ -156,7 +158,7 @@ func (r *runner) ack(ctx context.Context, c *http.Client, aurl, group string, ms
 		b.ConsumerGroup = group
 	}
 	for i, m := range msgs {
-		b.Acknowledgments[i] = ackItem{TransactionID: m.TransactionID, PartitionID: m.PartitionID, Status: "completed", LeaseID: m.LeaseID}
+		b.Acknowledgments[i] = ackItem{TransactionID: m.TransactionID, PartitionID: m.PartitionID, Status: protocol.AckCompleted, LeaseID: m.LeaseID}
 	}
 	body, err := json.Marshal(b)
 	if err != nil {

@@ -7,12 +7,14 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"queen-node/protocol"
 )
 
 // pushItem is the part of a push answer the checker needs.
 type pushItem struct {
-	Status string `json:"status"`
-	Error  string `json:"error"`
+	Status protocol.PushStatus `json:"status"`
+	Error  string              `json:"error"`
 }
 
 // producer pushes batches of cfg.PushBatch messages, one request in flight,
@@ -110,17 +112,17 @@ func (r *runner) producer(ctx context.Context, idx int, quota int64, end time.Ti
 			r.errs.add("push: "+classify(err), err.Error())
 		}
 		for i := range n {
-			queued := items != nil && items[i].Status == "queued"
+			queued := items != nil && items[i].Status == protocol.PushQueued
 			switch {
 			case queued:
 				r.cnt.pushed.Add(1)
-			case items != nil && items[i].Status == "duplicate":
+			case items != nil && items[i].Status == protocol.PushDuplicate:
 				r.cnt.pushDup.Add(1)
 				r.errs.add("push: item duplicate", "")
 			default:
 				r.cnt.pushFailed.Add(1)
 				if items != nil {
-					r.errs.add("push: item "+items[i].Status, items[i].Error)
+					r.errs.add("push: item "+string(items[i].Status), items[i].Error)
 				}
 			}
 			r.check.Pushed(idx, seq+i, parts[i], queued)

@@ -1,5 +1,7 @@
--- queen-node schema, version 1. Applied idempotently at start under an
--- advisory lock (see migrate.go); every statement must be re-runnable.
+-- Migration 1: the queen-node tables (pg/migrate.go, docs/storage.md,
+-- "Schema migrations"). Unlike later migrations it must stay re-runnable:
+-- databases set up before queen.schema_migrations existed ran it at every
+-- start and adopt version 1 by running it once more.
 
 CREATE SCHEMA IF NOT EXISTS queen;
 

@@ -104,7 +104,7 @@ BEGIN
               FROM queen.partitions p
               LEFT JOIN queen.consumers c ON c.partition_id = p.id AND c.consumer_group = p_group
               WHERE p.queue_id = v_q.id
-                AND p.last_offset > COALESCE(c.committed_offset, 0)
+                AND queen.partition_pending(p.last_offset, c.committed_offset)
                 AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= v_now)
               ORDER BY random()
               LIMIT p_scan_limit) s;

@@ -1,6 +1,6 @@
 -- queen.hotlist_reseed_v1 enumerates a (queue, group)'s probably-pending
--- partitions with the same test as the SQL candidate scan (last_offset past
--- the group's cursor, or no consumer row yet), keyset-paginated in id order
+-- partitions with the same test as the SQL candidate scan
+-- (queen.partition_pending, 00_predicates.sql), keyset-paginated in id order
 -- so the broker walks a large set in bounded chunks. It deliberately
 -- over-includes lease-held partitions: they are still pending, the ring must
 -- hold them, and the claim core will answer 'leased'.
@@ -18,7 +18,7 @@ LANGUAGE sql STABLE AS $$
     LEFT JOIN queen.consumers c ON c.partition_id = p.id AND c.consumer_group = p_group
     WHERE q.tenant = p_tenant AND q.name = p_queue
       AND (p_after IS NULL OR p.id > p_after)
-      AND p.last_offset > COALESCE(c.committed_offset, 0)
+      AND queen.partition_pending(p.last_offset, c.committed_offset)
     ORDER BY p.id
     LIMIT p_limit
 $$;

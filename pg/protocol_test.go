@@ -1,0 +1,103 @@
+package pg
+
+import (
+	"io/fs"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+
+	"queen-node/protocol"
+)
+
+// sqlLiterals returns every single-quoted literal of the embedded SQL files,
+// comments stripped, with the files it appears in.
+func sqlLiterals(t *testing.T) map[string][]string {
+	t.Helper()
+	names, err := fs.Glob(sqlFiles, "sql/*/*.sql")
+	if err != nil || len(names) == 0 {
+		t.Fatalf("list SQL files: %v (%d)", err, len(names))
+	}
+	comment := regexp.MustCompile(`--[^\n]*`)
+	literal := regexp.MustCompile(`'([^']*)'`)
+	out := map[string][]string{}
+	for _, name := range names {
+		body, err := sqlFiles.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Dollar-quoted bodies are SQL too: their literals count.
+		text := comment.ReplaceAllString(string(body), "")
+		for _, m := range literal.FindAllStringSubmatch(text, -1) {
+			out[m[1]] = append(out[m[1]], name)
+		}
+	}
+	return out
+}
+
+// TestSQLProtocolLiterals ties the protocol strings of the SQL functions to
+// package protocol: every literal in pg/sql is a protocol constant or one
+// of the few SQL-only texts below, and every constant the SQL must know is
+// spelled there. A value renamed on one side only fails here.
+func TestSQLProtocolLiterals(t *testing.T) {
+	must := map[string]string{ // value -> Go name; SQL spells each of these
+		protocol.QueueMode:              "QueueMode",
+		string(protocol.PushQueued):     "PushQueued",
+		string(protocol.PushDuplicate):  "PushDuplicate",
+		string(protocol.PushMissing):    "PushMissing",
+		string(protocol.AckCompleted):   "AckCompleted",
+		string(protocol.AckSuccess):     "AckSuccess",
+		string(protocol.AckFailed):      "AckFailed",
+		string(protocol.AckDLQ):         "AckDLQ",
+		string(protocol.AckRetry):       "AckRetry",
+		string(protocol.SubNew):         "SubNew",
+		string(protocol.SubFrom):        "SubFrom",
+		string(protocol.VerdictTook):    "VerdictTook",
+		string(protocol.VerdictEmpty):   "VerdictEmpty",
+		string(protocol.VerdictLeased):  "VerdictLeased",
+		string(protocol.VerdictBusy):    "VerdictBusy",
+		string(protocol.VerdictRequeue): "VerdictRequeue",
+		protocol.PopRowMeta:             "PopRowMeta",
+		protocol.PopRowVerdict:          "PopRowVerdict",
+		protocol.PopRowMsg:              "PopRowMsg",
+		protocol.GroupSeeded:            "GroupSeeded",
+		protocol.GroupFresh:             "GroupFresh",
+		protocol.ErrMessageNotFound:     "ErrMessageNotFound",
+		protocol.ErrInvalidLease:        "ErrInvalidLease",
+		protocol.ErrInvalidStatus:       "ErrInvalidStatus",
+	}
+	// Texts only SQL uses: empty values, array and key syntax, and error
+	// texts Go never compares.
+	sqlOnly := map[string]bool{
+		"": true, "{}": true, "/": true,
+		"Retries exhausted": true, "Unknown error": true,
+		"Too many acks past an unresolved message": true,
+	}
+	lits := sqlLiterals(t)
+	var unknown []string
+	for lit, files := range lits {
+		if _, ok := must[lit]; !ok && !sqlOnly[lit] {
+			unknown = append(unknown, "'"+lit+"' in "+strings.Join(files, ", "))
+		}
+	}
+	sort.Strings(unknown)
+	for _, u := range unknown {
+		t.Errorf("SQL literal %s is not a constant of package protocol (add it there, or to sqlOnly if no Go code spells it)", u)
+	}
+	for v, name := range must {
+		if _, ok := lits[v]; !ok {
+			t.Errorf("protocol.%s (%q) is not spelled in pg/sql: renamed on one side only?", name, v)
+		}
+	}
+	// The lists of package protocol cover what SQL accepts.
+	for _, st := range protocol.AckStatuses {
+		if _, ok := lits[string(st)]; !ok {
+			t.Errorf("ack status %q missing from pg/sql", st)
+		}
+	}
+	for _, v := range protocol.Verdicts {
+		if _, ok := lits[string(v)]; !ok {
+			t.Errorf("verdict %q missing from pg/sql", v)
+		}
+	}
+}

@@ -1,0 +1,14 @@
+-- Predicates shared by several functions, so each rule is written once.
+-- They are LANGUAGE sql and IMMUTABLE, one expression each, so the planner
+-- inlines them into the calling query: the plan is the one the expression
+-- would give written out (checked with EXPLAIN, docs/storage.md).
+
+-- queen.partition_pending: a (partition, group) has messages past the
+-- group's cursor. p_committed is NULL when the group has no consumer row
+-- for the partition yet (it has read nothing). Used by the claim core's
+-- candidate scan (20_pop.sql) and the hot-list reseed (40_hotlist.sql).
+CREATE OR REPLACE FUNCTION queen.partition_pending(p_last_offset bigint, p_committed bigint)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT p_last_offset > COALESCE(p_committed, 0)
+$$;

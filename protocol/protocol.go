@@ -1,0 +1,109 @@
+// Package protocol holds the string values of Queen MQ's protocol that more
+// than one layer must spell the same way: push and ack statuses,
+// subscription modes, the queue-mode consumer group and the claim core's
+// verdicts. The SQL functions in pg/sql/functions spell them too;
+// pg/protocol_test.go checks that the two agree.
+//
+// It is a leaf package (no imports) so that pg, broker and api can all
+// depend on it: pg sits below broker, so broker cannot hold these values.
+package protocol
+
+// QueueMode is the built-in consumer group used when a request names none:
+// competing consumers share one cursor per partition (docs/api.md). The SQL
+// functions use it for an empty group too.
+const QueueMode = "__QUEUE_MODE__"
+
+// PushStatus is the status of one pushed item (docs/api.md).
+type PushStatus string
+
+const (
+	PushQueued    PushStatus = "queued"    // appended
+	PushDuplicate PushStatus = "duplicate" // the partition already holds this transaction id
+	PushFailed    PushStatus = "failed"    // not stored; the item carries an error
+	// PushMissing is push_v3's internal answer "a queue or partition does
+	// not exist yet"; it never reaches a client.
+	PushMissing PushStatus = "missing"
+)
+
+// AckStatus is the status of one acknowledgement (docs/api.md, "Acks").
+// Clients may send any case; ack_v1 (pg/sql/functions/30_ack.sql)
+// lowercases it and refuses an unknown value per item with ErrInvalidStatus.
+type AckStatus string
+
+const (
+	AckCompleted AckStatus = "completed" // resolved; also the meaning of ""
+	AckSuccess   AckStatus = "success"   // an alias of completed
+	AckFailed    AckStatus = "failed"    // retry or dead-letter by the queue's retryLimit
+	AckDLQ       AckStatus = "dlq"       // dead-letter at once
+	AckRetry     AckStatus = "retry"     // release the lease for redelivery, not counted against retryLimit
+)
+
+// AckStatuses lists every status the claim core accepts.
+var AckStatuses = []AckStatus{AckCompleted, AckSuccess, AckFailed, AckDLQ, AckRetry}
+
+// SubMode is where a consumer group's cursor starts on the first pop of a
+// (group, queue) (docs/api.md, "Semantics"); it is decided once and
+// persisted in the group marker.
+type SubMode string
+
+const (
+	SubAll  SubMode = "all"  // from the beginning of every partition
+	SubNew  SubMode = "new"  // from the first pop's time
+	SubFrom SubMode = "from" // from a given time
+)
+
+// SubNewOnly is the request alias of SubNew that clients may send as
+// subscriptionMode (and QUEEN_DEFAULT_SUBSCRIPTION accepts).
+const SubNewOnly = "new-only"
+
+// ParseSubMode maps a request's subscriptionMode to a mode. "" and any
+// unknown value mean SubAll, as in the reference; ok tells whether the value
+// was one of the known spellings ("", all, new, new-only).
+func ParseSubMode(s string) (mode SubMode, ok bool) {
+	switch s {
+	case "", string(SubAll):
+		return SubAll, true
+	case string(SubNew), SubNewOnly:
+		return SubNew, true
+	}
+	return SubAll, false
+}
+
+// SubFromNow is the subscriptionFrom value that means "from now" (SubNew).
+const SubFromNow = "now"
+
+// Verdict is the claim core's answer for one candidate partition
+// (pg/sql/functions/20_pop.sql).
+type Verdict string
+
+const (
+	VerdictTook    Verdict = "took"    // messages delivered
+	VerdictEmpty   Verdict = "empty"   // nothing visible and no live lease
+	VerdictLeased  Verdict = "leased"  // a live lease of this group
+	VerdictBusy    Verdict = "busy"    // another transaction holds the consumer row
+	VerdictRequeue Verdict = "requeue" // not evaluated: the budget ran out first
+)
+
+// Verdicts lists every verdict kind.
+var Verdicts = []Verdict{VerdictTook, VerdictEmpty, VerdictLeased, VerdictBusy, VerdictRequeue}
+
+// Row kinds and group-marker states of the claim core's result rows
+// (pg/sql/functions/20_pop.sql); only pg reads them.
+const (
+	PopRowMeta    = "meta"    // the first row: queue id, group marker state, deferral options
+	PopRowVerdict = "verdict" // one per candidate
+	PopRowMsg     = "msg"     // one per delivered message
+	GroupSeeded   = "seeded"  // the group marker existed before the call
+	GroupFresh    = "fresh"   // the call wrote the group marker
+)
+
+// ack_v1 (pg/sql/functions/30_ack.sql) decides a failed item with the values of
+// AckRetry (release for redelivery) and AckDLQ (dead-letter).
+
+// Error texts that clients see and the SQL functions write too
+// (docs/api.md, "Acks" and "Semantics").
+const (
+	ErrMessageNotFound = "Message not found"
+	ErrInvalidLease    = "Invalid or expired lease"
+	ErrInvalidStatus   = "Invalid status"
+)
