@@ -123,10 +123,10 @@ func (c *Config) validate() error {
 		return fmt.Errorf("max pop bytes %d: want 0 (no bound) or more", c.MaxPopBytes)
 	}
 	if c.HotlistShards <= 0 {
-		c.HotlistShards = DefaultHotlistShards
+		c.HotlistShards = hotlist.DefaultShards
 	}
 	if c.HotlistWindowBatch <= 0 {
-		c.HotlistWindowBatch = DefaultHotlistWinBatch
+		c.HotlistWindowBatch = hotlist.DefaultWindowBatch
 	}
 	switch c.DefaultSubscription {
 	case "", "all", "new", "new-only":
