@@ -124,10 +124,10 @@ func (c *Config) validate() error {
 		return fmt.Errorf("max pop bytes %d: want 0 (no bound) or more", c.MaxPopBytes)
 	}
 	if c.HotlistShards <= 0 {
-		c.HotlistShards = DefaultHotlistShards
+		c.HotlistShards = hotlist.DefaultShards
 	}
 	if c.HotlistWindowBatch <= 0 {
-		c.HotlistWindowBatch = DefaultHotlistWinBatch
+		c.HotlistWindowBatch = hotlist.DefaultWindowBatch
 	}
 	if _, ok := protocol.ParseSubMode(c.DefaultSubscription); !ok {
 		return fmt.Errorf("default subscription mode %q: want all, new or new-only", c.DefaultSubscription)

@@ -1,23 +1,26 @@
 package broker
 
-import "time"
+import (
+	"time"
 
-// Defaults of Config, exported so the command line and the docs quote one source.
+	"queen-node/hotlist"
+)
+
+// Defaults of Config, exported so the command line and the docs quote one
+// source. The hot-list's own tuning (shards, window batch, reseed interval)
+// defaults to package hotlist's values.
 const (
-	DefaultTenant          = "default"
-	DefaultPoolMaxConns    = 32
-	DefaultPopBackoffMin   = 25 * time.Millisecond
-	DefaultPopBackoffMax   = 1000 * time.Millisecond
-	DefaultMaxPopBatch     = 10000
-	DefaultMaxPushRows     = 10000 // rows of one combined push flush (broker/combine.go)
-	DefaultPushCombine     = true
-	DefaultMaxPopBytes     = 16 << 20 // a pop response's payload bytes, about (docs/operations.md, "Limits")
-	DefaultHotlistEnabled  = true
-	DefaultHotlistShards   = 8
-	DefaultHotlistReseed   = 30 * time.Second
-	DefaultHotlistIdle     = 300 * time.Second
-	DefaultHotlistWinBatch = 100
-	DefaultLogTopN         = 10
+	DefaultTenant         = "default"
+	DefaultPoolMaxConns   = 32
+	DefaultPopBackoffMin  = 25 * time.Millisecond
+	DefaultPopBackoffMax  = 1000 * time.Millisecond
+	DefaultMaxPopBatch    = 10000
+	DefaultMaxPushRows    = 10000 // rows of one combined push flush (broker/combine.go)
+	DefaultPushCombine    = true
+	DefaultMaxPopBytes    = 16 << 20 // a pop response's payload bytes, about (docs/operations.md, "Limits")
+	DefaultHotlistEnabled = true
+	DefaultHotlistIdle    = 300 * time.Second // the idle sweep is the broker's loop (broker/hot.go)
+	DefaultLogTopN        = 10
 )
 
 // Config is the node core's configuration. Use DefaultConfig and change what
@@ -56,10 +59,10 @@ func DefaultConfig() Config {
 		MaxPopBytes:        DefaultMaxPopBytes,
 		PushCombine:        DefaultPushCombine,
 		Hotlist:            DefaultHotlistEnabled,
-		HotlistShards:      DefaultHotlistShards,
-		HotlistReseed:      DefaultHotlistReseed,
+		HotlistShards:      hotlist.DefaultShards,
+		HotlistReseed:      hotlist.DefaultReseedInterval,
 		HotlistIdleSweep:   DefaultHotlistIdle,
-		HotlistWindowBatch: DefaultHotlistWinBatch,
+		HotlistWindowBatch: hotlist.DefaultWindowBatch,
 		LogTopNQueues:      DefaultLogTopN,
 	}
 }

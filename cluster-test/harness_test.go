@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +21,7 @@ import (
 	"time"
 
 	"queen-node/internal/localnet"
+	"queen-node/internal/nodeproc"
 	"queen-node/internal/pgtemp"
 	"queen-node/internal/pgtest"
 )
@@ -68,8 +68,7 @@ type Node struct {
 	LogPath  string
 
 	mu       sync.Mutex
-	cmd      *exec.Cmd
-	exited   chan struct{}
+	proc     *nodeproc.Proc
 	running  bool        // process started and not signalled
 	ready    bool        // running and /health answered 200 once since the start
 	killedAt []time.Time // kill -9 / stop times, for the checker
@@ -218,13 +217,6 @@ func (c *Cluster) joinList() string {
 // without QUEEN_* and PG* variables, the harness defaults, the cluster's
 // env, then the node's own.
 func (c *Cluster) nodeEnv(nd *Node) []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "QUEEN_") || strings.HasPrefix(kv, "PG") {
-			continue
-		}
-		env = append(env, kv)
-	}
 	m := map[string]string{
 		"QUEEN_PG_URL":         c.pgURL,
 		"QUEEN_NODE_NAME":      nd.Name,
@@ -246,25 +238,12 @@ func (c *Cluster) nodeEnv(nd *Node) []string {
 	for k, v := range nd.Env {
 		m[k] = v
 	}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		env = append(env, k+"="+m[k])
-	}
-	return env
+	return nodeproc.Env(m, "QUEEN_", "PG")
 }
 
 // startProcess launches the node's process with its log file appended to.
 func (c *Cluster) startProcess(nd *Node) {
 	c.t.Helper()
-	logf, err := os.OpenFile(nd.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		c.t.Fatalf("open log: %v", err)
-	}
-	defer logf.Close()
 	env := c.nodeEnv(nd)
 	var shown []string
 	for _, kv := range env {
@@ -272,22 +251,16 @@ func (c *Cluster) startProcess(nd *Node) {
 			shown = append(shown, kv)
 		}
 	}
-	fmt.Fprintf(logf, "=== harness %s: starting %s with %s\n", time.Now().Format(time.RFC3339Nano), nd.Name, strings.Join(shown, " "))
-	cmd := exec.Command(nodeBin)
-	cmd.Env = env
-	cmd.Stdout, cmd.Stderr = logf, logf
-	// The node dies with the test binary even if the cleanup never runs.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := startOnDedicatedThread(cmd); err != nil {
+	// The node dies with the test binary (SIGKILL) even if the cleanup
+	// never runs; the log keeps every start of a restarted node.
+	p, err := nodeproc.Start(nodeproc.Options{Bin: nodeBin, Env: env, LogPath: nd.LogPath, Append: true,
+		Header: fmt.Sprintf("=== harness %s: starting %s with %s", time.Now().Format(time.RFC3339Nano), nd.Name, strings.Join(shown, " ")),
+		Start:  startOnDedicatedThread})
+	if err != nil {
 		c.t.Fatalf("start %s: %v", nd.Name, err)
 	}
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(exited)
-	}()
 	nd.mu.Lock()
-	nd.cmd, nd.exited, nd.running, nd.ready = cmd, exited, true, false
+	nd.proc, nd.running, nd.ready = p, true, false
 	nd.mu.Unlock()
 }
 
@@ -297,7 +270,7 @@ func (c *Cluster) waitHealthy(nd *Node, within time.Duration) {
 	deadline := time.Now().Add(within)
 	for {
 		nd.mu.Lock()
-		exited := nd.exited
+		exited := nd.proc.Exited()
 		nd.mu.Unlock()
 		select {
 		case <-exited:
@@ -365,7 +338,7 @@ func (c *Cluster) Stop(i int) { c.signal(c.Node(i), syscall.SIGTERM) }
 
 func (c *Cluster) signal(nd *Node, sig syscall.Signal) {
 	nd.mu.Lock()
-	cmd, exited, running := nd.cmd, nd.exited, nd.running
+	p, running := nd.proc, nd.running
 	if running {
 		nd.killedAt = append(nd.killedAt, time.Now())
 	}
@@ -374,20 +347,12 @@ func (c *Cluster) signal(nd *Node, sig syscall.Signal) {
 	if !running {
 		return
 	}
-	_ = cmd.Process.Signal(sig)
-	select {
-	case <-exited:
-		return
-	case <-time.After(stopGrace):
+	killed, err := p.Stop(sig, stopGrace)
+	if killed {
+		c.t.Logf("%s did not stop within %v after %v; killed", nd.Name, stopGrace, sig)
 	}
-	if sig != syscall.SIGKILL {
-		c.t.Logf("%s did not stop within %v after %v; killing", nd.Name, stopGrace, sig)
-	}
-	_ = cmd.Process.Kill()
-	select {
-	case <-exited:
-	case <-time.After(10 * time.Second):
-		c.t.Errorf("%s (pid %d) still running after SIGKILL", nd.Name, cmd.Process.Pid)
+	if err != nil {
+		c.t.Errorf("%s: %v", nd.Name, err)
 	}
 }
 

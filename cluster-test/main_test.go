@@ -1,15 +1,16 @@
 package clustertest
 
 import (
+	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"queen-node/internal/nodeproc"
 	"queen-node/internal/pgtest"
 )
 
@@ -59,19 +60,16 @@ func buildNode() (string, error) {
 			return "", err
 		}
 	}
-	bin := filepath.Join(dir, "queen-node")
 	start := time.Now()
 	var lastErr error
 	// A colleague's file may be mid-edit: retry a few times before giving up.
 	for attempt := 0; attempt < 4; attempt++ {
-		cmd := exec.Command("go", "build", "-o", bin, "./cmd/queen-node")
-		cmd.Dir = root
-		out, err := cmd.CombinedOutput()
+		bin, err := nodeproc.Build(context.Background(), root, dir, nil)
 		if err == nil {
 			fmt.Fprintf(os.Stderr, "cluster-test: built %s in %v\n", bin, time.Since(start).Round(time.Millisecond))
 			return bin, nil
 		}
-		lastErr = fmt.Errorf("go build ./cmd/queen-node: %v\n%s", err, out)
+		lastErr = err
 		time.Sleep(15 * time.Second)
 	}
 	return "", lastErr

@@ -4,15 +4,17 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"queen-node/coalesce"
 )
 
 // Defaults of Config, quoted by the command line and the docs.
 const (
 	DefaultBind          = "0.0.0.0:7946"
 	DefaultFlushInterval = 20 * time.Millisecond
-	DefaultHintCap       = 200000
-	DefaultMaxFlushHints = 50000 // hints drained per flush: bounded work per tick
-	DefaultPeerQueue     = 256   // frames queued per peer before new ones are dropped
+	DefaultHintCap       = coalesce.DefaultCap // QUEEN_MESH_HINT_CAP: the coalescing set defines the bound
+	DefaultMaxFlushHints = 50000               // hints drained per flush: bounded work per tick
+	DefaultPeerQueue     = 256                 // frames queued per peer before new ones are dropped
 	DefaultDialTimeout   = 2 * time.Second
 	DefaultWriteTimeout  = 5 * time.Second
 	DefaultMaxInbound    = 256 // concurrent inbound hint connections

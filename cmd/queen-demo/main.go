@@ -16,7 +16,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strings"
@@ -27,7 +26,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"queen-node/internal/localnet"
+	"queen-node/internal/nodeproc"
 	"queen-node/internal/pgtemp"
 	"queen-node/protocol"
 )
@@ -48,9 +47,8 @@ func main() {
 }
 
 type node struct {
-	name, httpAddr, logPath string
-	cmd                     *exec.Cmd
-	exited                  chan struct{}
+	name, httpAddr string
+	proc           *nodeproc.Proc
 }
 
 func run(log hclog.Logger, configDir string, messages, partitions int, exitAfter bool) error {
@@ -64,11 +62,9 @@ func run(log hclog.Logger, configDir string, messages, partitions int, exitAfter
 	defer os.RemoveAll(work)
 
 	log.Info("building queen-node")
-	bin := filepath.Join(work, "queen-node")
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/queen-node")
-	build.Stdout, build.Stderr = os.Stdout, os.Stderr
-	if err := build.Run(); err != nil {
-		return fmt.Errorf("build queen-node: %w", err)
+	bin, err := nodeproc.Build(ctx, "", work, os.Stdout)
+	if err != nil {
+		return err
 	}
 
 	log.Info("starting a disposable PostgreSQL")
@@ -89,15 +85,10 @@ func run(log hclog.Logger, configDir string, messages, partitions int, exitAfter
 	var nodes []*node
 	defer func() {
 		for _, n := range nodes {
-			_ = n.cmd.Process.Signal(syscall.SIGTERM)
+			_ = n.proc.Signal(syscall.SIGTERM)
 		}
 		for _, n := range nodes {
-			select {
-			case <-n.exited:
-			case <-time.After(15 * time.Second):
-				_ = n.cmd.Process.Kill()
-				<-n.exited
-			}
+			_, _ = n.proc.Stop(syscall.SIGTERM, 15*time.Second)
 		}
 	}()
 	for i := 1; i <= 3; i++ {
@@ -105,31 +96,22 @@ func run(log hclog.Logger, configDir string, messages, partitions int, exitAfter
 		if err != nil {
 			return err
 		}
-		n := &node{name: env["QUEEN_NODE_NAME"], httpAddr: env["QUEEN_HTTP_ADDR"],
-			logPath: filepath.Join(work, fmt.Sprintf("node%d.log", i)), exited: make(chan struct{})}
-		lf, err := os.Create(n.logPath)
+		n := &node{name: env["QUEEN_NODE_NAME"], httpAddr: env["QUEEN_HTTP_ADDR"]}
+		env["QUEEN_PG_URL"] = pgURL
+		// The caller's environment passes through (a QUEEN_* there applies
+		// unless the node's file sets it), as with a shell running the files.
+		n.proc, err = nodeproc.Start(nodeproc.Options{Bin: bin, Env: nodeproc.Env(env),
+			LogPath: filepath.Join(work, fmt.Sprintf("node%d.log", i)), DeathSignal: syscall.SIGTERM})
 		if err != nil {
-			return fmt.Errorf("node log: %w", err)
-		}
-		n.cmd = exec.Command(bin)
-		n.cmd.Env = append(os.Environ(), "QUEEN_PG_URL="+pgURL)
-		for k, v := range env {
-			n.cmd.Env = append(n.cmd.Env, k+"="+v)
-		}
-		n.cmd.Stdout, n.cmd.Stderr = lf, lf
-		n.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
-		if err := n.cmd.Start(); err != nil {
-			lf.Close()
 			return fmt.Errorf("start %s: %w", n.name, err)
 		}
-		go func() { _ = n.cmd.Wait(); lf.Close(); close(n.exited) }()
 		nodes = append(nodes, n)
 	}
 	for _, n := range nodes {
 		if err := waitHealthy(ctx, n); err != nil {
 			return err
 		}
-		log.Info("node is healthy", "node", n.name, "http", "http://"+n.httpAddr, "log", n.logPath)
+		log.Info("node is healthy", "node", n.name, "http", "http://"+n.httpAddr, "log", n.proc.LogPath())
 	}
 
 	if err := waitMesh(ctx, nodes); err != nil {
@@ -145,7 +127,7 @@ func run(log hclog.Logger, configDir string, messages, partitions int, exitAfter
 	fmt.Println()
 	fmt.Println("The cluster is up:")
 	for _, n := range nodes {
-		fmt.Printf("  %-6s  status http://%s/status   health http://%s/health   log %s\n", n.name, n.httpAddr, n.httpAddr, n.logPath)
+		fmt.Printf("  %-6s  status http://%s/status   health http://%s/health   log %s\n", n.name, n.httpAddr, n.httpAddr, n.proc.LogPath())
 	}
 	fmt.Printf("  PostgreSQL  %s\n", pgURL)
 	if exitAfter {
@@ -355,27 +337,16 @@ func printCluster(ctx context.Context, nodes []*node) {
 }
 
 func waitHealthy(ctx context.Context, n *node) error {
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if _, err := call(ctx, "http://"+n.httpAddr, "GET", "/health", nil); err == nil {
-			return nil
-		}
-		select {
-		case <-n.exited:
-			return fmt.Errorf("%s exited at start:\n%s", n.name, localnet.LogTail(n.logPath, 20))
-		default:
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("%s not healthy at http://%s:\n%s", n.name, n.httpAddr, localnet.LogTail(n.logPath, 20))
-		}
-		time.Sleep(100 * time.Millisecond)
+	if err := nodeproc.WaitHealthy(ctx, n.proc, "http://"+n.httpAddr, 60*time.Second, 100*time.Millisecond); err != nil {
+		return fmt.Errorf("%s: %w", n.name, err)
 	}
+	return nil
 }
 
 func anyExited(nodes []*node) <-chan struct{} {
 	ch := make(chan struct{})
 	for _, n := range nodes {
-		go func() { <-n.exited; close(ch) }()
+		go func() { <-n.proc.Exited(); close(ch) }()
 	}
 	return ch
 }

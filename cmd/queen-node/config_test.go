@@ -3,7 +3,9 @@ package main
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"queen-node/broker"
+	"queen-node/node"
 )
 
 func envOf(m map[string]string) func(string) string {
@@ -25,19 +28,33 @@ func TestLoadConfigDefaults(t *testing.T) {
 	host, _ := os.Hostname()
 	want := broker.DefaultConfig()
 	want.NodeName = host
-	if cfg.Broker != want {
-		t.Fatalf("broker config %+v, want %+v", cfg.Broker, want)
+	if cfg.Node.Broker != want {
+		t.Fatalf("broker config %+v, want %+v", cfg.Node.Broker, want)
 	}
-	if cfg.HTTPAddr != ":6632" || cfg.Tenant != "default" || cfg.PprofAddr != "" || cfg.LogLevel != hclog.Info || cfg.LogJSON {
+	n := cfg.Node
+	if n.HTTPAddr != ":6632" || n.API.Tenant != "default" || n.PprofAddr != "" || cfg.LogLevel != hclog.Info || cfg.LogJSON {
 		t.Fatalf("%+v", cfg)
 	}
-	if cfg.HTTP != (HTTPLimits{ReadHeaderTimeout: 10 * time.Second, BodyTimeout: 30 * time.Second, IdleTimeout: 120 * time.Second, WriteTimeout: 60 * time.Second, MaxConns: 4096}) {
-		t.Fatalf("http %+v", cfg.HTTP)
+	h := n.API
+	if h.ReadHeaderTimeout != 10*time.Second || h.BodyTimeout != 30*time.Second || h.IdleTimeout != 120*time.Second ||
+		h.WriteTimeout != 60*time.Second || h.MaxConns != 4096 {
+		t.Fatalf("http %+v", h)
 	}
-	m := cfg.Mesh
+	m := n.Mesh
 	if !m.Enabled || m.Bind != "0.0.0.0:7946" || m.Advertise != "" || m.Join != nil || m.Secret != nil ||
 		m.FlushInterval != 20*time.Millisecond || m.HintCap != 200000 || m.DropRate != 0 {
 		t.Fatalf("mesh %+v", m)
+	}
+	if m.HintPort != 0 || m.Timings.GossipInterval != 200*time.Millisecond || m.Timings.ProbeInterval != time.Second ||
+		m.Timings.ProbeTimeout != 500*time.Millisecond {
+		t.Fatalf("mesh %+v", m)
+	}
+	// The defaults are the packages' own: what the binary resolves with
+	// nothing set is node.DefaultConfig plus the host name.
+	d := node.DefaultConfig()
+	d.Broker.NodeName, d.Version = host, version
+	if err := sameConfig(cfg.Node, d); err != "" {
+		t.Fatal(err)
 	}
 }
 
@@ -73,17 +90,17 @@ func TestLoadConfigValues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := cfg.Broker
+	b := cfg.Node.Broker
 	if b.PGURL != "postgres://u:p@h/db" || b.NodeName != "n1" || b.PoolMaxConns != 8 || b.PopBackoffMax != 500*time.Millisecond ||
 		b.DefaultSubscription != "new" || b.LogTopNQueues != 0 || b.Hotlist || b.HotlistShards != 16 ||
 		b.HotlistReseed != 2*time.Second || b.HotlistIdleSweep != 0 || b.HotlistWindowBatch != 5 || b.HotlistTrace != "trace-" {
 		t.Fatalf("broker %+v", b)
 	}
-	if cfg.HTTPAddr != "127.0.0.1:7000" || cfg.Tenant != "acme" || cfg.PprofAddr != "localhost:6060" ||
+	if cfg.Node.HTTPAddr != "127.0.0.1:7000" || cfg.Node.API.Tenant != "acme" || cfg.Node.PprofAddr != "localhost:6060" ||
 		cfg.LogLevel != hclog.Debug || !cfg.LogJSON {
 		t.Fatalf("%+v", cfg)
 	}
-	m := cfg.Mesh
+	m := cfg.Node.Mesh
 	if m.Enabled || m.Bind != "127.0.0.1:7947" || m.Advertise != "10.0.0.1:7947" || strings.Join(m.Join, ";") != "a:1;b:2" ||
 		string(m.Secret) != "0123456789abcdef" || m.FlushInterval != 5*time.Millisecond || m.HintCap != 100 || m.DropRate != 0.25 {
 		t.Fatalf("mesh %+v", m)
@@ -96,7 +113,7 @@ func TestLoadConfigFlagsWin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.HTTPAddr != ":2" || cfg.Broker.Hotlist || cfg.Broker.HotlistShards != 4 || !cfg.LogJSON {
+	if cfg.Node.HTTPAddr != ":2" || cfg.Node.Broker.Hotlist || cfg.Node.Broker.HotlistShards != 4 || !cfg.LogJSON {
 		t.Fatalf("%+v", cfg)
 	}
 }
@@ -208,4 +225,14 @@ func TestLoadConfigBadPGURL(t *testing.T) {
 			t.Errorf("%q refused: %v", good, err)
 		}
 	}
+}
+
+// sameConfig compares two node configs but their mesh loggers (two
+// discard loggers are equal in effect, not necessarily in value).
+func sameConfig(got, want node.Config) string {
+	got.Mesh.Logger, want.Mesh.Logger = nil, nil
+	if !reflect.DeepEqual(got, want) {
+		return fmt.Sprintf("node config\n%+v\nwant\n%+v", got, want)
+	}
+	return ""
 }

@@ -1,6 +1,6 @@
-// Package nodetest starts real in-process queen-node cores (broker + HTTP
-// API on a real listener) against a real PostgreSQL database, for tests
-// that go through HTTP. Use pgtest.Main in the test package's TestMain.
+// Package nodetest starts real in-process queen-nodes (package node: broker,
+// HTTP API on a loopback listener, optionally the mesh) against a real
+// PostgreSQL database, for tests that go through HTTP. Use pgtest.Main in the test package's TestMain.
 package nodetest
 
 import (
@@ -10,28 +10,29 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 
-	"queen-node/api"
 	"queen-node/broker"
 	"queen-node/internal/pgtest"
 	"queen-node/mesh"
+	"queen-node/node"
 )
+
+// stopGrace bounds a test node's graceful stop.
+const stopGrace = 5 * time.Second
 
 // Node is one running node.
 type Node struct {
 	URL    string
 	DBURL  string
 	Broker *broker.Broker
-	Server *httptest.Server
 	Mesh   *mesh.Mesh // set by StartCluster
+	Node   *node.Node
 }
 
 // Option changes a node's broker configuration before it starts.
@@ -46,12 +47,24 @@ func Start(t testing.TB, opts ...Option) *Node {
 // StartOn starts a node on an existing database (several nodes may share it).
 func StartOn(t testing.TB, dbURL string, opts ...Option) *Node {
 	t.Helper()
-	cfg := broker.DefaultConfig()
-	cfg.PGURL = dbURL
-	cfg.NodeName = t.Name()
-	cfg.PoolMaxConns = 16
+	return start(t, dbURL, t.Name(), nil, opts)
+}
+
+// start starts one node through package node, on a loopback port; mc, when
+// not nil, turns the mesh on with that configuration.
+func start(t testing.TB, dbURL, name string, mc *mesh.Config, opts []Option) *Node {
+	t.Helper()
+	cfg := node.DefaultConfig()
+	cfg.HTTPAddr = "127.0.0.1:0"
+	cfg.Broker.PGURL = dbURL
+	cfg.Broker.NodeName = name
+	cfg.Broker.PoolMaxConns = 16
 	for _, o := range opts {
-		o(&cfg)
+		o(&cfg.Broker)
+	}
+	cfg.Mesh.Enabled = mc != nil
+	if mc != nil {
+		cfg.Mesh.Config = *mc
 	}
 	level := hclog.Warn
 	if os.Getenv("QUEEN_TEST_LOG") != "" {
@@ -60,27 +73,18 @@ func StartOn(t testing.TB, dbURL string, opts ...Option) *Node {
 	log := hclog.New(&hclog.LoggerOptions{Name: "node", Level: level, Output: os.Stderr})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	b, err := broker.New(ctx, cfg, log.Named("broker"))
+	nd, err := node.Start(ctx, cfg, log)
 	if err != nil {
-		t.Fatalf("start broker: %v", err)
+		t.Fatalf("start node: %v", err)
 	}
-	acfg := api.DefaultConfig()
-	a := api.New(b, acfg, log.Named("api"))
-	srv := httptest.NewUnstartedServer(nil)
-	addr := srv.Listener.Addr().String()
-	a.Handle("GET /status", a.StatusHandler(b, addr))
-	mh := a.MetricsHandler(b, addr)
-	a.Handle("GET /metrics", mh)
-	a.Handle("GET /metrics/prometheus", mh)
-	srv.Config.Handler = a.Handler()
-	srv.Start()
-	n := &Node{URL: srv.URL, DBURL: dbURL, Broker: b, Server: srv}
 	t.Cleanup(func() {
-		srv.CloseClientConnections()
-		srv.Close()
-		b.Close()
+		// Parked long-polls answer 204 at once (drain); a test's request
+		// still running after this short grace is cut.
+		ctx, cancel := context.WithTimeout(context.Background(), stopGrace)
+		defer cancel()
+		_ = nd.Stop(ctx)
 	})
-	return n
+	return &Node{URL: nd.URL(), DBURL: dbURL, Broker: nd.Broker(), Mesh: nd.Mesh(), Node: nd}
 }
 
 // Response is an HTTP answer.
@@ -179,25 +183,14 @@ func StartCluster(t testing.TB, n int, opts ...Option) []*Node {
 	var nodes []*Node
 	var seed string
 	for i := 0; i < n; i++ {
-		node := StartOn(t, db, opts...)
 		mc := mesh.DefaultConfig()
-		mc.Name = fmt.Sprintf("%s-%d", t.Name(), i)
 		mc.Bind = fmt.Sprintf("127.0.1.%d:%d", 1+i, base+i)
 		if seed != "" {
 			mc.Join = []string{seed}
 		}
 		seed = mc.Bind
 		mc.Timings = mesh.FastTimings()
-		mc.HTTPAddr = strings.TrimPrefix(node.URL, "http://")
-		mc.Logger = hclog.New(&hclog.LoggerOptions{Name: mc.Name, Level: hclog.Warn})
-		m, err := mesh.New(mc, node.Broker)
-		if err != nil {
-			t.Fatalf("start mesh: %v", err)
-		}
-		node.Broker.SetMesh(m)
-		node.Mesh = m
-		t.Cleanup(m.Close)
-		nodes = append(nodes, node)
+		nodes = append(nodes, start(t, db, fmt.Sprintf("%s-%d", t.Name(), i), &mc, opts))
 	}
 	deadline := time.Now().Add(15 * time.Second)
 	for _, node := range nodes {

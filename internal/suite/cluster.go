@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -18,6 +16,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"queen-node/internal/localnet"
+	"queen-node/internal/nodeproc"
 )
 
 // Cluster timings.
@@ -33,8 +32,7 @@ type node struct {
 	http    string // base URL
 	mesh    string // host:port
 	logPath string
-	cmd     *exec.Cmd
-	exited  chan struct{}
+	proc    *nodeproc.Proc
 }
 
 // cluster is a set of nodes on loopback sharing one database.
@@ -92,7 +90,6 @@ func startCluster(ctx context.Context, log hclog.Logger, bin, pgURL, logDir stri
 			name:    fmt.Sprintf("%s-n%d", tag, i+1),
 			http:    "http://127.0.0.1:" + strconv.Itoa(httpPort),
 			mesh:    "127.0.0.1:" + strconv.Itoa(meshPort),
-			exited:  make(chan struct{}),
 			logPath: filepath.Join(logDir, fmt.Sprintf("%s-n%d.log", tag, i+1)),
 		}
 		vars := map[string]string{
@@ -130,32 +127,15 @@ func startCluster(ctx context.Context, log hclog.Logger, bin, pgURL, logDir stri
 }
 
 func (c *cluster) spawn(bin string, nd *node, vars map[string]string) error {
-	lf, err := os.Create(nd.logPath)
-	if err != nil {
-		return fmt.Errorf("node log: %w", err)
-	}
-	cmd := exec.Command(bin)
 	// Only our variables plus the basics: a QUEEN_* left in the caller's
 	// environment must not change what is measured.
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "QUEEN_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	for k, v := range vars {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
-	cmd.Stdout, cmd.Stderr = lf, lf
-	// The kernel stops the node if the suite dies without cleaning up.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		lf.Close()
+	p, err := nodeproc.Start(nodeproc.Options{Bin: bin, Env: nodeproc.Env(vars, "QUEEN_"), LogPath: nd.logPath})
+	if err != nil {
 		return fmt.Errorf("start %s: %w", nd.name, err)
 	}
-	nd.cmd = cmd
-	go func() { _ = cmd.Wait(); lf.Close(); close(nd.exited) }()
+	nd.proc = p
 	c.nodes = append(c.nodes, nd)
-	c.log.Debug("node started", "node", nd.name, "pid", cmd.Process.Pid, "http", nd.http)
+	c.log.Debug("node started", "node", nd.name, "pid", p.PID(), "http", nd.http)
 	return nil
 }
 
@@ -166,15 +146,11 @@ func (c *cluster) stop() {
 		return
 	}
 	for _, nd := range c.nodes {
-		_ = nd.cmd.Process.Signal(syscall.SIGTERM)
+		_ = nd.proc.Signal(syscall.SIGTERM)
 	}
 	for _, nd := range c.nodes {
-		select {
-		case <-nd.exited:
-		case <-time.After(stopGrace):
-			c.log.Warn("node did not stop; killing it", "node", nd.name, "pid", nd.cmd.Process.Pid)
-			_ = nd.cmd.Process.Kill()
-			<-nd.exited
+		if killed, _ := nd.proc.Stop(syscall.SIGTERM, stopGrace); killed {
+			c.log.Warn("node did not stop; killed it", "node", nd.name, "pid", nd.proc.PID())
 		}
 	}
 	c.nodes = nil
@@ -204,21 +180,10 @@ func get(ctx context.Context, url string) ([]byte, error) {
 }
 
 func waitHealthy(ctx context.Context, nd *node) error {
-	deadline := time.Now().Add(healthTimeout)
-	for {
-		if _, err := get(ctx, nd.http+"/health"); err == nil {
-			return nil
-		}
-		select {
-		case <-nd.exited:
-			return fmt.Errorf("%s exited at start:\n%s", nd.name, localnet.LogTail(nd.logPath, 20))
-		default:
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("%s not healthy at %s:\n%s", nd.name, nd.http, localnet.LogTail(nd.logPath, 20))
-		}
-		time.Sleep(100 * time.Millisecond)
+	if err := nodeproc.WaitHealthy(ctx, nd.proc, nd.http, healthTimeout, 100*time.Millisecond); err != nil {
+		return fmt.Errorf("%s: %w", nd.name, err)
 	}
+	return nil
 }
 
 // waitMesh waits until every node's /status lists every node alive.

@@ -12,13 +12,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 
 	"queen-node/internal/bench"
+	"queen-node/internal/nodeproc"
 	"queen-node/pg"
 )
 
@@ -78,10 +78,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}()
 
 	s.log.Info("building queen-node")
-	s.bin = filepath.Join(work, "queen-node")
-	build := exec.CommandContext(ctx, "go", "build", "-o", s.bin, "./cmd/queen-node")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
+	if s.bin, err = nodeproc.Build(ctx, "", work, os.Stderr); err != nil {
 		return nil, fmt.Errorf("build queen-node (run from the repository root): %w", err)
 	}
 

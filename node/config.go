@@ -1,0 +1,184 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"queen-node/api"
+	"queen-node/broker"
+	"queen-node/mesh"
+	"queen-node/pg"
+)
+
+// Defaults of Config that belong to no single package.
+const (
+	DefaultHTTPAddr      = ":6632"          // QUEEN_HTTP_ADDR
+	DefaultVersion       = "dev"            // the binary sets its build version
+	DefaultShutdownGrace = 10 * time.Second // in-flight requests' time after Stop begins
+)
+
+// Config is everything one node needs. Every package keeps its own settings
+// and defaults; this struct only nests them, so a value has one home:
+//
+//   - PostgreSQL (URL, pool size), the node name and the hot-list settings
+//     live in Broker, because the broker opens the pool and owns the
+//     hot-list (its defaults come from package hotlist);
+//   - the tenant and the HTTP limits live in API;
+//   - membership and hint settings live in Mesh.
+//
+// Start copies the few values two packages both need (node name, version,
+// HTTP address) from their home into the other package's config.
+type Config struct {
+	HTTPAddr      string        // API listen address, default ":6632"
+	PprofAddr     string        // net/http/pprof listen address, default "" (off)
+	Version       string        // reported by /health, /status and mesh metadata, default "dev"
+	ShutdownGrace time.Duration // time in-flight requests get once Stop starts, default 10 s (callers pass it as Stop's deadline)
+
+	API    api.Config    // default api.DefaultConfig(); Version is set from Version by Start
+	Broker broker.Config // default broker.DefaultConfig(); NodeName is required
+	Mesh   MeshConfig    // default enabled with mesh.DefaultConfig()
+}
+
+// MeshConfig is mesh.Config plus whether the node joins a mesh at all.
+// Start sets Name, HTTPAddr and Version from the rest of Config.
+type MeshConfig struct {
+	Enabled bool // default true; false = a single node, no membership, no hints
+	mesh.Config
+}
+
+// DefaultConfig returns a Config with every default of every package filled
+// in. Only Broker.NodeName is left for the caller (cmd/queen-node uses the
+// host name).
+func DefaultConfig() Config {
+	return Config{
+		HTTPAddr:      DefaultHTTPAddr,
+		Version:       DefaultVersion,
+		ShutdownGrace: DefaultShutdownGrace,
+		API:           api.DefaultConfig(),
+		Broker:        broker.DefaultConfig(),
+		Mesh:          MeshConfig{Enabled: true, Config: mesh.DefaultConfig()},
+	}
+}
+
+// Validate checks every field Start relies on and returns one error per bad
+// field (joined), each naming the field.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(field string, err error) {
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", field, err))
+		}
+	}
+	positive := func(field string, d time.Duration) {
+		if d <= 0 {
+			bad(field, fmt.Errorf("%v: want more than 0", d))
+		}
+	}
+
+	bad("HTTPAddr", CheckHostPort(c.HTTPAddr))
+	if c.PprofAddr != "" {
+		bad("PprofAddr", CheckHostPort(c.PprofAddr))
+	}
+	if c.ShutdownGrace < 0 {
+		bad("ShutdownGrace", fmt.Errorf("%v: want 0 or more", c.ShutdownGrace))
+	}
+
+	bad("API.Tenant", CheckName(c.API.Tenant))
+	if c.API.MaxConns < 1 {
+		bad("API.MaxConns", fmt.Errorf("%d: want 1 or more", c.API.MaxConns))
+	}
+	positive("API.ReadHeaderTimeout", c.API.ReadHeaderTimeout)
+	positive("API.BodyTimeout", c.API.BodyTimeout)
+	positive("API.IdleTimeout", c.API.IdleTimeout)
+	positive("API.WriteTimeout", c.API.WriteTimeout)
+
+	b := c.Broker
+	bad("Broker.NodeName", CheckName(b.NodeName))
+	if err := pg.CheckURL(b.PGURL); err != nil {
+		bad("Broker.PGURL", err) // never echoes the URL: it may hold a password
+	}
+	if b.PoolMaxConns < 1 {
+		bad("Broker.PoolMaxConns", fmt.Errorf("%d: want 1 or more", b.PoolMaxConns))
+	}
+	positive("Broker.PopBackoffMin", b.PopBackoffMin)
+	if b.PopBackoffMax < b.PopBackoffMin {
+		bad("Broker.PopBackoffMax", fmt.Errorf("%v: want at least PopBackoffMin (%v)", b.PopBackoffMax, b.PopBackoffMin))
+	}
+	if b.MaxPopBytes < 0 {
+		bad("Broker.MaxPopBytes", fmt.Errorf("%d: want 0 (no bound) or more", b.MaxPopBytes))
+	}
+	switch b.DefaultSubscription {
+	case "", "all", "new", "new-only":
+	default:
+		bad("Broker.DefaultSubscription", fmt.Errorf("%q: want all, new or new-only", b.DefaultSubscription))
+	}
+	if b.Hotlist {
+		if b.HotlistShards < 1 {
+			bad("Broker.HotlistShards", fmt.Errorf("%d: want 1 or more", b.HotlistShards))
+		}
+		if b.HotlistWindowBatch < 1 {
+			bad("Broker.HotlistWindowBatch", fmt.Errorf("%d: want 1 or more", b.HotlistWindowBatch))
+		}
+		positive("Broker.HotlistReseed", b.HotlistReseed)
+		if b.HotlistIdleSweep < 0 {
+			bad("Broker.HotlistIdleSweep", fmt.Errorf("%v: want 0 (off) or more", b.HotlistIdleSweep))
+		}
+	}
+
+	if m := c.Mesh; m.Enabled {
+		bad("Mesh.Bind", CheckHostPort(m.Bind))
+		if m.Advertise != "" {
+			bad("Mesh.Advertise", CheckHostPort(m.Advertise))
+		}
+		for _, j := range m.Join {
+			bad("Mesh.Join", CheckHostPort(j))
+		}
+		if n := len(m.Secret); n != 0 && n != 16 && n != 24 && n != 32 {
+			bad("Mesh.Secret", fmt.Errorf("%d bytes: want 16, 24 or 32 (or none)", n))
+		}
+		positive("Mesh.FlushInterval", m.FlushInterval)
+		if m.HintCap < 1 {
+			bad("Mesh.HintCap", fmt.Errorf("%d: want 1 or more", m.HintCap))
+		}
+		if !(m.DropRate >= 0 && m.DropRate <= 1) { // also refuses NaN
+			bad("Mesh.DropRate", fmt.Errorf("%v: want 0 to 1", m.DropRate))
+		}
+		if m.HintPort < 0 || m.HintPort > 65535 {
+			bad("Mesh.HintPort", fmt.Errorf("%d: want 0 to 65535", m.HintPort))
+		}
+		positive("Mesh.Timings.GossipInterval", m.Timings.GossipInterval)
+		positive("Mesh.Timings.ProbeInterval", m.Timings.ProbeInterval)
+		positive("Mesh.Timings.ProbeTimeout", m.Timings.ProbeTimeout)
+		positive("Mesh.HintFrameTimeout", m.HintFrameTimeout)
+		positive("Mesh.HintIdleTimeout", m.HintIdleTimeout)
+		if m.HintRate < 1 {
+			bad("Mesh.HintRate", fmt.Errorf("%d: want 1 or more", m.HintRate))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// CheckName accepts what the API accepts as a name: 1 to 255 bytes
+// (broker.MaxNameBytes) without white space.
+func CheckName(v string) error {
+	if v == "" || len(v) > broker.MaxNameBytes || strings.ContainsAny(v, " \t\r\n") {
+		return fmt.Errorf("want 1 to %d bytes without spaces", broker.MaxNameBytes)
+	}
+	return nil
+}
+
+// CheckHostPort accepts "host:port" and ":port" with a port from 0 to 65535.
+func CheckHostPort(v string) error {
+	_, port, err := net.SplitHostPort(v)
+	if err != nil {
+		return errors.New("want host:port")
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return errors.New("want host:port with a port from 0 to 65535")
+	}
+	return nil
+}

@@ -1,0 +1,179 @@
+// Package node is the composition root of queen-node: it assembles one
+// broker node from its packages (pg through broker, api, mesh) and takes it
+// apart again in order. cmd/queen-node maps QUEEN_* settings onto Config and
+// calls Start; in-process tests (internal/nodetest) do the same.
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"queen-node/api"
+	"queen-node/broker"
+	"queen-node/mesh"
+)
+
+// Node is one running node: the broker, the HTTP API on its listener, and
+// the mesh when enabled.
+type Node struct {
+	cfg      Config
+	log      hclog.Logger
+	addr     string
+	broker   *broker.Broker
+	api      *api.Server
+	http     *http.Server
+	mesh     *mesh.Mesh // nil with the mesh off
+	pprof    *http.Server
+	serveErr chan error
+}
+
+// Start validates cfg and starts a node: it listens first (a taken port
+// fails fast, before any database wait), connects the broker (retrying a
+// database that is not up until ctx ends), serves the API with /status and
+// /metrics, then joins the mesh. ctx bounds startup only. logger may be nil.
+func Start(ctx context.Context, cfg Config, logger hclog.Logger) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("node config: %w", err)
+	}
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
+	}
+	b, err := broker.New(ctx, cfg.Broker, logger.Named("broker"))
+	if err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("start broker: %w", err)
+	}
+
+	acfg := cfg.API
+	acfg.Version = cfg.Version
+	srv := api.New(b, acfg, logger.Named("api"))
+	// The same address peers learn from membership metadata, so /status
+	// and `queen-node status --cluster` agree on where each node is.
+	addr := ln.Addr().String()
+	srv.Handle("GET /status", srv.StatusHandler(b, addr))
+	metricsHandler := srv.MetricsHandler(b, addr)
+	srv.Handle("GET /metrics", metricsHandler)
+	srv.Handle("GET /metrics/prometheus", metricsHandler) // the path some Queen dashboards scrape
+
+	// Header, body and idle timeouts and the connection cap (api/conn.go);
+	// no ReadTimeout/WriteTimeout: long-polls legitimately hold a request
+	// for up to the pop timeout.
+	httpSrv := srv.HTTPServer()
+	// Parked long-polls answer 204 as soon as shutdown starts instead of
+	// holding the grace period for their whole timeout.
+	httpSrv.RegisterOnShutdown(srv.Drain)
+
+	n := &Node{cfg: cfg, log: logger, addr: addr, broker: b, api: srv, http: httpSrv, serveErr: make(chan error, 1)}
+	go func() { n.serveErr <- httpSrv.Serve(srv.Listener(ln)) }()
+
+	if cfg.PprofAddr != "" {
+		n.pprof = startPprof(cfg.PprofAddr, logger.Named("pprof"))
+	}
+
+	if cfg.Mesh.Enabled {
+		mc := cfg.Mesh.Config
+		mc.Name, mc.HTTPAddr, mc.Version = cfg.Broker.NodeName, addr, cfg.Version
+		mc.Logger = logger.Named("mesh")
+		m, err := mesh.New(mc, b)
+		if err != nil {
+			n.abort()
+			return nil, fmt.Errorf("start mesh: %w", err)
+		}
+		b.SetMesh(m)
+		n.mesh = m
+	}
+	logger.Info("queen-node started",
+		"node", cfg.Broker.NodeName,
+		"http_addr", addr,
+		"version", cfg.Version,
+		"hotlist", onOff(cfg.Broker.Hotlist),
+		"mesh", onOff(cfg.Mesh.Enabled),
+	)
+	return n, nil
+}
+
+// abort tears down a node whose start failed half way, without a drain.
+func (n *Node) abort() {
+	_ = n.http.Close()
+	if n.pprof != nil {
+		_ = n.pprof.Close()
+	}
+	n.broker.Close()
+}
+
+// Stop shuts the node down in order: leave the mesh first (peers stop
+// hinting us), stop accepting and drain in-flight requests until ctx ends
+// (parked long-polls answer 204 at once), then close what is left and
+// finally the broker, after every handler has returned. It returns the
+// drain's error when ctx ended first; the node is stopped either way.
+func (n *Node) Stop(ctx context.Context) error {
+	if n.mesh != nil {
+		n.mesh.Close()
+	}
+	err := n.http.Shutdown(ctx)
+	if err != nil {
+		n.log.Warn("in-flight requests did not finish in time; closing connections", "error", err)
+		_ = n.http.Close()
+		err = fmt.Errorf("drain in-flight requests: %w", err)
+	}
+	if n.pprof != nil {
+		_ = n.pprof.Close()
+	}
+	n.broker.Close()
+	return err
+}
+
+// Err delivers the HTTP server's error if it fails while running (a clean
+// Stop delivers http.ErrServerClosed).
+func (n *Node) Err() <-chan error { return n.serveErr }
+
+// Addr is the address the API listens on (host:port, port resolved).
+func (n *Node) Addr() string { return n.addr }
+
+// URL is the API's base URL, e.g. http://127.0.0.1:6632.
+func (n *Node) URL() string { return "http://" + n.addr }
+
+// Broker is the node's core (tests drive it directly).
+func (n *Node) Broker() *broker.Broker { return n.broker }
+
+// Mesh is the node's mesh, or nil when it is off.
+func (n *Node) Mesh() *mesh.Mesh { return n.mesh }
+
+// Config is the configuration the node started with.
+func (n *Node) Config() Config { return n.cfg }
+
+// startPprof serves net/http/pprof on its own listener, never on the API port.
+func startPprof(addr string, logger hclog.Logger) *http.Server {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	s := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := s.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error("pprof server failed", "addr", addr, "error", err)
+		}
+	}()
+	logger.Info("pprof listening", "addr", addr)
+	return s
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}
