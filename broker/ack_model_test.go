@@ -29,6 +29,7 @@ import (
 type ackModel struct {
 	cursor   int          // positions < cursor are resolved
 	resolved map[int]bool // resolved positions >= cursor
+	dead     map[int]bool // positions dead-lettered (resolved, but not completed)
 	lease    string       // "" = no lease
 	live     bool         // the lease has not expired
 	batchEnd int          // last position served under the lease (or cursor-1)
@@ -85,7 +86,7 @@ func runAckModel(t *testing.T, n *nodetest.Node, conn *pgx.Conn, seed int64, ste
 	state := map[key]*ackModel{}
 	for _, p := range parts {
 		for _, g := range groups {
-			state[key{p, g}] = &ackModel{resolved: map[int]bool{}, batchEnd: -1}
+			state[key{p, g}] = &ackModel{resolved: map[int]bool{}, dead: map[int]bool{}, batchEnd: -1}
 		}
 	}
 	// What each (partition, group)'s client has been handed: position -> the
@@ -188,12 +189,13 @@ func runAckModel(t *testing.T, n *nodetest.Node, conn *pgx.Conn, seed int64, ste
 				continue
 			}
 			resolved := it.pos < st.cursor || st.resolved[it.pos] || newly[it.pos]
-			if resolved && it.status == "completed" {
+			stale := it.lease != "" && !(live && it.lease == lease0)
+			if resolved && it.status == "completed" && !(stale && st.dead[it.pos]) {
 				nIdem++
 				out[i] = ackWant{success: true}
 				continue
 			}
-			if it.lease != "" && !(live && it.lease == lease0) {
+			if stale {
 				out[i] = ackWant{err: "Invalid or expired lease"}
 				continue
 			}
@@ -216,6 +218,7 @@ func runAckModel(t *testing.T, n *nodetest.Node, conn *pgx.Conn, seed int64, ste
 			}
 			if decision == "dlq" {
 				newly[it.pos] = true
+				st.dead[it.pos] = true
 				out[i].dlq = true
 				nDLQ++
 			}

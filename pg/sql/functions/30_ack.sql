@@ -178,8 +178,13 @@ BEGIN
                       OR (v_j <= v_nold AND v_old[v_j] = r.off)
                       OR (cardinality(v_new) > 0 AND v_new[cardinality(v_new)] = r.off);
 
-        IF v_resolved AND r.st IN ('completed', 'success') THEN
-            -- idempotent: a retried completed ack whose first answer was lost
+        IF v_resolved AND r.st IN ('completed', 'success')
+           AND (r.lease IS NULL OR (v_live AND r.lease = v_c.lease_id) OR NOT EXISTS (
+                SELECT 1 FROM queen.dead_letters d
+                WHERE d.partition_id = r.pid AND d.consumer_group = r.grp AND d.off = r.off)) THEN
+            -- idempotent: a retried completed ack whose first answer was lost.
+            -- A message dead-lettered meanwhile was not completed: a stale
+            -- lease's completed ack for it is refused below, not told success.
             o_success := true; o_error := NULL; RETURN NEXT;
             CONTINUE;
         END IF;
