@@ -66,6 +66,95 @@ DECLARE
     v_resolved   boolean;
     v_resolve    boolean;
 BEGIN
+    -- BEGIN fast path
+    -- The common case, set-based: completed acks, outside a transaction,
+    -- of the first messages past the cursor of one (partition, group), up
+    -- to the end of the batch of its live lease or short of it, all
+    -- carrying that lease, with no acks remembered past a gap. It writes
+    -- and answers exactly what the general loop below would
+    -- (pg/ack_fast_test.go compares the two on random batches); anything
+    -- else falls through to that loop, which takes the consumer row lock
+    -- again.
+    DECLARE
+        f_n        int := cardinality(p_pids);
+        f_pid      uuid;
+        f_group    text;
+        f_queue    text;
+        f_pname    text;
+        f_cur      bigint;
+        f_end      bigint;
+        f_ok       boolean;
+        f_distinct bigint;
+        f_max      bigint;
+        f_offs     bigint[];
+        f_release  boolean;
+        f_last     bigint;
+    BEGIN
+        IF NOT p_tx_mode AND f_n > 0 AND f_n < c_max_acked
+           AND cardinality(p_groups) = f_n AND cardinality(p_txids) = f_n
+           AND cardinality(p_statuses) = f_n AND cardinality(p_leases) = f_n
+           AND cardinality(p_errors) = f_n
+           AND p_pids <@ ARRAY[p_pids[1]] AND p_groups <@ ARRAY[p_groups[1]]
+           AND p_leases[1] <> '' AND p_leases <@ ARRAY[p_leases[1]]
+           AND p_statuses <@ '{completed,success,""}'::text[]
+        THEN
+            f_pid := p_pids[1];
+            f_group := COALESCE(NULLIF(p_groups[1], ''), '__QUEUE_MODE__');
+            -- the consumer row, locked if the partition is this tenant's
+            SELECT c.committed_offset, c.batch_end,
+                   c.lease_id = p_leases[1] AND c.lease_expires_at > v_now AND cardinality(c.acked) = 0,
+                   q.name, p.name
+            INTO f_cur, f_end, f_ok, f_queue, f_pname
+            FROM queen.consumers c
+            JOIN queen.partitions p ON p.id = c.partition_id
+            JOIN queen.queues q ON q.id = p.queue_id AND q.tenant = p_tenant
+            WHERE c.partition_id = f_pid AND c.consumer_group = f_group
+            FOR UPDATE OF c;
+            IF FOUND AND f_ok THEN
+                -- The items must be the first n messages past the cursor
+                -- (one range of the primary key; offsets can have holes
+                -- where a duplicate push skipped one), each named once:
+                -- n distinct matches. The sub-selects hide the values from
+                -- the planner, so that PL/pgSQL settles on one generic
+                -- plan: with them known, every custom plan looks cheaper
+                -- than the generic one (whose LIMIT is a guess), so it
+                -- would plan anew on each call, which costs more than
+                -- running the statement.
+                SELECT count(DISTINCT m.off), max(m.off), array_agg(m.off ORDER BY a.ord)
+                INTO f_distinct, f_max, f_offs
+                FROM unnest(p_txids) WITH ORDINALITY AS a(txid, ord)
+                LEFT JOIN (SELECT m.off, m.transaction_id FROM queen.messages m
+                           WHERE m.partition_id = (SELECT f_pid) AND m.off > (SELECT f_cur)
+                           ORDER BY m.off LIMIT (SELECT f_n)) m ON m.transaction_id = a.txid;
+                IF f_distinct = f_n AND f_max <= f_end THEN
+                    -- The whole batch resolved: the lease ends and the retry
+                    -- counter starts over. A prefix: the lease lives on.
+                    f_release := f_max = f_end;
+                    UPDATE queen.consumers c
+                    SET committed_offset = f_max,
+                        lease_id = CASE WHEN f_release THEN NULL ELSE c.lease_id END,
+                        lease_owner = CASE WHEN f_release THEN NULL ELSE c.lease_owner END,
+                        lease_expires_at = CASE WHEN f_release THEN NULL ELSE c.lease_expires_at END,
+                        retry_count = CASE WHEN f_release THEN 0 ELSE c.retry_count END,
+                        updated_at = v_now
+                    WHERE c.partition_id = f_pid AND c.consumer_group = f_group
+                    RETURNING (SELECT p.last_offset FROM queen.partitions p WHERE p.id = f_pid) INTO f_last;
+                    RAISE DEBUG 'queen.ack_v1: fast path'; -- pg/ack_fast_test.go counts it
+                    -- the items in offset order, then the group summary row
+                    RETURN QUERY
+                    SELECT s.i, true, NULL::text, f_queue, f_pname, s.rel, false, s.pend, f_pid, f_group, s.o
+                    FROM (SELECT (u.ord - 1)::int AS i, false AS rel, false AS pend, u.off AS o
+                          FROM unnest(f_offs) WITH ORDINALITY AS u(off, ord)
+                          UNION ALL
+                          SELECT -1, f_release, f_max < f_last, NULL) s
+                    ORDER BY s.i = -1, s.o;
+                    RETURN;
+                END IF;
+            END IF;
+        END IF;
+    END;
+    -- END fast path
+
     -- The items in application order, then one sentinel row that flushes
     -- the last (partition, group).
     FOR r IN
