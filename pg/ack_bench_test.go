@@ -36,6 +36,7 @@ import (
 	"github.com/google/uuid"
 
 	"queen-node/pg"
+	"queen-node/protocol"
 )
 
 func BenchmarkAck(b *testing.B) {
@@ -96,7 +97,7 @@ func BenchmarkAck(b *testing.B) {
 						lease = uuid.NewString()
 						out, err := e.db.Pop(ctx, pg.PopArgs{Tenant: benchTenant, Queue: "q", Group: benchGroup, Names: names,
 							ScanLimit: 16, Budget: sh.batch, MaxParts: 1, LeaseID: lease, LeaseSeconds: 60,
-							Owner: "bench", SubMode: pg.SubAll})
+							Owner: "bench", SubMode: protocol.SubAll})
 						if err != nil {
 							b.Fatalf("pop: %v", err)
 						}

@@ -15,14 +15,15 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"queen-node/pg"
+	"queen-node/protocol"
 )
 
-// generalAckSQL is pg/sql/004_ack.sql with its fast path cut out and the
+// generalAckSQL is pg/sql/functions/30_ack.sql with its fast path cut out and the
 // function renamed queen.ack_v1_general: the general loop alone, exactly as
 // ack_v1 runs it when the fast path declines.
 func generalAckSQL(t testing.TB) string {
 	t.Helper()
-	b, err := os.ReadFile("sql/004_ack.sql")
+	b, err := os.ReadFile("sql/functions/30_ack.sql")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,16 +31,16 @@ func generalAckSQL(t testing.TB) string {
 	const begin, end = "    -- BEGIN fast path\n", "    -- END fast path\n\n"
 	i, j := strings.Index(s, begin), strings.Index(s, end)
 	if i < 0 || j < i || strings.Count(s, begin) != 1 || strings.Count(s, end) != 1 {
-		t.Fatal("004_ack.sql: fast path markers not found")
+		t.Fatal("30_ack.sql: fast path markers not found")
 	}
 	s = s[:i] + s[j+len(end):]
 	const head = "CREATE OR REPLACE FUNCTION queen.ack_v1("
 	if strings.Count(s, head) != 1 {
-		t.Fatal("004_ack.sql: function head not found")
+		t.Fatal("30_ack.sql: function head not found")
 	}
 	s = strings.Replace(s, head, "CREATE OR REPLACE FUNCTION queen.ack_v1_general(", 1)
 	if strings.Contains(s, "fast path") || strings.Contains(s, "f_offs") {
-		t.Fatal("004_ack.sql: fast path left in the general function")
+		t.Fatal("30_ack.sql: fast path left in the general function")
 	}
 	return s
 }
@@ -191,7 +192,7 @@ func TestAckFastPathMatchesGeneral(t *testing.T) {
 		gs, ps, txs, sts, ls, es := make([]string, n), make([]string, n), make([]string, n),
 			make([]string, n), make([]string, n), make([]string, n)
 		for i, r := range rows {
-			gs[i], ps[i], txs[i], sts[i], ls[i], es[i] = r.Group, r.PartitionID, r.TxID, r.Status, r.LeaseID, r.Error
+			gs[i], ps[i], txs[i], sts[i], ls[i], es[i] = r.Group, r.PartitionID, r.TxID, string(r.Status), r.LeaseID, r.Error
 		}
 		rs, err := conn.Query(ctx, fmt.Sprintf(ackCallSQL, fn), "t", gs, ps, txs, sts, ls, es, false)
 		if err != nil {
@@ -289,7 +290,7 @@ func TestAckFastPathMatchesGeneral(t *testing.T) {
 			if g == "__QUEUE_MODE__" && rnd.IntN(2) == 0 {
 				g = ""
 			}
-			return pg.AckRow{Group: g, PartitionID: m.PartitionID, TxID: m.TxID, Status: st, LeaseID: p.lease}
+			return pg.AckRow{Group: g, PartitionID: m.PartitionID, TxID: m.TxID, Status: protocol.AckStatus(st), LeaseID: p.lease}
 		}
 		kind := kinds[rnd.IntN(len(kinds))]
 		var rows []pg.AckRow
@@ -331,7 +332,7 @@ func TestAckFastPathMatchesGeneral(t *testing.T) {
 		case "mixed":
 			for i := range rows {
 				if rnd.IntN(3) == 0 {
-					rows[i].Status = []string{"failed", "retry", "dlq", "bogus"}[rnd.IntN(4)]
+					rows[i].Status = []protocol.AckStatus{"failed", "retry", "dlq", "bogus"}[rnd.IntN(4)]
 				}
 			}
 		case "fail":

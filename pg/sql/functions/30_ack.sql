@@ -96,7 +96,7 @@ BEGIN
            AND cardinality(p_errors) = f_n
            AND p_pids <@ ARRAY[p_pids[1]] AND p_groups <@ ARRAY[p_groups[1]]
            AND p_leases[1] <> '' AND p_leases <@ ARRAY[p_leases[1]]
-           AND p_statuses <@ '{completed,success,""}'::text[]
+           AND p_statuses <@ ARRAY['completed', 'success', '']
         THEN
             f_pid := p_pids[1];
             f_group := COALESCE(NULLIF(p_groups[1], ''), '__QUEUE_MODE__');
