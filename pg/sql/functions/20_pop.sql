@@ -37,7 +37,12 @@ RETURNS TABLE (o_kind text, o_pname text, o_pid uuid, o_verdict text, o_until ti
                o_drained boolean, o_off bigint, o_mid uuid, o_txid text, o_trace uuid,
                o_payload json, o_created timestamptz, o_sub text, o_retry int,
                o_delay int, o_window int)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- Generic plans: with the parameters known, every custom plan of the
+-- message reads looks cheaper than the generic one (whose LIMIT is a
+-- guess), so PL/pgSQL would plan them anew on every call (~85 us each).
+SET plan_cache_mode = force_generic_plan
+AS $$
 DECLARE
     v_q          queen.queues%ROWTYPE;
     v_now        timestamptz := clock_timestamp();
