@@ -103,14 +103,9 @@ func writeReqError(w http.ResponseWriter, err error) {
 // brokerError answers an error returned by the Broker: user errors keep
 // their status, an unreachable database is 503, the rest is a logged 500.
 func (s *Server) brokerError(w http.ResponseWriter, r *http.Request, op string, err error) {
-	var ue *broker.UserError
 	switch {
-	case errors.As(err, &ue):
-		status := ue.Status
-		if status < 400 || status > 599 {
-			status = http.StatusBadRequest
-		}
-		writeError(w, status, ue.Msg)
+	case errors.Is(err, broker.ErrQueueDeleted):
+		writeError(w, http.StatusConflict, broker.ErrQueueDeleted.Error())
 	case errors.Is(err, broker.ErrUnavailable):
 		// The broker reports the outage itself; per request this is noise.
 		s.log.Debug("database unavailable", "op", op, "error", err)

@@ -167,9 +167,19 @@ const (
 
 // Authenticator is the JWT seam. It is called before every guarded route
 // with the level that route needs. It returns the caller's subject ("" =
-// none), which is stamped as producerSub on pushed messages, or an error: a
-// *broker.UserError (401/403) is answered as is, anything else as 401.
+// none), which is stamped as producerSub on pushed messages, or an error: an
+// *AuthError (401/403) is answered with its status and message, anything
+// else as 401.
 type Authenticator func(r *http.Request, need Access) (subject string, err error)
+
+// AuthError is an Authenticator's refusal with the status to answer
+// (401 or 403) and the message of the JSON error body.
+type AuthError struct {
+	Status int
+	Msg    string
+}
+
+func (e *AuthError) Error() string { return e.Msg }
 
 // Server is the HTTP front of one node.
 type Server struct {
@@ -250,9 +260,9 @@ func (s *Server) route(method, path string, need Access, h func(w http.ResponseW
 		if s.cfg.Auth != nil && need != AccessPublic {
 			subject, err := s.cfg.Auth(r, need)
 			if err != nil {
-				var ue *broker.UserError
-				if errors.As(err, &ue) {
-					writeError(w, ue.Status, ue.Msg)
+				var ae *AuthError
+				if errors.As(err, &ae) {
+					writeError(w, ae.Status, ae.Msg)
 				} else {
 					writeError(w, http.StatusUnauthorized, "Authentication required")
 				}

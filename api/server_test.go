@@ -101,8 +101,8 @@ func TestBrokerErrorMapping(t *testing.T) {
 		status int
 		msg    string
 	}{
-		{&broker.UserError{Status: 409, Msg: "conflict here"}, 409, "conflict here"},
-		{fmt.Errorf("wrapped: %w", &broker.UserError{Status: 400, Msg: "bad thing"}), 400, "bad thing"},
+		{broker.ErrQueueDeleted, 409, broker.ErrQueueDeleted.Error()},
+		{fmt.Errorf("wrapped: %w", broker.ErrQueueDeleted), 409, broker.ErrQueueDeleted.Error()},
 		{fmt.Errorf("push q: %w", broker.ErrUnavailable), 503, "database unavailable"},
 		{errors.New("pg: syntax error"), 500, "internal error: pg: syntax error"},
 	}
@@ -138,7 +138,7 @@ func TestAuthenticatorSeam(t *testing.T) {
 			case "Bearer good":
 				return "user-1", nil
 			case "Bearer low":
-				return "", &broker.UserError{Status: 403, Msg: "Insufficient permissions"}
+				return "", &AuthError{Status: 403, Msg: "Insufficient permissions"}
 			}
 			return "", errors.New("no token")
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"time"
 
 	"github.com/google/uuid"
@@ -36,7 +35,7 @@ func (b *Broker) Push(ctx context.Context, tenant string, producerSub *string, i
 	if errors.Is(err, pg.ErrQueueDeleted) {
 		// Only when deletes keep removing the queue between our attempts
 		// to re-create it (docs/api.md, "queue delete").
-		return nil, &UserError{Status: http.StatusConflict, Msg: "queue deleted during the push; nothing was stored, retry"}
+		return nil, ErrQueueDeleted
 	}
 	if err != nil {
 		return nil, wrap(err)

@@ -209,13 +209,10 @@ type DLQEntry struct {
 	FailedAt      time.Time
 }
 
-// UserError is a request the broker refuses; the API answers it with a 4xx.
-type UserError struct {
-	Status int
-	Msg    string
-}
-
-func (e *UserError) Error() string { return e.Msg }
+// ErrQueueDeleted refuses a push whose queue kept being deleted while it
+// was written: nothing was stored and the client may retry (the API answers
+// 409; docs/api.md, "queue delete").
+var ErrQueueDeleted = errors.New("queue deleted during the push; nothing was stored, retry")
 
 // ErrUnavailable wraps storage failures caused by PostgreSQL being unreachable.
 var ErrUnavailable = errors.New("database unavailable")
