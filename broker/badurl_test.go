@@ -18,7 +18,7 @@ func TestNewBadPGURLFailsAtOnce(t *testing.T) {
 	defer cancel()
 	cfg := broker.DefaultConfig()
 	cfg.NodeName = "n1"
-	cfg.PGURL = "postgres://u:hunter2@h:notaport/db"
+	cfg.PG.URL = "postgres://u:hunter2@h:notaport/db"
 	_, err := broker.New(ctx, cfg, nil)
 	if !errors.Is(err, pg.ErrBadURL) || ctx.Err() != nil {
 		t.Fatalf("New = %v (ctx %v), want pg.ErrBadURL before the deadline", err, ctx.Err())

@@ -73,7 +73,7 @@ func New(ctx context.Context, cfg Config, log hclog.Logger) (*Broker, error) {
 	backoff := 250 * time.Millisecond
 	for {
 		var err error
-		db, err = pg.Open(ctx, cfg.PGURL, cfg.PoolMaxConns, log.Named("pg"))
+		db, err = pg.Open(ctx, cfg.PG.URL, cfg.PG.MaxConns, log.Named("pg"))
 		if err == nil {
 			break
 		}
@@ -101,7 +101,7 @@ func New(ctx context.Context, cfg Config, log hclog.Logger) (*Broker, error) {
 	if cfg.PushCombine {
 		b.push = newPushCombiner(db, DefaultMaxPushRows, &b.stats.PushFlushes)
 	}
-	if cfg.Hotlist {
+	if cfg.Hotlist.Enabled {
 		b.hot = newHotlist(cfg, func(key, event string, kv ...any) {
 			b.hotLog.Debug("trace "+event, append([]any{"queue", queueName(key)}, kv...)...)
 		})
@@ -111,8 +111,8 @@ func New(ctx context.Context, cfg Config, log hclog.Logger) (*Broker, error) {
 }
 
 func (c *Config) validate() error {
-	if c.PoolMaxConns <= 0 {
-		c.PoolMaxConns = DefaultPoolMaxConns
+	if c.PG.MaxConns <= 0 {
+		c.PG.MaxConns = DefaultPoolMaxConns
 	}
 	if c.PopBackoffMin <= 0 {
 		c.PopBackoffMin = DefaultPopBackoffMin
@@ -122,12 +122,6 @@ func (c *Config) validate() error {
 	}
 	if c.MaxPopBytes < 0 {
 		return fmt.Errorf("max pop bytes %d: want 0 (no bound) or more", c.MaxPopBytes)
-	}
-	if c.HotlistShards <= 0 {
-		c.HotlistShards = hotlist.DefaultShards
-	}
-	if c.HotlistWindowBatch <= 0 {
-		c.HotlistWindowBatch = hotlist.DefaultWindowBatch
 	}
 	if _, ok := protocol.ParseSubMode(c.DefaultSubscription); !ok {
 		return fmt.Errorf("default subscription mode %q: want all, new or new-only", c.DefaultSubscription)

@@ -14,7 +14,7 @@ import (
 func TestHintWakesConsumerOnAnotherNode(t *testing.T) {
 	t.Parallel()
 	nodes := nodetest.StartCluster(t, 2, func(c *broker.Config) {
-		c.HotlistReseed = time.Hour        // the floor must not be what delivers
+		c.Hotlist.ReseedInterval = time.Hour        // the floor must not be what delivers
 		c.PopBackoffMax = 10 * time.Second // nor the parked pop's own re-poll
 		c.PopBackoffMin = 10 * time.Second
 	})

@@ -28,7 +28,7 @@ func TestConcurrentProducersAndConsumers(t *testing.T) {
 }
 
 func concurrentWorkload(t *testing.T, hot bool) {
-	n := nodetest.Start(t, func(c *broker.Config) { c.PoolMaxConns = 24; c.Hotlist = hot })
+	n := nodetest.Start(t, func(c *broker.Config) { c.PG.MaxConns = 24; c.Hotlist.Enabled = hot })
 	const (
 		producers  = 8
 		partitions = 50

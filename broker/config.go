@@ -26,9 +26,8 @@ const (
 // Config is the node core's configuration. Use DefaultConfig and change what
 // you need; New validates it.
 type Config struct {
-	PGURL         string        // PostgreSQL URL; "" = pgx/libpq PG* environment variables
+	PG            PGConfig      // the database: URL and pool size
 	NodeName      string        // recorded as lease owner; default: host name (set by the caller)
-	PoolMaxConns  int32         // PostgreSQL pool size, default 32
 	PopBackoffMin time.Duration // first re-poll delay of a parked long-poll, default 25 ms
 	PopBackoffMax time.Duration // re-poll delay cap of a parked long-poll, default 1 s
 	// MaxPopBytes bounds one pop response (QUEEN_POP_MAX_BYTES), default
@@ -40,29 +39,38 @@ type Config struct {
 	// (broker/combine.go). Off, every push is its own transaction.
 	PushCombine bool
 
-	Hotlist             bool          // QUEEN_HOTLIST, default true
-	HotlistShards       int           // QUEEN_HOTLIST_SHARDS, default 8
-	HotlistReseed       time.Duration // QUEEN_HOTLIST_RESEED_MS, default 30 s
-	HotlistIdleSweep    time.Duration // QUEEN_HOTLIST_IDLE_SWEEP_MS, default 300 s; 0 disables
-	HotlistWindowBatch  int           // QUEEN_HOTLIST_WINDOW_BATCH, default 100
-	HotlistTrace        string        // QUEEN_HOTLIST_TRACE queue-name prefix, default "" (off)
+	Hotlist             HotlistConfig // the candidate rings; off = the SQL candidate scan
 	LogTopNQueues       int           // QUEEN_LOG_TOPN_QUEUES, default 10
 	DefaultSubscription string        // server-wide default subscription mode: "" (= all), "new"
+}
+
+// PGConfig is the broker's PostgreSQL pool.
+type PGConfig struct {
+	URL      string // QUEEN_PG_URL; "" = pgx/libpq PG* environment variables
+	MaxConns int32  // QUEEN_PG_MAX_CONNS, default 32
+}
+
+// HotlistConfig is the hot-list's own configuration (package hotlist, its
+// defaults included) plus what the broker does with it.
+type HotlistConfig struct {
+	Enabled   bool          // QUEEN_HOTLIST, default true
+	IdleSweep time.Duration // QUEEN_HOTLIST_IDLE_SWEEP_MS, default 300 s; 0 disables (the sweep loop is the broker's)
+	// Shards (QUEEN_HOTLIST_SHARDS), ReseedInterval (QUEEN_HOTLIST_RESEED_MS),
+	// WindowBatch (QUEEN_HOTLIST_WINDOW_BATCH), TracePrefix
+	// (QUEEN_HOTLIST_TRACE) and the rest, with hotlist.DefaultConfig's values.
+	hotlist.Config
 }
 
 // DefaultConfig returns a Config with every default filled in.
 func DefaultConfig() Config {
 	return Config{
-		PoolMaxConns:       DefaultPoolMaxConns,
-		PopBackoffMin:      DefaultPopBackoffMin,
-		PopBackoffMax:      DefaultPopBackoffMax,
-		MaxPopBytes:        DefaultMaxPopBytes,
-		PushCombine:        DefaultPushCombine,
-		Hotlist:            DefaultHotlistEnabled,
-		HotlistShards:      hotlist.DefaultShards,
-		HotlistReseed:      hotlist.DefaultReseedInterval,
-		HotlistIdleSweep:   DefaultHotlistIdle,
-		HotlistWindowBatch: hotlist.DefaultWindowBatch,
-		LogTopNQueues:      DefaultLogTopN,
+		PG:            PGConfig{MaxConns: DefaultPoolMaxConns},
+		PopBackoffMin: DefaultPopBackoffMin,
+		PopBackoffMax: DefaultPopBackoffMax,
+		MaxPopBytes:   DefaultMaxPopBytes,
+		PushCombine:   DefaultPushCombine,
+		Hotlist: HotlistConfig{Enabled: DefaultHotlistEnabled, IdleSweep: DefaultHotlistIdle,
+			Config: hotlist.DefaultConfig()},
+		LogTopNQueues: DefaultLogTopN,
 	}
 }

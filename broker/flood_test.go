@@ -23,7 +23,7 @@ import (
 // floor (an hour here, so the periodic floor is not what delivers).
 func TestFakeRemoteMarksDoNotStallARealMessage(t *testing.T) {
 	t.Parallel()
-	n := nodetest.Start(t, func(c *broker.Config) { c.HotlistReseed = time.Hour })
+	n := nodetest.Start(t, func(c *broker.Config) { c.Hotlist.ReseedInterval = time.Hour })
 	const q, fakes = "flood", 120000
 	pop(t, n, q, "batch=1&consumerGroup=g")
 	pop(t, n, q, "batch=1&consumerGroup=g") // the ring is registered and warm

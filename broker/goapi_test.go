@@ -21,9 +21,9 @@ import (
 func newBroker(t *testing.T, hot bool) *broker.Broker {
 	t.Helper()
 	cfg := broker.DefaultConfig()
-	cfg.PGURL = pgtest.NewDatabase(t)
+	cfg.PG.URL = pgtest.NewDatabase(t)
 	cfg.NodeName = "goapi"
-	cfg.Hotlist = hot
+	cfg.Hotlist.Enabled = hot
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	b, err := broker.New(ctx, cfg, hclog.NewNullLogger())

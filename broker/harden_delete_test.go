@@ -20,7 +20,7 @@ import (
 // deadlocks). Every request racing deletes must answer cleanly, and once the
 // deletes stop the queue works as a fresh one.
 func TestDeleteQueueUnderTraffic(t *testing.T) {
-	n := nodetest.Start(t, func(c *broker.Config) { c.PoolMaxConns = 24 })
+	n := nodetest.Start(t, func(c *broker.Config) { c.PG.MaxConns = 24 })
 	const queue = "doomed"
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

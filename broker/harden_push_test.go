@@ -107,7 +107,7 @@ func checkDelivered(t *testing.T, queue string, want map[string]bool, got map[st
 // ones deadlocked in push_v2 (it locked the partitions it found, then waited
 // on another push's uncommitted insert of a missing one).
 func TestPushToNewPartitionsNoDeadlock(t *testing.T) {
-	n := nodetest.Start(t, func(c *broker.Config) { c.PoolMaxConns = 24 })
+	n := nodetest.Start(t, func(c *broker.Config) { c.PG.MaxConns = 24 })
 	const (
 		producers  = 8
 		partitions = 100
@@ -172,7 +172,7 @@ func TestPushToNewPartitionsNoDeadlock(t *testing.T) {
 // Item 4: concurrent transactions with two or more push operations deadlocked
 // (each operation locked its partitions separately, with no global order).
 func TestTransactionsWithSeveralPushesNoDeadlock(t *testing.T) {
-	n := nodetest.Start(t, func(c *broker.Config) { c.PoolMaxConns = 24 })
+	n := nodetest.Start(t, func(c *broker.Config) { c.PG.MaxConns = 24 })
 	const (
 		workers    = 27
 		perWorker  = 6

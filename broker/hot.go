@@ -24,12 +24,8 @@ const (
 )
 
 func newHotlist(cfg Config, log func(key, event string, kv ...any)) *hotlist.Hotlist {
-	hc := hotlist.DefaultConfig()
-	hc.Shards = cfg.HotlistShards
-	hc.WindowBatch = cfg.HotlistWindowBatch
-	hc.ReseedInterval = cfg.HotlistReseed
-	hc.TracePrefix = cfg.HotlistTrace
-	if cfg.HotlistTrace != "" {
+	hc := cfg.Hotlist.Config // zero fields take hotlist's defaults in hotlist.New
+	if hc.TracePrefix != "" && hc.Trace == nil {
 		hc.Trace = log
 	}
 	return hotlist.New(hc)
@@ -53,8 +49,8 @@ func (b *Broker) startHotLoops() {
 			b.runReseed(r)
 		}
 	})
-	if b.cfg.HotlistIdleSweep > 0 {
-		b.every(b.cfg.HotlistIdleSweep, func(now time.Time) {
+	if b.cfg.Hotlist.IdleSweep > 0 {
+		b.every(b.cfg.Hotlist.IdleSweep, func(now time.Time) {
 			if n := b.hot.Sweep(now); n > 0 {
 				b.hotLog.Debug("idle sweep", "queues_dropped", n)
 			}

@@ -52,7 +52,7 @@ func BenchmarkSparseWildcardPop(b *testing.B) {
 	for _, parts := range []int{10000, 100000} {
 		for _, hot := range []bool{true, false} {
 			b.Run(fmt.Sprintf("partitions=%d/hotlist=%v", parts, hot), func(b *testing.B) {
-				n := nodetest.Start(b, func(c *broker.Config) { c.Hotlist = hot })
+				n := nodetest.Start(b, func(c *broker.Config) { c.Hotlist.Enabled = hot })
 				fillIdle(b, n, "sparse", parts)
 				sql0 := n.Broker.Stats().PopSQLCalls.Load()
 				lat := make([]time.Duration, 0, b.N)
@@ -84,7 +84,7 @@ func BenchmarkSparseWildcardPop(b *testing.B) {
 func BenchmarkIdleLongPolls(b *testing.B) {
 	for _, hot := range []bool{true, false} {
 		b.Run(fmt.Sprintf("hotlist=%v", hot), func(b *testing.B) {
-			n := nodetest.Start(b, func(c *broker.Config) { c.Hotlist = hot })
+			n := nodetest.Start(b, func(c *broker.Config) { c.Hotlist.Enabled = hot })
 			fillIdle(b, n, "idle", 10000)
 			xacts := func() int64 {
 				count, err := pgtest.TransactionCount(context.Background(), n.DBURL)

@@ -12,8 +12,8 @@ import (
 
 func hotOn(reseed time.Duration) nodetest.Option {
 	return func(c *broker.Config) {
-		c.Hotlist = true
-		c.HotlistReseed = reseed
+		c.Hotlist.Enabled = true
+		c.Hotlist.ReseedInterval = reseed
 	}
 }
 
@@ -54,7 +54,7 @@ func TestIdleLongPollIssuesNoSQL(t *testing.T) {
 		t.Run(fmt.Sprintf("hotlist=%v", hot), func(t *testing.T) {
 			t.Parallel()
 			n := nodetest.Start(t, func(c *broker.Config) {
-				c.Hotlist = hot
+				c.Hotlist.Enabled = hot
 				c.PopBackoffMax = 100 * time.Millisecond
 			})
 			pop(t, n, "idle-q", "batch=1")
@@ -153,8 +153,8 @@ func TestPromoteOnAckServesBacklogWithoutStall(t *testing.T) {
 func TestIdleSweepBoundsRingMemory(t *testing.T) {
 	t.Parallel()
 	n := nodetest.Start(t, func(c *broker.Config) {
-		c.Hotlist = true
-		c.HotlistIdleSweep = 200 * time.Millisecond
+		c.Hotlist.Enabled = true
+		c.Hotlist.IdleSweep = 200 * time.Millisecond
 	})
 	h := n.Broker.Hotlist()
 	for i := 0; i < 30; i++ {

@@ -50,7 +50,7 @@ func BenchmarkNodePopAck(b *testing.B) {
 	for _, hot := range []bool{true, false} {
 		for _, wait := range []string{"false", "true"} {
 			b.Run(fmt.Sprintf("hotlist=%v/wait=%s", hot, wait), func(b *testing.B) {
-				n := nodetest.Start(b, func(c *broker.Config) { c.Hotlist = hot })
+				n := nodetest.Start(b, func(c *broker.Config) { c.Hotlist.Enabled = hot })
 				const parts = 32
 				total := (b.N + 8) * 100
 				for p := 0; p < parts; p++ {

@@ -635,7 +635,7 @@ var semantics = []struct {
 
 func TestSemantics(t *testing.T) {
 	for _, hot := range []bool{true, false} {
-		mode := func(c *broker.Config) { c.Hotlist = hot }
+		mode := func(c *broker.Config) { c.Hotlist.Enabled = hot }
 		t.Run(fmt.Sprintf("hotlist=%v", hot), func(t *testing.T) {
 			for _, tc := range semantics {
 				t.Run(tc.name, func(t *testing.T) {

@@ -24,9 +24,10 @@ const (
 // Config is everything one node needs. Every package keeps its own settings
 // and defaults; this struct only nests them, so a value has one home:
 //
-//   - PostgreSQL (URL, pool size), the node name and the hot-list settings
-//     live in Broker, because the broker opens the pool and owns the
-//     hot-list (its defaults come from package hotlist);
+//   - PostgreSQL (Broker.PG: URL, pool size), the node name and the
+//     hot-list (Broker.Hotlist: hotlist.Config with its package's defaults,
+//     plus on/off and the idle sweep) live in Broker, because the broker
+//     opens the pool and owns the hot-list;
 //   - the tenant and the HTTP limits live in API;
 //   - membership and hint settings live in Mesh.
 //
@@ -98,11 +99,11 @@ func (c Config) Validate() error {
 
 	b := c.Broker
 	bad("Broker.NodeName", CheckName(b.NodeName))
-	if err := pg.CheckURL(b.PGURL); err != nil {
-		bad("Broker.PGURL", err) // never echoes the URL: it may hold a password
+	if err := pg.CheckURL(b.PG.URL); err != nil {
+		bad("Broker.PG.URL", err) // never echoes the URL: it may hold a password
 	}
-	if b.PoolMaxConns < 1 {
-		bad("Broker.PoolMaxConns", fmt.Errorf("%d: want 1 or more", b.PoolMaxConns))
+	if b.PG.MaxConns < 1 {
+		bad("Broker.PG.MaxConns", fmt.Errorf("%d: want 1 or more", b.PG.MaxConns))
 	}
 	positive("Broker.PopBackoffMin", b.PopBackoffMin)
 	if b.PopBackoffMax < b.PopBackoffMin {
@@ -116,16 +117,16 @@ func (c Config) Validate() error {
 	default:
 		bad("Broker.DefaultSubscription", fmt.Errorf("%q: want all, new or new-only", b.DefaultSubscription))
 	}
-	if b.Hotlist {
-		if b.HotlistShards < 1 {
-			bad("Broker.HotlistShards", fmt.Errorf("%d: want 1 or more", b.HotlistShards))
+	if b.Hotlist.Enabled {
+		if b.Hotlist.Shards < 1 {
+			bad("Broker.Hotlist.Shards", fmt.Errorf("%d: want 1 or more", b.Hotlist.Shards))
 		}
-		if b.HotlistWindowBatch < 1 {
-			bad("Broker.HotlistWindowBatch", fmt.Errorf("%d: want 1 or more", b.HotlistWindowBatch))
+		if b.Hotlist.WindowBatch < 1 {
+			bad("Broker.Hotlist.WindowBatch", fmt.Errorf("%d: want 1 or more", b.Hotlist.WindowBatch))
 		}
-		positive("Broker.HotlistReseed", b.HotlistReseed)
-		if b.HotlistIdleSweep < 0 {
-			bad("Broker.HotlistIdleSweep", fmt.Errorf("%v: want 0 (off) or more", b.HotlistIdleSweep))
+		positive("Broker.Hotlist.ReseedInterval", b.Hotlist.ReseedInterval)
+		if b.Hotlist.IdleSweep < 0 {
+			bad("Broker.Hotlist.IdleSweep", fmt.Errorf("%v: want 0 (off) or more", b.Hotlist.IdleSweep))
 		}
 	}
 

@@ -97,7 +97,7 @@ func Start(ctx context.Context, cfg Config, logger hclog.Logger) (*Node, error) 
 		"node", cfg.Broker.NodeName,
 		"http_addr", addr,
 		"version", cfg.Version,
-		"hotlist", onOff(cfg.Broker.Hotlist),
+		"hotlist", onOff(cfg.Broker.Hotlist.Enabled),
 		"mesh", onOff(cfg.Mesh.Enabled),
 	)
 	return n, nil

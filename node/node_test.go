@@ -33,7 +33,7 @@ func TestValidateNamesEveryBadField(t *testing.T) {
 	cfg.Broker.NodeName = "n1"
 	cfg.HTTPAddr = "6632"
 	cfg.API.MaxConns = 0
-	cfg.Broker.PoolMaxConns = 0
+	cfg.Broker.PG.MaxConns = 0
 	cfg.Broker.DefaultSubscription = "latest"
 	cfg.Mesh.HintCap = 0
 	cfg.Mesh.DropRate = 2
@@ -43,7 +43,7 @@ func TestValidateNamesEveryBadField(t *testing.T) {
 		t.Fatal("accepted")
 	}
 	lines := strings.Split(err.Error(), "\n")
-	want := []string{"HTTPAddr:", "API.MaxConns:", "Broker.PoolMaxConns:", "Broker.DefaultSubscription:",
+	want := []string{"HTTPAddr:", "API.MaxConns:", "Broker.PG.MaxConns:", "Broker.DefaultSubscription:",
 		"Mesh.Secret:", "Mesh.HintCap:", "Mesh.DropRate:"}
 	if len(lines) != len(want) {
 		t.Fatalf("%d errors, want %d:\n%v", len(lines), len(want), err)
@@ -66,7 +66,7 @@ func TestStartServesAndStops(t *testing.T) {
 	cfg := node.DefaultConfig()
 	cfg.HTTPAddr = "127.0.0.1:0"
 	cfg.Broker.NodeName = "n1"
-	cfg.Broker.PGURL = pgtest.NewDatabase(t)
+	cfg.Broker.PG.URL = pgtest.NewDatabase(t)
 	cfg.Mesh.Enabled = false
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -127,7 +127,7 @@ func TestStartFailsFastOnATakenPort(t *testing.T) {
 	cfg := node.DefaultConfig()
 	cfg.HTTPAddr = ln.Addr().String()
 	cfg.Broker.NodeName = "n1"
-	cfg.Broker.PGURL = "postgres://nobody@127.0.0.1:1/none" // never reached
+	cfg.Broker.PG.URL = "postgres://nobody@127.0.0.1:1/none" // never reached
 	cfg.Mesh.Enabled = false
 	start := time.Now()
 	_, err = node.Start(context.Background(), cfg, nil)

@@ -48,7 +48,7 @@ func settings() []setting {
 	return []setting{
 		{env: "QUEEN_PG_URL", flag: "pg-url", usage: "PostgreSQL connection URL (empty = libpq PG* variables)", secret: true,
 			apply: func(c *Config, v string) error {
-				c.Node.Broker.PGURL = v
+				c.Node.Broker.PG.URL = v
 				// Checked here: the broker retries a database that is down,
 				// and would retry an unparseable string forever.
 				if err := pg.CheckURL(v); err != nil {
@@ -82,10 +82,10 @@ func settings() []setting {
 			}},
 		{env: "QUEEN_TENANT", flag: "tenant", def: d.API.Tenant, usage: "tenant of requests that carry none",
 			apply: func(c *Config, v string) error { c.Node.API.Tenant = v; return checkName(v) }},
-		{env: "QUEEN_PG_MAX_CONNS", flag: "pg-max-conns", def: strconv.Itoa(int(d.Broker.PoolMaxConns)), usage: "PostgreSQL pool size",
+		{env: "QUEEN_PG_MAX_CONNS", flag: "pg-max-conns", def: strconv.Itoa(int(d.Broker.PG.MaxConns)), usage: "PostgreSQL pool size",
 			apply: func(c *Config, v string) error {
 				n, err := intIn(v, 1, 10000)
-				c.Node.Broker.PoolMaxConns = int32(n)
+				c.Node.Broker.PG.MaxConns = int32(n)
 				return err
 			}},
 		{env: "QUEEN_POP_BACKOFF_MAX_MS", flag: "pop-backoff-max-ms", def: ms(d.Broker.PopBackoffMax), usage: "re-poll delay cap of a parked long-poll",
@@ -134,27 +134,27 @@ func settings() []setting {
 				return err
 			}},
 
-		{env: "QUEEN_HOTLIST", flag: "hotlist", def: boolDef(d.Broker.Hotlist), isBool: true, usage: "hot-list candidate rings (0 = SQL candidate scan)",
-			apply: func(c *Config, v string) error { return boolean(v, &c.Node.Broker.Hotlist) }},
-		{env: "QUEEN_HOTLIST_SHARDS", flag: "hotlist-shards", def: strconv.Itoa(d.Broker.HotlistShards), usage: "sub-rings per ring",
+		{env: "QUEEN_HOTLIST", flag: "hotlist", def: boolDef(d.Broker.Hotlist.Enabled), isBool: true, usage: "hot-list candidate rings (0 = SQL candidate scan)",
+			apply: func(c *Config, v string) error { return boolean(v, &c.Node.Broker.Hotlist.Enabled) }},
+		{env: "QUEEN_HOTLIST_SHARDS", flag: "hotlist-shards", def: strconv.Itoa(d.Broker.Hotlist.Shards), usage: "sub-rings per ring",
 			apply: func(c *Config, v string) error {
 				var err error
-				c.Node.Broker.HotlistShards, err = intIn(v, 1, 256)
+				c.Node.Broker.Hotlist.Shards, err = intIn(v, 1, 256)
 				return err
 			}},
-		{env: "QUEEN_HOTLIST_RESEED_MS", flag: "hotlist-reseed-ms", def: ms(d.Broker.HotlistReseed), usage: "per-ring reseed floor interval",
-			apply: func(c *Config, v string) error { return durationMS(v, &c.Node.Broker.HotlistReseed, 10, 86400000) }},
-		{env: "QUEEN_HOTLIST_IDLE_SWEEP_MS", flag: "hotlist-idle-sweep-ms", def: ms(d.Broker.HotlistIdleSweep), usage: "idle ring sweep interval (0 = off)",
-			apply: func(c *Config, v string) error { return durationMS(v, &c.Node.Broker.HotlistIdleSweep, 0, 86400000) }},
-		{env: "QUEEN_HOTLIST_WINDOW_BATCH", flag: "hotlist-window-batch", def: strconv.Itoa(d.Broker.HotlistWindowBatch), usage: "windowBuffer early promotion threshold",
+		{env: "QUEEN_HOTLIST_RESEED_MS", flag: "hotlist-reseed-ms", def: ms(d.Broker.Hotlist.ReseedInterval), usage: "per-ring reseed floor interval",
+			apply: func(c *Config, v string) error { return durationMS(v, &c.Node.Broker.Hotlist.ReseedInterval, 10, 86400000) }},
+		{env: "QUEEN_HOTLIST_IDLE_SWEEP_MS", flag: "hotlist-idle-sweep-ms", def: ms(d.Broker.Hotlist.IdleSweep), usage: "idle ring sweep interval (0 = off)",
+			apply: func(c *Config, v string) error { return durationMS(v, &c.Node.Broker.Hotlist.IdleSweep, 0, 86400000) }},
+		{env: "QUEEN_HOTLIST_WINDOW_BATCH", flag: "hotlist-window-batch", def: strconv.Itoa(d.Broker.Hotlist.WindowBatch), usage: "windowBuffer early promotion threshold",
 			apply: func(c *Config, v string) error {
 				var err error
-				c.Node.Broker.HotlistWindowBatch, err = intIn(v, 1, 1000000)
+				c.Node.Broker.Hotlist.WindowBatch, err = intIn(v, 1, 1000000)
 				return err
 			}},
 		{env: "QUEEN_HOTLIST_TRACE", flag: "hotlist-trace", usage: "queue-name prefix for trace breadcrumbs (empty = off)",
 			apply: func(c *Config, v string) error {
-				c.Node.Broker.HotlistTrace = v
+				c.Node.Broker.Hotlist.TracePrefix = v
 				if len(v) > broker.MaxNameBytes {
 					return fmt.Errorf("want at most %d bytes", broker.MaxNameBytes)
 				}

@@ -56,9 +56,9 @@ func start(t testing.TB, dbURL, name string, mc *mesh.Config, opts []Option) *No
 	t.Helper()
 	cfg := node.DefaultConfig()
 	cfg.HTTPAddr = "127.0.0.1:0"
-	cfg.Broker.PGURL = dbURL
+	cfg.Broker.PG.URL = dbURL
 	cfg.Broker.NodeName = name
-	cfg.Broker.PoolMaxConns = 16
+	cfg.Broker.PG.MaxConns = 16
 	for _, o := range opts {
 		o(&cfg.Broker)
 	}
