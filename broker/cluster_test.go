@@ -14,8 +14,8 @@ import (
 func TestHintWakesConsumerOnAnotherNode(t *testing.T) {
 	t.Parallel()
 	nodes := nodetest.StartCluster(t, 2, func(c *broker.Config) {
-		c.Hotlist.ReseedInterval = time.Hour        // the floor must not be what delivers
-		c.PopBackoffMax = 10 * time.Second // nor the parked pop's own re-poll
+		c.Hotlist.ReseedInterval = time.Hour // the floor must not be what delivers
+		c.PopBackoffMax = 10 * time.Second   // nor the parked pop's own re-poll
 		c.PopBackoffMin = 10 * time.Second
 	})
 	a, b := nodes[0], nodes[1]

@@ -143,7 +143,9 @@ func settings() []setting {
 				return err
 			}},
 		{env: "QUEEN_HOTLIST_RESEED_MS", flag: "hotlist-reseed-ms", def: ms(d.Broker.Hotlist.ReseedInterval), usage: "per-ring reseed floor interval",
-			apply: func(c *Config, v string) error { return durationMS(v, &c.Node.Broker.Hotlist.ReseedInterval, 10, 86400000) }},
+			apply: func(c *Config, v string) error {
+				return durationMS(v, &c.Node.Broker.Hotlist.ReseedInterval, 10, 86400000)
+			}},
 		{env: "QUEEN_HOTLIST_IDLE_SWEEP_MS", flag: "hotlist-idle-sweep-ms", def: ms(d.Broker.Hotlist.IdleSweep), usage: "idle ring sweep interval (0 = off)",
 			apply: func(c *Config, v string) error { return durationMS(v, &c.Node.Broker.Hotlist.IdleSweep, 0, 86400000) }},
 		{env: "QUEEN_HOTLIST_WINDOW_BATCH", flag: "hotlist-window-batch", def: strconv.Itoa(d.Broker.Hotlist.WindowBatch), usage: "windowBuffer early promotion threshold",
