@@ -18,7 +18,7 @@ func TestReviewDocsNameExistingSQLFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	docs = append(docs, "../README.md")
-	re := regexp.MustCompile("pg/sql/[A-Za-z0-9_./]+\\.sql")
+	re := regexp.MustCompile(`pg/sql/[A-Za-z0-9_./]+\.sql`)
 	for _, d := range docs {
 		b, err := os.ReadFile(d)
 		if err != nil {
