@@ -42,12 +42,14 @@ func (b *Broker) Ack(ctx context.Context, tenant string, items []AckItem) ([]Ack
 func ackRows(items []AckItem) []pg.AckRow {
 	rows := make([]pg.AckRow, len(items))
 	for i, it := range items {
-		pid := it.PartitionID
-		if _, err := uuid.Parse(pid); err != nil {
-			// Not an id we ever issued: it matches no partition, so the item
-			// reports "Message not found" instead of failing the whole call.
-			pid = uuid.Nil.String()
+		pid := uuid.Nil.String()
+		if u, err := uuid.Parse(it.PartitionID); err == nil {
+			// The canonical spelling: uuid.Parse also reads forms that
+			// PostgreSQL's uuid input refuses (urn:uuid:...).
+			pid = u.String()
 		}
+		// Otherwise not an id we ever issued: it matches no partition, so
+		// the item reports "Message not found" instead of failing the call.
 		rows[i] = pg.AckRow{Group: it.Group, PartitionID: pid, TxID: it.TransactionID,
 			Status: it.Status, LeaseID: it.LeaseID, Error: it.Error}
 	}

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // QueueConfig is a queue row's configuration.
@@ -292,6 +291,15 @@ func (db *DB) DeleteConsumerGroup(ctx context.Context, tenant, group, queue stri
 			return fmt.Errorf("delete consumer group %s: %w", group, err)
 		}
 		n = int(tag.RowsAffected())
+		// The group starts over: its dead-letter entries no longer tell
+		// how a message was last resolved (ack_v1, docs/api.md "Acks").
+		_, err = t.tx.Exec(ctx, `UPDATE queen.dead_letters d SET superseded = true
+			FROM queen.partitions p, queen.queues q
+			WHERE d.partition_id = p.id AND p.queue_id = q.id AND q.tenant = $1
+			  AND d.consumer_group = $2 AND ($3 = '' OR q.name = $3) AND NOT d.superseded`, tenant, group, queue)
+		if err != nil {
+			return fmt.Errorf("delete consumer group %s: dead letters: %w", group, err)
+		}
 		if deleteMetadata {
 			_, err = t.tx.Exec(ctx, `DELETE FROM queen.consumer_groups_metadata m
 				USING queen.queues q
@@ -312,9 +320,11 @@ func (db *DB) DeleteConsumerGroup(ctx context.Context, tenant, group, queue stri
 func (db *DB) Seek(ctx context.Context, tenant, group, queue string, toEnd bool, ts *time.Time) (int, error) {
 	// One statement that updates consumer rows in no particular order: a
 	// deadlock with an ack rolls it back whole, so retry it.
-	var tag pgconn.CommandTag
+	// The dead-letter entries past the new cursor are superseded: those
+	// messages are pending again (ack_v1, docs/api.md "Acks", rule 5).
+	var n int
 	err := db.retry(ctx, false, func() (err error) {
-		tag, err = db.pool.Exec(ctx, `UPDATE queen.consumers c
+		return db.pool.QueryRow(ctx, `WITH s AS (UPDATE queen.consumers c
 		SET committed_offset = CASE WHEN $4 THEN p.last_offset ELSE
 				COALESCE((SELECT max(m.off) FROM queen.messages m
 				          WHERE m.partition_id = p.id AND m.created_at <= $5), 0) END,
@@ -324,12 +334,16 @@ func (db *DB) Seek(ctx context.Context, tenant, group, queue string, toEnd bool,
 			acked = '{}', lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, retry_count = 0,
 			updated_at = clock_timestamp()
 		FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
-		WHERE c.partition_id = p.id AND q.tenant = $1 AND q.name = $3 AND c.consumer_group = $2`,
-			tenant, group, queue, toEnd, ts)
-		return err
+		WHERE c.partition_id = p.id AND q.tenant = $1 AND q.name = $3 AND c.consumer_group = $2
+		RETURNING c.partition_id, c.committed_offset),
+		d AS (UPDATE queen.dead_letters d SET superseded = true FROM s
+			WHERE d.partition_id = s.partition_id AND d.consumer_group = $2
+			  AND d.off > s.committed_offset AND NOT d.superseded)
+		SELECT count(*) FROM s`,
+			tenant, group, queue, toEnd, ts).Scan(&n)
 	})
 	if err != nil {
 		return 0, fmt.Errorf("seek %s/%s: %w", group, queue, err)
 	}
-	return int(tag.RowsAffected()), nil
+	return n, nil
 }

@@ -270,10 +270,13 @@ BEGIN
         IF v_resolved AND r.st IN ('completed', 'success')
            AND (r.lease IS NULL OR (v_live AND r.lease = v_c.lease_id) OR NOT EXISTS (
                 SELECT 1 FROM queen.dead_letters d
-                WHERE d.partition_id = r.pid AND d.consumer_group = r.grp AND d.off = r.off)) THEN
+                WHERE d.partition_id = r.pid AND d.consumer_group = r.grp AND d.off = r.off
+                  AND NOT d.superseded)) THEN
             -- idempotent: a retried completed ack whose first answer was lost.
             -- A message dead-lettered meanwhile was not completed: a stale
             -- lease's completed ack for it is refused below, not told success.
+            -- An entry a seek or a group delete superseded does not count:
+            -- the message was pending again since, and may have been completed.
             o_success := true; o_error := NULL; RETURN NEXT;
             CONTINUE;
         END IF;
