@@ -159,34 +159,7 @@ func fastAckItems(raw []byte, maxItems int) ([]broker.AckItem, bool) {
 // ackItems reads the acknowledgments array at pos. Past maxItems it fails,
 // and the field-by-field path answers 413.
 func (s *bodyScanner) ackItems(maxItems int) ([]broker.AckItem, bool) {
-	if s.pos >= len(s.data) || s.data[s.pos] != '[' {
-		return nil, false
-	}
-	s.pos++
-	items := []broker.AckItem{} // [] is an empty batch, not an absent array
-	var prev broker.AckItem
-	for first := true; ; first = false {
-		done, ok := s.element(first)
-		if !ok {
-			return nil, false
-		}
-		if done {
-			return items, true
-		}
-		if len(items) == maxItems {
-			return nil, false
-		}
-		start := s.pos
-		it, ok := s.ackItem(prev)
-		if !ok {
-			return nil, false
-		}
-		if len(items) == 0 {
-			items = make([]broker.AckItem, 0, estimateItems(len(s.data)-start, s.pos-start, maxItems))
-		}
-		items = append(items, it)
-		prev = it
-	}
+	return scanArray(s, maxItems, s.ackItem)
 }
 
 // ackItem reads one acknowledgment object at pos; prev is the one before

@@ -144,34 +144,7 @@ func fastPushItems(raw []byte, maxItems int) ([]broker.PushItem, bool) {
 // field-by-field path answers 413: what was decoded until then is bounded
 // by maxItems, whatever the size of the body.
 func (s *bodyScanner) pushItems(maxItems int) ([]broker.PushItem, bool) {
-	if s.pos >= len(s.data) || s.data[s.pos] != '[' {
-		return nil, false
-	}
-	s.pos++
-	items := []broker.PushItem{} // [] is an empty push, not an absent array
-	var prev broker.PushItem
-	for first := true; ; first = false {
-		done, ok := s.element(first)
-		if !ok {
-			return nil, false
-		}
-		if done {
-			return items, true
-		}
-		if len(items) == maxItems {
-			return nil, false
-		}
-		start := s.pos
-		it, ok := s.pushItem(prev)
-		if !ok {
-			return nil, false
-		}
-		if len(items) == 0 {
-			items = make([]broker.PushItem, 0, estimateItems(len(s.data)-start, s.pos-start, maxItems))
-		}
-		items = append(items, it)
-		prev = it
-	}
+	return scanArray(s, maxItems, s.pushItem)
 }
 
 // pushItem reads one item object at pos; prev is the item before it, whose

@@ -426,3 +426,38 @@ func unquote(raw []byte) (string, bool) {
 	}
 	return b.String(), true
 }
+
+// scanArray reads a JSON array of objects at pos with item, which gets the
+// element before (whose names it may reuse). An empty array is an empty,
+// non-nil slice; more than maxItems elements fail, before the extra one is
+// decoded. The slice is sized once, from the first element's length.
+func scanArray[T any](s *bodyScanner, maxItems int, item func(prev T) (T, bool)) ([]T, bool) {
+	if s.pos >= len(s.data) || s.data[s.pos] != '[' {
+		return nil, false
+	}
+	s.pos++
+	items := []T{} // [] is an empty batch, not an absent array
+	var prev T
+	for first := true; ; first = false {
+		done, ok := s.element(first)
+		if !ok {
+			return nil, false
+		}
+		if done {
+			return items, true
+		}
+		if len(items) == maxItems {
+			return nil, false
+		}
+		start := s.pos
+		it, ok := item(prev)
+		if !ok {
+			return nil, false
+		}
+		if len(items) == 0 {
+			items = make([]T, 0, estimateItems(len(s.data)-start, s.pos-start, maxItems))
+		}
+		items = append(items, it)
+		prev = it
+	}
+}
