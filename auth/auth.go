@@ -47,7 +47,8 @@ const (
 )
 
 // Config is the JWT configuration; cmd/queen-node maps the JWT_* variables
-// onto it. Zero values of the optional fields take their defaults in New.
+// onto it. Zero values of the optional fields take their defaults in New,
+// except ClockSkew (0 = no leeway; DefaultConfig sets 30 s).
 type Config struct {
 	Enabled   bool          // JWT_ENABLED; default false (no authentication)
 	Algorithm string        // JWT_ALGORITHM: HS256, RS256 or ES256; default HS256
@@ -56,7 +57,7 @@ type Config struct {
 	JWKSURL   string        // JWT_JWKS_URL: JWKS for RS256/ES256, keys chosen by kid
 	Issuer    string        // JWT_ISSUER: required `iss` when set
 	Audience  string        // JWT_AUDIENCE: required in `aud` when set
-	ClockSkew time.Duration // JWT_CLOCK_SKEW (seconds): leeway for exp/nbf; default 30 s
+	ClockSkew time.Duration // JWT_CLOCK_SKEW (seconds): leeway for exp/nbf; DefaultConfig: 30 s, 0 = none
 
 	RoleClaim     string // JWT_ROLE_CLAIM: string claim with the role; default "role"
 	RolesClaim    string // JWT_ROLES_CLAIM: array claim with roles; default "roles"
@@ -105,9 +106,6 @@ func (c Config) withDefaults() Config {
 	def(&c.RoleReadWrite, d.RoleReadWrite)
 	def(&c.RoleAdmin, d.RoleAdmin)
 	c.Algorithm = strings.ToUpper(c.Algorithm)
-	if c.ClockSkew == 0 {
-		c.ClockSkew = d.ClockSkew
-	}
 	if c.SkipPaths == nil {
 		c.SkipPaths = d.SkipPaths
 	}
