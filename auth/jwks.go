@@ -20,14 +20,17 @@ const maxJWKSBytes = 1 << 20
 
 // jwks is a JWKS URL's keys of the configured algorithm, by kid. A token
 // with a kid not in the cache refetches the set, at most once per refetch
-// interval (key rotation without hammering the identity provider).
+// interval (key rotation without hammering the identity provider). Tokens
+// with known kids never wait for a fetch.
 type jwks struct {
 	url     string
 	alg     string
 	client  *http.Client
 	refetch time.Duration
 
-	mu      sync.Mutex // held during a fetch, so concurrent misses fetch once
+	fetchMu sync.Mutex // held during a fetch, so concurrent misses fetch once
+
+	mu      sync.RWMutex
 	keys    map[string]any
 	fetched time.Time // last fetch attempt; zero = never
 }
@@ -39,37 +42,48 @@ func newJWKS(url, alg string, client *http.Client, refetch time.Duration) *jwks 
 // key returns the key with kid ("" = the set's only usable key), fetching
 // the set when kid is unknown and the last fetch is old enough.
 func (j *jwks) key(kid string) (any, error) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if k, ok := j.lookup(kid); ok {
+	if k, ok, _ := j.cached(kid); ok {
 		return k, nil
 	}
-	if !j.fetched.IsZero() && time.Since(j.fetched) < j.refetch {
+	j.fetchMu.Lock()
+	defer j.fetchMu.Unlock()
+	k, ok, fetched := j.cached(kid) // another miss may have fetched meanwhile
+	if ok {
+		return k, nil
+	}
+	if !fetched.IsZero() && time.Since(fetched) < j.refetch {
 		return nil, fmt.Errorf("unknown kid %q (JWKS refetch rate-limited)", kid)
 	}
+	j.mu.Lock()
 	j.fetched = time.Now()
+	j.mu.Unlock()
 	keys, err := j.fetch()
 	if err != nil {
 		return nil, fmt.Errorf("fetch JWKS: %w", err)
 	}
+	j.mu.Lock()
 	j.keys = keys
-	if k, ok := j.lookup(kid); ok {
+	j.mu.Unlock()
+	if k, ok, _ := j.cached(kid); ok {
 		return k, nil
 	}
 	return nil, fmt.Errorf("unknown kid %q", kid)
 }
 
-func (j *jwks) lookup(kid string) (any, bool) {
+// cached looks kid up in the cache and reports the last fetch time.
+func (j *jwks) cached(kid string) (any, bool, time.Time) {
+	j.mu.RLock()
+	defer j.mu.RUnlock()
 	if kid == "" {
 		if len(j.keys) != 1 {
-			return nil, false
+			return nil, false, j.fetched
 		}
 		for _, k := range j.keys {
-			return k, true
+			return k, true, j.fetched
 		}
 	}
 	k, ok := j.keys[kid]
-	return k, ok
+	return k, ok, j.fetched
 }
 
 func (j *jwks) fetch() (map[string]any, error) {
