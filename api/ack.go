@@ -82,7 +82,7 @@ func parseAckItem(o object, defaultGroup string) (broker.AckItem, error) {
 }
 
 // POST /api/v1/ack
-func (s *Server) handleAck(w http.ResponseWriter, r *http.Request, _ *string) {
+func (s *Server) handleAck(w http.ResponseWriter, r *http.Request, c caller) {
 	body, err := s.readObject(w, r)
 	if err != nil {
 		writeReqError(w, err)
@@ -93,7 +93,7 @@ func (s *Server) handleAck(w http.ResponseWriter, r *http.Request, _ *string) {
 		writeReqError(w, err)
 		return
 	}
-	res, err := s.b.Ack(r.Context(), s.cfg.Tenant, []broker.AckItem{item})
+	res, err := s.b.Ack(r.Context(), c.tenant, []broker.AckItem{item})
 	if err != nil {
 		s.brokerError(w, r, "ack", err)
 		return
@@ -229,7 +229,7 @@ func (s *bodyScanner) ackItem(prev broker.AckItem) (broker.AckItem, bool) {
 }
 
 // POST /api/v1/ack/batch
-func (s *Server) handleAckBatch(w http.ResponseWriter, r *http.Request, _ *string) {
+func (s *Server) handleAckBatch(w http.ResponseWriter, r *http.Request, c caller) {
 	raw, err := s.readBody(w, r)
 	if err != nil {
 		writeReqError(w, err)
@@ -240,7 +240,7 @@ func (s *Server) handleAckBatch(w http.ResponseWriter, r *http.Request, _ *strin
 		writeReqError(w, err)
 		return
 	}
-	s.ackItems(w, r, items)
+	s.ackItems(w, r, c.tenant, items)
 }
 
 // decodeAckBatch decodes a batch ack body: the fast path when
@@ -287,10 +287,10 @@ func slowAckItems(raw []byte, maxItems int) ([]broker.AckItem, error) {
 	return items, nil
 }
 
-func (s *Server) ackItems(w http.ResponseWriter, r *http.Request, items []broker.AckItem) {
+func (s *Server) ackItems(w http.ResponseWriter, r *http.Request, tenant string, items []broker.AckItem) {
 	out := []ackResult{}
 	if len(items) > 0 {
-		res, err := s.b.Ack(r.Context(), s.cfg.Tenant, items)
+		res, err := s.b.Ack(r.Context(), tenant, items)
 		if err != nil {
 			s.brokerError(w, r, "ack batch", err)
 			return
@@ -311,7 +311,7 @@ type leaseResponse struct {
 }
 
 // POST /api/v1/lease/{leaseId}/extend
-func (s *Server) handleLeaseExtend(w http.ResponseWriter, r *http.Request, _ *string) {
+func (s *Server) handleLeaseExtend(w http.ResponseWriter, r *http.Request, c caller) {
 	leaseID := r.PathValue("leaseId")
 	if err := checkName("leaseId", leaseID); err != nil {
 		writeReqError(w, err)
@@ -330,7 +330,7 @@ func (s *Server) handleLeaseExtend(w http.ResponseWriter, r *http.Request, _ *st
 	if !ok {
 		seconds = DefaultLeaseExtendSeconds
 	}
-	res, err := s.b.ExtendLease(r.Context(), s.cfg.Tenant, leaseID, seconds)
+	res, err := s.b.ExtendLease(r.Context(), c.tenant, leaseID, seconds)
 	if err != nil {
 		s.brokerError(w, r, "extend lease", err)
 		return

@@ -43,7 +43,7 @@ type dlqResponse struct {
 }
 
 // GET /api/v1/dlq
-func (s *Server) handleDLQ(w http.ResponseWriter, r *http.Request, _ *string) {
+func (s *Server) handleDLQ(w http.ResponseWriter, r *http.Request, c caller) {
 	q := r.URL.Query()
 	dq := broker.DLQQuery{
 		Queue:     q.Get("queue"),
@@ -78,7 +78,7 @@ func (s *Server) handleDLQ(w http.ResponseWriter, r *http.Request, _ *string) {
 		*f.dst = &t
 	}
 
-	entries, total, err := s.b.ListDLQ(r.Context(), s.cfg.Tenant, dq)
+	entries, total, err := s.b.ListDLQ(r.Context(), c.tenant, dq)
 	if err != nil {
 		s.brokerError(w, r, "list dlq", err)
 		return

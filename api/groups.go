@@ -14,7 +14,7 @@ type deleteGroupResponse struct {
 }
 
 // DELETE /api/v1/consumer-groups/{group}[/queues/{queue}]
-func (s *Server) handleDeleteGroup(w http.ResponseWriter, r *http.Request, _ *string) {
+func (s *Server) handleDeleteGroup(w http.ResponseWriter, r *http.Request, c caller) {
 	group, queue := r.PathValue("group"), r.PathValue("queue")
 	if err := checkName("consumerGroup", group); err != nil {
 		writeReqError(w, err)
@@ -28,7 +28,7 @@ func (s *Server) handleDeleteGroup(w http.ResponseWriter, r *http.Request, _ *st
 		}
 	}
 	deleteMetadata := queryBool(r.URL.Query(), "deleteMetadata", true) // default true, as in the reference
-	n, err := s.b.DeleteConsumerGroup(r.Context(), s.cfg.Tenant, group, queue, deleteMetadata)
+	n, err := s.b.DeleteConsumerGroup(r.Context(), c.tenant, group, queue, deleteMetadata)
 	if err != nil {
 		s.brokerError(w, r, "delete consumer group", err)
 		return
@@ -52,7 +52,7 @@ type seekResponse struct {
 }
 
 // POST /api/v1/consumer-groups/{group}/queues/{queue}/seek
-func (s *Server) handleSeek(w http.ResponseWriter, r *http.Request, _ *string) {
+func (s *Server) handleSeek(w http.ResponseWriter, r *http.Request, c caller) {
 	group, queue := r.PathValue("group"), r.PathValue("queue")
 	if err := checkName("consumerGroup", group); err != nil {
 		writeReqError(w, err)
@@ -95,7 +95,7 @@ func (s *Server) handleSeek(w http.ResponseWriter, r *http.Request, _ *string) {
 		writeError(w, http.StatusBadRequest, neither)
 		return
 	}
-	n, err := s.b.Seek(r.Context(), s.cfg.Tenant, group, queue, toEnd, ts)
+	n, err := s.b.Seek(r.Context(), c.tenant, group, queue, toEnd, ts)
 	if err != nil {
 		s.brokerError(w, r, "seek", err)
 		return

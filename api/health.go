@@ -19,7 +19,7 @@ type healthResponse struct {
 }
 
 // GET /health
-func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request, _ *string) {
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request, _ caller) {
 	ctx, cancel := context.WithTimeout(r.Context(), healthTimeout)
 	defer cancel()
 	if err := s.b.Health(ctx); err != nil {

@@ -81,7 +81,7 @@ func writePop(w http.ResponseWriter, res *broker.PopResult, deadline time.Durati
 }
 
 // GET /api/v1/pop/queue/{queue}[/partition/{partition}]
-func (s *Server) handlePop(w http.ResponseWriter, r *http.Request, _ *string) {
+func (s *Server) handlePop(w http.ResponseWriter, r *http.Request, c caller) {
 	req, err := s.parsePop(r)
 	if err != nil {
 		writeReqError(w, err)
@@ -95,7 +95,7 @@ func (s *Server) handlePop(w http.ResponseWriter, r *http.Request, _ *string) {
 	stop := context.AfterFunc(s.drainCtx, cancel)
 	defer stop()
 
-	res, err := s.b.Pop(ctx, s.cfg.Tenant, req)
+	res, err := s.b.Pop(ctx, c.tenant, req)
 	if err != nil {
 		if s.drainCtx.Err() != nil && r.Context().Err() == nil {
 			w.WriteHeader(http.StatusNoContent)

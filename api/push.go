@@ -27,7 +27,7 @@ type pushResult struct {
 }
 
 // POST /api/v1/push
-func (s *Server) handlePush(w http.ResponseWriter, r *http.Request, sub *string) {
+func (s *Server) handlePush(w http.ResponseWriter, r *http.Request, c caller) {
 	raw, err := s.readBody(w, r)
 	if err != nil {
 		writeReqError(w, err)
@@ -40,7 +40,7 @@ func (s *Server) handlePush(w http.ResponseWriter, r *http.Request, sub *string)
 	}
 	out := []pushResult{}
 	if len(items) > 0 {
-		res, err := s.b.Push(r.Context(), s.cfg.Tenant, sub, items)
+		res, err := s.b.Push(r.Context(), c.tenant, c.sub, items)
 		if err != nil {
 			s.brokerError(w, r, "push", err)
 			return

@@ -19,7 +19,7 @@ type configureResponse struct {
 }
 
 // POST /api/v1/configure
-func (s *Server) handleConfigure(w http.ResponseWriter, r *http.Request, _ *string) {
+func (s *Server) handleConfigure(w http.ResponseWriter, r *http.Request, c caller) {
 	body, err := s.readObject(w, r)
 	if err != nil {
 		writeReqError(w, err)
@@ -30,7 +30,7 @@ func (s *Server) handleConfigure(w http.ResponseWriter, r *http.Request, _ *stri
 		writeReqError(w, err)
 		return
 	}
-	res, err := s.b.Configure(r.Context(), s.cfg.Tenant, req)
+	res, err := s.b.Configure(r.Context(), c.tenant, req)
 	if err != nil {
 		s.brokerError(w, r, "configure", err)
 		return
@@ -156,13 +156,13 @@ type deleteQueueResponse struct {
 }
 
 // DELETE /api/v1/resources/queues/{queue}
-func (s *Server) handleDeleteQueue(w http.ResponseWriter, r *http.Request, _ *string) {
+func (s *Server) handleDeleteQueue(w http.ResponseWriter, r *http.Request, c caller) {
 	queue := r.PathValue("queue")
 	if err := checkName("queue", queue); err != nil {
 		writeReqError(w, err)
 		return
 	}
-	existed, err := s.b.DeleteQueue(r.Context(), s.cfg.Tenant, queue)
+	existed, err := s.b.DeleteQueue(r.Context(), c.tenant, queue)
 	if err != nil {
 		s.brokerError(w, r, "delete queue", err)
 		return

@@ -55,7 +55,7 @@ const (
 
 // Config tunes the HTTP layer. Zero fields take their defaults in New.
 type Config struct {
-	Tenant            string        // tenant of every request (clients never send one); default broker.DefaultTenant
+	Tenant            string        // tenant of requests whose Identity names none (clients never send one); default broker.DefaultTenant
 	MaxBodyBytes      int64         // request body limit, larger → 413; default 10 MiB
 	MaxPushItems      int           // items per push, and pushed items per transaction; default 10000
 	MaxAckItems       int           // acknowledgments per batch ack; default 10000
@@ -165,12 +165,24 @@ const (
 	AccessAdmin
 )
 
-// Authenticator is the JWT seam. It is called before every guarded route
-// with the level that route needs. It returns the caller's subject ("" =
-// none), which is stamped as producerSub on pushed messages, or an error: an
-// *AuthError (401/403) is answered with its status and message, anything
-// else as 401.
-type Authenticator func(r *http.Request, need Access) (subject string, err error)
+// Authenticator is the JWT seam (package auth implements it). It is called
+// before every guarded route with the level that route needs. It returns the
+// caller's Identity, or an error: an *AuthError (401/403) is answered with
+// its status and message, anything else as 401.
+type Authenticator func(r *http.Request, need Access) (Identity, error)
+
+// Identity is who a request comes from, as the Authenticator says.
+type Identity struct {
+	Subject string // "" = none; stamped as producerSub on pushed messages
+	Tenant  string // the request's tenant; "" = Config.Tenant
+}
+
+// caller is what a route handler knows of its request's origin: the
+// producerSub to stamp (nil = none) and the tenant.
+type caller struct {
+	sub    *string
+	tenant string
+}
 
 // AuthError is an Authenticator's refusal with the status to answer
 // (401 or 403) and the message of the JSON error body.
@@ -246,7 +258,7 @@ func (s *Server) Handle(pattern string, h http.Handler) {
 func (s *Server) Drain() { s.drainOnce.Do(s.drain) }
 
 // route registers an API handler with its method and access level.
-func (s *Server) route(method, path string, need Access, h func(w http.ResponseWriter, r *http.Request, sub *string)) {
+func (s *Server) route(method, path string, need Access, h func(w http.ResponseWriter, r *http.Request, c caller)) {
 	s.metrics.addRoute(method + " " + path)
 	s.mux.HandleFunc(method+" "+path, func(w http.ResponseWriter, r *http.Request) {
 		// ServeMux lets HEAD reach GET routes; a HEAD pop would lease
@@ -256,9 +268,9 @@ func (s *Server) route(method, path string, need Access, h func(w http.ResponseW
 			writeError(w, http.StatusMethodNotAllowed, "method not allowed")
 			return
 		}
-		var sub *string
+		c := caller{tenant: s.cfg.Tenant}
 		if s.cfg.Auth != nil && need != AccessPublic {
-			subject, err := s.cfg.Auth(r, need)
+			id, err := s.cfg.Auth(r, need)
 			if err != nil {
 				var ae *AuthError
 				if errors.As(err, &ae) {
@@ -268,11 +280,14 @@ func (s *Server) route(method, path string, need Access, h func(w http.ResponseW
 				}
 				return
 			}
-			if subject != "" {
-				sub = &subject
+			if id.Subject != "" {
+				c.sub = &id.Subject
+			}
+			if id.Tenant != "" {
+				c.tenant = id.Tenant
 			}
 		}
-		h(w, r, sub)
+		h(w, r, c)
 	})
 }
 

@@ -132,15 +132,17 @@ func TestHandleRegistersExtraRoute(t *testing.T) {
 func TestAuthenticatorSeam(t *testing.T) {
 	var needs []Access
 	tb := setup(t, func(c *Config) {
-		c.Auth = func(r *http.Request, need Access) (string, error) {
+		c.Auth = func(r *http.Request, need Access) (Identity, error) {
 			needs = append(needs, need)
 			switch r.Header.Get("Authorization") {
 			case "Bearer good":
-				return "user-1", nil
+				return Identity{Subject: "user-1", Tenant: "t-jwt"}, nil
+			case "Bearer anon":
+				return Identity{}, nil
 			case "Bearer low":
-				return "", &AuthError{Status: 403, Msg: "Insufficient permissions"}
+				return Identity{}, &AuthError{Status: 403, Msg: "Insufficient permissions"}
 			}
-			return "", errors.New("no token")
+			return Identity{}, errors.New("no token")
 		}
 	})
 	tb.do("POST", "/api/v1/push", `{"items":[{"queue":"q"}]}`).wantError(t, 401, "Authentication required")
@@ -154,8 +156,30 @@ func TestAuthenticatorSeam(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode != 201 || tb.fb.pushSub == nil || *tb.fb.pushSub != "user-1" {
-		t.Fatalf("status %d, producerSub %v", resp.StatusCode, tb.fb.pushSub)
+	if resp.StatusCode != 201 || tb.fb.pushSub == nil || *tb.fb.pushSub != "user-1" || tb.fb.tenant != "t-jwt" {
+		t.Fatalf("status %d, producerSub %v, tenant %q", resp.StatusCode, tb.fb.pushSub, tb.fb.tenant)
+	}
+	// Transactions stamp the subject and use the identity's tenant too.
+	req, _ = http.NewRequest("POST", tb.url+"/api/v1/transaction", strings.NewReader(`{"operations":[{"type":"push","items":[{"queue":"q","payload":1}]}]}`))
+	req.Header.Set("Authorization", "Bearer good")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || tb.fb.txSub == nil || *tb.fb.txSub != "user-1" || tb.fb.tenant != "t-jwt" {
+		t.Fatalf("transaction: status %d, producerSub %v, tenant %q", resp.StatusCode, tb.fb.txSub, tb.fb.tenant)
+	}
+	// An identity without a tenant gets Config.Tenant, without a subject no producerSub.
+	req, _ = http.NewRequest("POST", tb.url+"/api/v1/push", strings.NewReader(`{"items":[{"queue":"q"}]}`))
+	req.Header.Set("Authorization", "Bearer anon")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 201 || tb.fb.pushSub != nil || tb.fb.tenant != "t1" {
+		t.Fatalf("anon: status %d, producerSub %v, tenant %q", resp.StatusCode, tb.fb.pushSub, tb.fb.tenant)
 	}
 	req, _ = http.NewRequest("DELETE", tb.url+"/api/v1/resources/queues/q", nil)
 	req.Header.Set("Authorization", "Bearer low")
@@ -167,7 +191,7 @@ func TestAuthenticatorSeam(t *testing.T) {
 	if resp.StatusCode != 403 {
 		t.Fatalf("status %d, want 403", resp.StatusCode)
 	}
-	if fmt.Sprint(needs) != fmt.Sprint([]Access{AccessReadWrite, AccessReadWrite, AccessAdmin}) {
+	if fmt.Sprint(needs) != fmt.Sprint([]Access{AccessReadWrite, AccessReadWrite, AccessReadWrite, AccessReadWrite, AccessAdmin}) {
 		t.Fatalf("access levels asked: %v", needs)
 	}
 }

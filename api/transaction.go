@@ -49,7 +49,7 @@ type txFailure struct{ msg string }
 func (e *txFailure) Error() string { return e.msg }
 
 // POST /api/v1/transaction
-func (s *Server) handleTransaction(w http.ResponseWriter, r *http.Request, sub *string) {
+func (s *Server) handleTransaction(w http.ResponseWriter, r *http.Request, c caller) {
 	body, err := s.readObject(w, r)
 	if err != nil {
 		writeReqError(w, err)
@@ -66,7 +66,7 @@ func (s *Server) handleTransaction(w http.ResponseWriter, r *http.Request, sub *
 		writeReqError(w, err)
 		return
 	}
-	res, err := s.b.Transaction(r.Context(), s.cfg.Tenant, sub, ops, leases)
+	res, err := s.b.Transaction(r.Context(), c.tenant, c.sub, ops, leases)
 	if err != nil {
 		s.brokerError(w, r, "transaction", err)
 		return

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"queen-node/api"
+	"queen-node/auth"
 	"queen-node/broker"
 	"queen-node/mesh"
 	"queen-node/pg"
@@ -29,6 +30,7 @@ const (
 //     plus on/off and the idle sweep) live in Broker, because the broker
 //     opens the pool and owns the hot-list;
 //   - the tenant and the HTTP limits live in API;
+//   - JWT authentication lives in Auth (Start sets API.Auth from it);
 //   - membership and hint settings live in Mesh.
 //
 // Start copies the few values two packages both need (node name, version,
@@ -39,7 +41,8 @@ type Config struct {
 	Version       string        // reported by /health, /status and mesh metadata, default "dev"
 	ShutdownGrace time.Duration // time in-flight requests get once Stop starts, default 10 s (callers pass it as Stop's deadline)
 
-	API    api.Config    // default api.DefaultConfig(); Version is set from Version by Start
+	API    api.Config    // default api.DefaultConfig(); Version is set from Version by Start, Auth from Auth
+	Auth   auth.Config   // default auth.DefaultConfig() (authentication off)
 	Broker broker.Config // default broker.DefaultConfig(); NodeName is required
 	Mesh   MeshConfig    // default enabled with mesh.DefaultConfig()
 }
@@ -60,6 +63,7 @@ func DefaultConfig() Config {
 		Version:       DefaultVersion,
 		ShutdownGrace: DefaultShutdownGrace,
 		API:           api.DefaultConfig(),
+		Auth:          auth.DefaultConfig(),
 		Broker:        broker.DefaultConfig(),
 		Mesh:          MeshConfig{Enabled: true, Config: mesh.DefaultConfig()},
 	}
@@ -96,6 +100,8 @@ func (c Config) Validate() error {
 	positive("API.BodyTimeout", c.API.BodyTimeout)
 	positive("API.IdleTimeout", c.API.IdleTimeout)
 	positive("API.WriteTimeout", c.API.WriteTimeout)
+
+	bad("Auth", c.Auth.Validate())
 
 	b := c.Broker
 	bad("Broker.NodeName", CheckName(b.NodeName))

@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"queen-node/api"
+	"queen-node/auth"
 	"queen-node/broker"
 	"queen-node/mesh"
 )
@@ -45,6 +46,16 @@ func Start(ctx context.Context, cfg Config, logger hclog.Logger) (*Node, error) 
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
+	var authn *auth.Authenticator
+	if cfg.Auth.Enabled {
+		a, err := auth.New(cfg.Auth)
+		if err != nil {
+			return nil, fmt.Errorf("node config: Auth: %w", err)
+		}
+		authn = a
+	} else if !isLoopback(cfg.HTTPAddr) {
+		logger.Warn("AUTHENTICATION IS OFF on a non-loopback HTTP address: anyone who can reach it can read, write and delete every queue; set JWT_ENABLED=true or listen on 127.0.0.1", "http_addr", cfg.HTTPAddr)
+	}
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
@@ -57,6 +68,9 @@ func Start(ctx context.Context, cfg Config, logger hclog.Logger) (*Node, error) 
 
 	acfg := cfg.API
 	acfg.Version = cfg.Version
+	if authn != nil {
+		acfg.Auth = authn.Authenticate
+	}
 	srv := api.New(b, acfg, logger.Named("api"))
 	// The same address peers learn from membership metadata, so /status
 	// and `queen-node status --cluster` agree on where each node is.
@@ -99,6 +113,7 @@ func Start(ctx context.Context, cfg Config, logger hclog.Logger) (*Node, error) 
 		"version", cfg.Version,
 		"hotlist", onOff(cfg.Broker.Hotlist.Enabled),
 		"mesh", onOff(cfg.Mesh.Enabled),
+		"auth", onOff(cfg.Auth.Enabled),
 	)
 	return n, nil
 }
@@ -176,4 +191,18 @@ func onOff(b bool) string {
 		return "on"
 	}
 	return "off"
+}
+
+// isLoopback reports whether a listen address (host:port) is on a loopback
+// interface only; an empty host or 0.0.0.0 listens on every interface.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

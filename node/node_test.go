@@ -6,8 +6,11 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
 
 	"queen-node/internal/pgtest"
 	"queen-node/node"
@@ -138,3 +141,46 @@ func TestStartFailsFastOnATakenPort(t *testing.T) {
 		t.Fatalf("took %v", d)
 	}
 }
+
+func TestAuthOffWarningAndConfigError(t *testing.T) {
+	start := func(addr string, enabled bool) (string, error) {
+		cfg := node.DefaultConfig()
+		cfg.HTTPAddr = addr
+		cfg.Broker.NodeName = "n1"
+		cfg.Broker.PG.URL = pgtest.NewDatabase(t)
+		cfg.Mesh.Enabled = false
+		cfg.Auth.Enabled = enabled
+		var buf strings.Builder
+		var mu sync.Mutex
+		log := hclog.New(&hclog.LoggerOptions{Output: writerFunc(func(p []byte) (int, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return buf.Write(p)
+		})})
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		n, err := node.Start(ctx, cfg, log)
+		if err == nil {
+			_ = n.Stop(ctx)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return buf.String(), err
+	}
+	out, err := start("0.0.0.0:0", false)
+	if err != nil || strings.Count(out, "AUTHENTICATION IS OFF") != 1 {
+		t.Fatalf("non-loopback, auth off: err %v, log:\n%s", err, out)
+	}
+	out, err = start("127.0.0.1:0", false)
+	if err != nil || strings.Contains(out, "AUTHENTICATION IS OFF") {
+		t.Fatalf("loopback, auth off: err %v, log:\n%s", err, out)
+	}
+	_, err = start("0.0.0.0:0", true) // enabled without JWT_SECRET
+	if err == nil || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "JWT_SECRET is required") {
+		t.Fatalf("auth on without a secret: %v", err)
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

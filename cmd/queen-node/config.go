@@ -163,6 +163,71 @@ func settings() []setting {
 				return nil
 			}},
 
+		// JWT authentication keeps Queen's variable names (JWT_*, not QUEEN_JWT_*).
+		{env: "JWT_ENABLED", flag: "jwt-enabled", def: boolDef(d.Auth.Enabled), isBool: true, usage: "JWT bearer authentication of the API (0 = off)",
+			apply: func(c *Config, v string) error { return boolean(v, &c.Node.Auth.Enabled) }},
+		{env: "JWT_ALGORITHM", flag: "jwt-algorithm", def: d.Auth.Algorithm, usage: "token signature algorithm: HS256, RS256 or ES256",
+			apply: func(c *Config, v string) error {
+				switch strings.ToUpper(v) {
+				case "HS256", "RS256", "ES256":
+					c.Node.Auth.Algorithm = strings.ToUpper(v)
+					return nil
+				}
+				return errors.New("want one of HS256, RS256, ES256")
+			}},
+		{env: "JWT_SECRET", flag: "jwt-secret", usage: "HS256 shared secret", secret: true,
+			apply: func(c *Config, v string) error { c.Node.Auth.Secret = v; return nil }},
+		{env: "JWT_PUBLIC_KEY", flag: "jwt-public-key", usage: `PEM public key for RS256/ES256 (a one-line value may write its newlines as \n)`,
+			apply: func(c *Config, v string) error {
+				// A PEM in one line (e.g. a container env file) may spell its newlines as \n.
+				if !strings.Contains(v, "\n") {
+					v = strings.ReplaceAll(v, `\n`, "\n")
+				}
+				c.Node.Auth.PublicKey = v
+				return nil
+			}},
+		{env: "JWT_JWKS_URL", flag: "jwt-jwks-url", usage: "JWKS URL for RS256/ES256 (keys by kid; an unknown kid refetches, rate-limited)",
+			apply: func(c *Config, v string) error { c.Node.Auth.JWKSURL = v; return nil }},
+		{env: "JWT_ISSUER", flag: "jwt-issuer", usage: "required token issuer (iss) when set",
+			apply: func(c *Config, v string) error { c.Node.Auth.Issuer = v; return nil }},
+		{env: "JWT_AUDIENCE", flag: "jwt-audience", usage: "required token audience (aud) when set",
+			apply: func(c *Config, v string) error { c.Node.Auth.Audience = v; return nil }},
+		{env: "JWT_CLOCK_SKEW", flag: "jwt-clock-skew", def: strconv.Itoa(int(d.Auth.ClockSkew / time.Second)), usage: "seconds of leeway for exp and nbf",
+			apply: func(c *Config, v string) error {
+				n, err := intIn(v, 0, 3600)
+				if err != nil {
+					return errors.New("want an integer number of seconds from 0 to 3600")
+				}
+				c.Node.Auth.ClockSkew = time.Duration(n) * time.Second
+				return nil
+			}},
+		{env: "JWT_ROLE_CLAIM", flag: "jwt-role-claim", def: d.Auth.RoleClaim, usage: "claim holding the role (a string)",
+			apply: func(c *Config, v string) error { c.Node.Auth.RoleClaim = v; return nonEmpty(v) }},
+		{env: "JWT_ROLES_CLAIM", flag: "jwt-roles-claim", def: d.Auth.RolesClaim, usage: "claim holding roles (an array of strings)",
+			apply: func(c *Config, v string) error { c.Node.Auth.RolesClaim = v; return nonEmpty(v) }},
+		{env: "JWT_TENANT_CLAIM", flag: "jwt-tenant-claim", def: d.Auth.TenantClaim, usage: "claim holding the request's tenant (absent = QUEEN_TENANT)",
+			apply: func(c *Config, v string) error { c.Node.Auth.TenantClaim = v; return nonEmpty(v) }},
+		{env: "JWT_ROLE_READ_ONLY", flag: "jwt-role-read-only", def: d.Auth.RoleReadOnly, usage: "role value of read-only access",
+			apply: func(c *Config, v string) error { c.Node.Auth.RoleReadOnly = v; return nonEmpty(v) }},
+		{env: "JWT_ROLE_READ_WRITE", flag: "jwt-role-read-write", def: d.Auth.RoleReadWrite, usage: "role value of read-write access",
+			apply: func(c *Config, v string) error { c.Node.Auth.RoleReadWrite = v; return nonEmpty(v) }},
+		{env: "JWT_ROLE_ADMIN", flag: "jwt-role-admin", def: d.Auth.RoleAdmin, usage: "role value of admin access",
+			apply: func(c *Config, v string) error { c.Node.Auth.RoleAdmin = v; return nonEmpty(v) }},
+		{env: "JWT_SKIP_PATHS", flag: "jwt-skip-paths", def: strings.Join(d.Auth.SkipPaths, ","), usage: "comma-separated paths never authenticated (exact match)",
+			apply: func(c *Config, v string) error {
+				c.Node.Auth.SkipPaths = []string{}
+				for _, p := range strings.Split(v, ",") {
+					if p = strings.TrimSpace(p); p == "" {
+						continue
+					}
+					if !strings.HasPrefix(p, "/") {
+						return errors.New("want comma-separated paths starting with /")
+					}
+					c.Node.Auth.SkipPaths = append(c.Node.Auth.SkipPaths, p)
+				}
+				return nil
+			}},
+
 		{env: "QUEEN_MESH", flag: "mesh", def: boolDef(d.Mesh.Enabled), isBool: true, usage: "membership and hints (0 = off)",
 			apply: func(c *Config, v string) error { return boolean(v, &c.Node.Mesh.Enabled) }},
 		{env: "QUEEN_MESH_BIND", flag: "mesh-bind", def: d.Mesh.Bind, usage: "memberlist bind address",
@@ -336,6 +401,13 @@ func loadConfig(args []string, getenv func(string) string) (Config, error) {
 		return Config{}, fmt.Errorf("invalid configuration: %s", strings.ReplaceAll(err.Error(), "\n", "; "))
 	}
 	return cfg, nil
+}
+
+func nonEmpty(v string) error {
+	if v == "" {
+		return errors.New("want a non-empty name")
+	}
+	return nil
 }
 
 // boolDef spells a default for a boolean setting as its variable takes it.

@@ -1,6 +1,11 @@
 package main
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"flag"
 	"fmt"
@@ -159,6 +164,14 @@ func TestLoadConfigErrors(t *testing.T) {
 		{nil, map[string]string{"QUEEN_HTTP_BODY_TIMEOUT_MS": "30s"}, `invalid QUEEN_HTTP_BODY_TIMEOUT_MS="30s": want an integer number of milliseconds from 100 to 3600000`},
 		{nil, map[string]string{"QUEEN_HTTP_IDLE_TIMEOUT_MS": "-5"}, `invalid QUEEN_HTTP_IDLE_TIMEOUT_MS="-5": want an integer number of milliseconds from 100 to 3600000`},
 		{[]string{"-http-max-conns=0"}, nil, `invalid -http-max-conns="0": want an integer from 1 to 1000000`},
+		{nil, map[string]string{"JWT_ENABLED": "true"}, `invalid configuration: Auth: JWT_SECRET is required with JWT_ENABLED=true and JWT_ALGORITHM=HS256`},
+		{nil, map[string]string{"JWT_ENABLED": "1", "JWT_ALGORITHM": "RS256"}, `invalid configuration: Auth: JWT_PUBLIC_KEY or JWT_JWKS_URL is required with JWT_ENABLED=true and JWT_ALGORITHM=RS256`},
+		{nil, map[string]string{"JWT_ENABLED": "1", "JWT_ALGORITHM": "ES256", "JWT_PUBLIC_KEY": "nope"}, `invalid configuration: Auth: JWT_PUBLIC_KEY: not a PEM EC P-256 public key`},
+		{nil, map[string]string{"JWT_ENABLED": "1", "JWT_ALGORITHM": "ES256", "JWT_JWKS_URL": "idp/jwks"}, `invalid configuration: Auth: JWT_JWKS_URL: want an http:// or https:// URL`},
+		{nil, map[string]string{"JWT_ALGORITHM": "HS512"}, `invalid JWT_ALGORITHM="HS512": want one of HS256, RS256, ES256`},
+		{nil, map[string]string{"JWT_ENABLED": "yes"}, `invalid JWT_ENABLED="yes": want 0 or 1`},
+		{nil, map[string]string{"JWT_CLOCK_SKEW": "-1"}, `invalid JWT_CLOCK_SKEW="-1": want an integer number of seconds from 0 to 3600`},
+		{nil, map[string]string{"JWT_SKIP_PATHS": "/health,metrics"}, `invalid JWT_SKIP_PATHS="/health,metrics": want comma-separated paths starting with /`},
 		{[]string{"-no-such-flag"}, nil, `flag provided but not defined: -no-such-flag`},
 		{[]string{"stray"}, nil, `unexpected argument "stray"`},
 	}
@@ -171,6 +184,49 @@ func TestLoadConfigErrors(t *testing.T) {
 		if strings.Contains(err.Error(), "\n") {
 			t.Errorf("error must be one line: %q", err)
 		}
+	}
+}
+
+func TestLoadConfigJWT(t *testing.T) {
+	cfg, err := loadConfig(nil, envOf(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := cfg.Node.Auth; a.Enabled || a.Algorithm != "HS256" || a.ClockSkew != 30*time.Second ||
+		strings.Join(a.SkipPaths, ",") != "/health,/metrics,/metrics/prometheus,/" {
+		t.Fatalf("defaults %+v", a)
+	}
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKIXPublicKey(&k.PublicKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One line, its newlines written as \n (as in a container env file).
+	pemKey := strings.ReplaceAll(strings.TrimSpace(string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))), "\n", `\n`)
+	cfg, err = loadConfig(nil, envOf(map[string]string{
+		"JWT_ENABLED": "true", "JWT_ALGORITHM": "es256", "JWT_PUBLIC_KEY": pemKey, "JWT_JWKS_URL": "https://idp/jwks",
+		"JWT_ISSUER": "iss", "JWT_AUDIENCE": "aud", "JWT_CLOCK_SKEW": "0",
+		"JWT_ROLE_CLAIM": "r", "JWT_ROLES_CLAIM": "rs", "JWT_TENANT_CLAIM": "org",
+		"JWT_ROLE_READ_ONLY": "ro", "JWT_ROLE_READ_WRITE": "rw", "JWT_ROLE_ADMIN": "boss",
+		"JWT_SKIP_PATHS": " /health , /status ",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := cfg.Node.Auth
+	if !a.Enabled || a.Algorithm != "ES256" || !strings.Contains(a.PublicKey, "\n") || strings.Contains(a.PublicKey, `\n`) ||
+		a.JWKSURL != "https://idp/jwks" || a.Issuer != "iss" || a.Audience != "aud" || a.ClockSkew != 0 ||
+		a.RoleClaim != "r" || a.RolesClaim != "rs" || a.TenantClaim != "org" ||
+		a.RoleReadOnly != "ro" || a.RoleReadWrite != "rw" || a.RoleAdmin != "boss" || strings.Join(a.SkipPaths, ",") != "/health,/status" {
+		t.Fatalf("%+v", a)
+	}
+	// The secret is never echoed.
+	_, err = loadConfig(nil, envOf(map[string]string{"JWT_ENABLED": "1", "JWT_ALGORITHM": "RS256", "JWT_SECRET": "s3cr3t-value"}))
+	if err == nil || strings.Contains(err.Error(), "s3cr3t-value") {
+		t.Fatalf("%v", err)
 	}
 }
 

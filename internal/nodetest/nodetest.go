@@ -50,9 +50,21 @@ func StartOn(t testing.TB, dbURL string, opts ...Option) *Node {
 	return start(t, dbURL, t.Name(), nil, opts)
 }
 
+// StartConfig starts a node on a fresh database after edit has changed its
+// node configuration (e.g. Auth); the mesh is off.
+func StartConfig(t testing.TB, edit func(*node.Config)) *Node {
+	t.Helper()
+	return startCfg(t, pgtest.NewDatabase(t), t.Name(), nil, nil, edit)
+}
+
 // start starts one node through package node, on a loopback port; mc, when
 // not nil, turns the mesh on with that configuration.
 func start(t testing.TB, dbURL, name string, mc *mesh.Config, opts []Option) *Node {
+	t.Helper()
+	return startCfg(t, dbURL, name, mc, opts, nil)
+}
+
+func startCfg(t testing.TB, dbURL, name string, mc *mesh.Config, opts []Option, edit func(*node.Config)) *Node {
 	t.Helper()
 	cfg := node.DefaultConfig()
 	cfg.HTTPAddr = "127.0.0.1:0"
@@ -65,6 +77,9 @@ func start(t testing.TB, dbURL, name string, mc *mesh.Config, opts []Option) *No
 	cfg.Mesh.Enabled = mc != nil
 	if mc != nil {
 		cfg.Mesh.Config = *mc
+	}
+	if edit != nil {
+		edit(&cfg)
 	}
 	level := hclog.Warn
 	if os.Getenv("QUEEN_TEST_LOG") != "" {
@@ -124,8 +139,19 @@ func (n *Node) Do(t testing.TB, method, path string, body any) Response {
 	return n.DoCtx(context.Background(), t, method, path, body)
 }
 
+// DoAuth is Do with an Authorization header (none when authorization is "").
+func (n *Node) DoAuth(t testing.TB, authorization, method, path string, body any) Response {
+	t.Helper()
+	return n.do(context.Background(), t, authorization, method, path, body)
+}
+
 // DoCtx is Do with a context (to cancel long-polls).
 func (n *Node) DoCtx(ctx context.Context, t testing.TB, method, path string, body any) Response {
+	t.Helper()
+	return n.do(ctx, t, "", method, path, body)
+}
+
+func (n *Node) do(ctx context.Context, t testing.TB, authorization, method, path string, body any) Response {
 	t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {
@@ -146,6 +172,9 @@ func (n *Node) DoCtx(ctx context.Context, t testing.TB, method, path string, bod
 		t.Fatalf("request: %v", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if authorization != "" {
+		req.Header.Set("Authorization", authorization)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
