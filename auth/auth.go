@@ -183,7 +183,7 @@ func (a *Authenticator) Authenticate(r *http.Request, need api.Access) (api.Iden
 	}
 	if t, present := claims[a.cfg.TenantClaim]; present {
 		s, ok := t.(string)
-		if !ok || s == "" || len(s) > 255 || strings.ContainsAny(s, " \t\r\n") {
+		if !ok || !validTenant(s) {
 			return api.Identity{}, &api.AuthError{Status: http.StatusUnauthorized, Msg: MsgInvalid}
 		}
 		id.Tenant = s
@@ -192,6 +192,21 @@ func (a *Authenticator) Authenticate(r *http.Request, need api.Access) (api.Iden
 		return api.Identity{}, &api.AuthError{Status: http.StatusForbidden, Msg: MsgInsufficient}
 	}
 	return id, nil
+}
+
+// validTenant: 1 to 255 bytes, no spaces and no control characters (NUL
+// cannot be stored; \x1f separates tenant and queue in the broker's ring
+// and long-poll keys, hotlist.Key, so it would let two tenants collide).
+func validTenant(s string) bool {
+	if s == "" || len(s) > 255 {
+		return false
+	}
+	for _, r := range s {
+		if r == ' ' || r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+			return false
+		}
+	}
+	return true
 }
 
 // bearer extracts the token: "Bearer <jwt>" (prefix in any case), or the
