@@ -253,6 +253,17 @@ func (s *Server) Handle(pattern string, h http.Handler) {
 	s.metrics.addRoute(pattern)
 }
 
+// HandleAccess is Handle with the Authenticator in front, at level need
+// (the Authenticator's skip list can still make the path public). /status
+// and /metrics use it: /status names every tenant's queues and groups.
+func (s *Server) HandleAccess(pattern string, need Access, h http.Handler) {
+	s.Handle(pattern, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, ok := s.authorize(w, r, need); ok {
+			h.ServeHTTP(w, r)
+		}
+	}))
+}
+
 // Drain makes parked and future long-polls answer 204 immediately. Call it
 // when a graceful shutdown starts (http.Server.RegisterOnShutdown).
 func (s *Server) Drain() { s.drainOnce.Do(s.drain) }
@@ -268,27 +279,38 @@ func (s *Server) route(method, path string, need Access, h func(w http.ResponseW
 			writeError(w, http.StatusMethodNotAllowed, "method not allowed")
 			return
 		}
-		c := caller{tenant: s.cfg.Tenant}
-		if s.cfg.Auth != nil && need != AccessPublic {
-			id, err := s.cfg.Auth(r, need)
-			if err != nil {
-				var ae *AuthError
-				if errors.As(err, &ae) {
-					writeError(w, ae.Status, ae.Msg)
-				} else {
-					writeError(w, http.StatusUnauthorized, "Authentication required")
-				}
-				return
-			}
-			if id.Subject != "" {
-				c.sub = &id.Subject
-			}
-			if id.Tenant != "" {
-				c.tenant = id.Tenant
-			}
+		c, ok := s.authorize(w, r, need)
+		if !ok {
+			return
 		}
 		h(w, r, c)
 	})
+}
+
+// authorize runs the Authenticator (when set and need is not public) and
+// returns the request's caller; false means the refusal has been answered.
+func (s *Server) authorize(w http.ResponseWriter, r *http.Request, need Access) (caller, bool) {
+	c := caller{tenant: s.cfg.Tenant}
+	if s.cfg.Auth == nil || need == AccessPublic {
+		return c, true
+	}
+	id, err := s.cfg.Auth(r, need)
+	if err != nil {
+		var ae *AuthError
+		if errors.As(err, &ae) {
+			writeError(w, ae.Status, ae.Msg)
+		} else {
+			writeError(w, http.StatusUnauthorized, "Authentication required")
+		}
+		return c, false
+	}
+	if id.Subject != "" {
+		c.sub = &id.Subject
+	}
+	if id.Tenant != "" {
+		c.tenant = id.Tenant
+	}
+	return c, true
 }
 
 // dispatch routes through the mux but answers unknown routes and wrong

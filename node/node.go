@@ -75,10 +75,12 @@ func Start(ctx context.Context, cfg Config, logger hclog.Logger) (*Node, error) 
 	// The same address peers learn from membership metadata, so /status
 	// and `queen-node status --cluster` agree on where each node is.
 	addr := ln.Addr().String()
-	srv.Handle("GET /status", srv.StatusHandler(b, addr))
+	// read-only with authentication on; JWT_SKIP_PATHS (by default /metrics
+	// and /metrics/prometheus, not /status) makes them public.
+	srv.HandleAccess("GET /status", api.AccessReadOnly, srv.StatusHandler(b, addr))
 	metricsHandler := srv.MetricsHandler(b, addr)
-	srv.Handle("GET /metrics", metricsHandler)
-	srv.Handle("GET /metrics/prometheus", metricsHandler) // the path some Queen dashboards scrape
+	srv.HandleAccess("GET /metrics", api.AccessReadOnly, metricsHandler)
+	srv.HandleAccess("GET /metrics/prometheus", api.AccessReadOnly, metricsHandler) // the path some Queen dashboards scrape
 
 	// Header, body and idle timeouts and the connection cap (api/conn.go);
 	// no ReadTimeout/WriteTimeout: long-polls legitimately hold a request

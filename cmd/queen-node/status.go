@@ -165,6 +165,10 @@ func fetchStatus(ctx context.Context, client *http.Client, base string) ([]byte,
 	if err != nil {
 		return nil, nil, fmt.Errorf("cannot reach %s: %w", target, err)
 	}
+	// With JWT authentication on, /status needs a read-only token.
+	if tok := strings.TrimSpace(os.Getenv("QUEEN_TOKEN")); tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
 	resp, err := client.Do(req)
 	if err != nil {
 		// *url.Error repeats the method and URL; keep only the cause.
