@@ -18,6 +18,11 @@ import (
 // maxJWKSBytes bounds a JWKS response body.
 const maxJWKSBytes = 1 << 20
 
+// defaultJWKSMaxAge is how old the cached set may grow before a token
+// refreshes it in the background: a key the identity provider removed
+// (revoked) stops being accepted within about this time.
+const defaultJWKSMaxAge = 5 * time.Minute
+
 // jwks is a JWKS URL's keys of the configured algorithm, by kid. A token
 // with a kid not in the cache refetches the set, at most once per refetch
 // interval (key rotation without hammering the identity provider). Tokens
@@ -27,6 +32,7 @@ type jwks struct {
 	alg     string
 	client  *http.Client
 	refetch time.Duration
+	maxAge  time.Duration // cache age past which a hit refreshes in the background; 0 = never
 
 	fetchMu sync.Mutex // held during a fetch, so concurrent misses fetch once
 
@@ -36,13 +42,16 @@ type jwks struct {
 }
 
 func newJWKS(url, alg string, client *http.Client, refetch time.Duration) *jwks {
-	return &jwks{url: url, alg: alg, client: client, refetch: refetch}
+	return &jwks{url: url, alg: alg, client: client, refetch: refetch, maxAge: defaultJWKSMaxAge}
 }
 
 // key returns the key with kid ("" = the set's only usable key), fetching
 // the set when kid is unknown and the last fetch is old enough.
 func (j *jwks) key(kid string) (any, error) {
-	if k, ok, _ := j.cached(kid); ok {
+	if k, ok, fetched := j.cached(kid); ok {
+		if j.maxAge > 0 && time.Since(fetched) > j.maxAge {
+			j.refreshAsync()
+		}
 		return k, nil
 	}
 	j.fetchMu.Lock()
@@ -68,6 +77,31 @@ func (j *jwks) key(kid string) (any, error) {
 		return k, nil
 	}
 	return nil, fmt.Errorf("unknown kid %q", kid)
+}
+
+// refreshAsync refetches the set in the background unless a fetch is
+// running; the token that noticed the stale cache does not wait. A failed
+// fetch keeps the cached keys (the identity provider being down does not
+// lock everyone out).
+func (j *jwks) refreshAsync() {
+	if !j.fetchMu.TryLock() {
+		return
+	}
+	go func() {
+		defer j.fetchMu.Unlock()
+		j.mu.Lock()
+		if time.Since(j.fetched) <= j.maxAge { // refreshed meanwhile
+			j.mu.Unlock()
+			return
+		}
+		j.fetched = time.Now()
+		j.mu.Unlock()
+		if keys, err := j.fetch(); err == nil {
+			j.mu.Lock()
+			j.keys = keys
+			j.mu.Unlock()
+		}
+	}()
 }
 
 // cached looks kid up in the cache and reports the last fetch time.
