@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"net"
 	"strconv"
-	"strings"
 	"time"
+	"unicode/utf8"
 
 	"queen-node/api"
 	"queen-node/auth"
@@ -170,10 +170,16 @@ func (c Config) Validate() error {
 }
 
 // CheckName accepts what the API accepts as a name: 1 to 255 bytes
-// (broker.MaxNameBytes) without white space.
+// (broker.MaxNameBytes) of UTF-8 without white space or control characters
+// (like a JWT tenant claim: \x1f separates tenant and queue in the broker's
+// ring and long-poll keys, NUL cannot be stored).
 func CheckName(v string) error {
-	if v == "" || len(v) > broker.MaxNameBytes || strings.ContainsAny(v, " \t\r\n") {
-		return fmt.Errorf("want 1 to %d bytes without spaces", broker.MaxNameBytes)
+	bad := v == "" || len(v) > broker.MaxNameBytes || !utf8.ValidString(v)
+	for _, r := range v {
+		bad = bad || r == ' ' || r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0)
+	}
+	if bad {
+		return fmt.Errorf("want 1 to %d bytes without spaces or control characters", broker.MaxNameBytes)
 	}
 	return nil
 }
