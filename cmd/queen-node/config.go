@@ -38,6 +38,7 @@ type setting struct {
 	usage  string
 	isBool bool
 	secret bool // never echo the value in errors
+	raw    bool // taken byte for byte: a shared secret ending in a space must still match the identity provider's
 	apply  func(c *Config, v string) error
 }
 
@@ -175,7 +176,7 @@ func settings() []setting {
 				}
 				return errors.New("want one of HS256, RS256, ES256")
 			}},
-		{env: "JWT_SECRET", flag: "jwt-secret", usage: "HS256 shared secret", secret: true,
+		{env: "JWT_SECRET", flag: "jwt-secret", usage: "HS256 shared secret", secret: true, raw: true,
 			apply: func(c *Config, v string) error { c.Node.Auth.Secret = v; return nil }},
 		{env: "JWT_PUBLIC_KEY", flag: "jwt-public-key", usage: `PEM public key for RS256/ES256 (a one-line value may write its newlines as \n)`,
 			apply: func(c *Config, v string) error {
@@ -381,7 +382,10 @@ func loadConfig(args []string, getenv func(string) string) (Config, error) {
 		case getenv(s.env) != "":
 			v = getenv(s.env)
 		}
-		if err := s.apply(&cfg, strings.TrimSpace(v)); err != nil {
+		if !s.raw {
+			v = strings.TrimSpace(v)
+		}
+		if err := s.apply(&cfg, v); err != nil {
 			if s.secret {
 				return Config{}, fmt.Errorf("invalid %s: %v", source, err)
 			}

@@ -297,3 +297,15 @@ func sameConfig(got, want node.Config) string {
 	}
 	return ""
 }
+
+// TestJWTSecretKeptByteForByte: other values are trimmed, the shared
+// secret is not (it must match the identity provider's exactly).
+func TestJWTSecretKeptByteForByte(t *testing.T) {
+	cfg, err := loadConfig(nil, envOf(map[string]string{"JWT_ENABLED": "1", "JWT_SECRET": " s3cr3t ", "QUEEN_TENANT": " acme "}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Node.Auth.Secret != " s3cr3t " || cfg.Node.API.Tenant != "acme" {
+		t.Fatalf("secret %q, tenant %q: want the secret as given and the tenant trimmed", cfg.Node.Auth.Secret, cfg.Node.API.Tenant)
+	}
+}
