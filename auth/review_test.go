@@ -37,13 +37,15 @@ func TestTenantClaimRefusesControlCharacters(t *testing.T) {
 }
 
 // /status names every tenant's queues and groups (top_rings); with
-// authentication on it needs a read-only token unless JWT_SKIP_PATHS lists
-// it (the contract: read-only for status; public only /health, /metrics,
-// /metrics/prometheus and /, configurable).
+// authentication on it needs an admin token unless JWT_SKIP_PATHS lists it
+// (public by default: only /health, /metrics, /metrics/prometheus and /).
+// A tenant's read-only or read-write token must not see other tenants.
 func TestStatusNeedsAToken(t *testing.T) {
 	n := startHS(t, nil)
 	wantStatus(t, n.DoAuth(t, "", "GET", "/status", nil), 401, auth.MsgRequired)
-	wantStatus(t, n.DoAuth(t, "Bearer "+hs(t, claims("s", "read-only")), "GET", "/status", nil), 200, "")
+	wantStatus(t, n.DoAuth(t, "Bearer "+hs(t, claims("s", "read-only")), "GET", "/status", nil), 403, auth.MsgInsufficient)
+	wantStatus(t, n.DoAuth(t, "Bearer "+hs(t, claims("s", "read-write")), "GET", "/status", nil), 403, auth.MsgInsufficient)
+	wantStatus(t, n.DoAuth(t, "Bearer "+hs(t, claims("s", "admin")), "GET", "/status", nil), 200, "")
 	wantStatus(t, n.DoAuth(t, "", "GET", "/metrics", nil), 200, "")
 
 	// The skip list decides, both ways.

@@ -77,7 +77,8 @@ func Start(ctx context.Context, cfg Config, logger hclog.Logger) (*Node, error) 
 	addr := ln.Addr().String()
 	// read-only with authentication on; JWT_SKIP_PATHS (by default /metrics
 	// and /metrics/prometheus, not /status) makes them public.
-	srv.HandleAccess("GET /status", api.AccessReadOnly, srv.StatusHandler(b, addr))
+	// /status names every tenant's queues and groups: an operator's (admin) view.
+	srv.HandleAccess("GET /status", api.AccessAdmin, srv.StatusHandler(b, addr))
 	metricsHandler := srv.MetricsHandler(b, addr)
 	srv.HandleAccess("GET /metrics", api.AccessReadOnly, metricsHandler)
 	srv.HandleAccess("GET /metrics/prometheus", api.AccessReadOnly, metricsHandler) // the path some Queen dashboards scrape
