@@ -201,6 +201,18 @@ var clusterPorts struct {
 // sees all n members alive.
 func StartCluster(t testing.TB, n int, opts ...Option) []*Node {
 	t.Helper()
+	return startCluster(t, n, opts, nil)
+}
+
+// StartClusterConfig is StartCluster with edit applied to every node's
+// configuration (e.g. authentication).
+func StartClusterConfig(t testing.TB, n int, edit func(*node.Config)) []*Node {
+	t.Helper()
+	return startCluster(t, n, nil, edit)
+}
+
+func startCluster(t testing.TB, n int, opts []Option, edit func(*node.Config)) []*Node {
+	t.Helper()
 	db := pgtest.NewDatabase(t)
 	clusterPorts.Lock()
 	if clusterPorts.next == 0 {
@@ -219,7 +231,7 @@ func StartCluster(t testing.TB, n int, opts ...Option) []*Node {
 		}
 		seed = mc.Bind
 		mc.Timings = mesh.FastTimings()
-		nodes = append(nodes, start(t, db, fmt.Sprintf("%s-%d", t.Name(), i), &mc, opts))
+		nodes = append(nodes, startCfg(t, db, fmt.Sprintf("%s-%d", t.Name(), i), &mc, opts, edit))
 	}
 	deadline := time.Now().Add(15 * time.Second)
 	for _, node := range nodes {
