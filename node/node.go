@@ -75,9 +75,10 @@ func Start(ctx context.Context, cfg Config, logger hclog.Logger) (*Node, error) 
 	// The same address peers learn from membership metadata, so /status
 	// and `queen-node status --cluster` agree on where each node is.
 	addr := ln.Addr().String()
-	// read-only with authentication on; JWT_SKIP_PATHS (by default /metrics
-	// and /metrics/prometheus, not /status) makes them public.
-	// /status names every tenant's queues and groups: an operator's (admin) view.
+	// With authentication on, /metrics needs read-only and /status admin
+	// (it names every tenant's queues and groups: an operator's view);
+	// JWT_SKIP_PATHS (by default /metrics and /metrics/prometheus) makes
+	// them public.
 	srv.HandleAccess("GET /status", api.AccessAdmin, srv.StatusHandler(b, addr))
 	metricsHandler := srv.MetricsHandler(b, addr)
 	srv.HandleAccess("GET /metrics", api.AccessReadOnly, metricsHandler)
