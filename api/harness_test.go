@@ -28,6 +28,8 @@ type fakeBroker struct {
 	pushSub      *string
 	pushItems    []broker.PushItem
 	popReq       broker.PopRequest
+	popNS        string // namespace and task of the last PopAny
+	popTask      string
 	ackItems     []broker.AckItem
 	leaseID      string
 	leaseSeconds int
@@ -116,6 +118,19 @@ func (f *fakeBroker) Pop(ctx context.Context, tenant string, req broker.PopReque
 	f.mu.Lock()
 	f.record("Pop", tenant)
 	f.popReq = req
+	fn, err := f.popFn, f.err
+	f.mu.Unlock()
+	if fn != nil {
+		return fn(ctx, req)
+	}
+	return nil, err
+}
+
+func (f *fakeBroker) PopAny(ctx context.Context, tenant, namespace, task string, req broker.PopRequest) (*broker.PopResult, error) {
+	f.mu.Lock()
+	f.record("PopAny", tenant)
+	f.popReq = req
+	f.popNS, f.popTask = namespace, task
 	fn, err := f.popFn, f.err
 	f.mu.Unlock()
 	if fn != nil {

@@ -82,12 +82,46 @@ func writePop(w http.ResponseWriter, res *broker.PopResult, deadline time.Durati
 
 // GET /api/v1/pop/queue/{queue}[/partition/{partition}]
 func (s *Server) handlePop(w http.ResponseWriter, r *http.Request, c caller) {
-	req, err := s.parsePop(r)
+	req, err := s.parsePop(r, false)
 	if err != nil {
 		writeReqError(w, err)
 		return
 	}
+	s.servePop(w, r, func(ctx context.Context) (*broker.PopResult, error) {
+		return s.b.Pop(ctx, c.tenant, req)
+	})
+}
 
+// GET /api/v1/pop?namespace=&task=: a pop from the first of the tenant's
+// queues matching namespace and/or task that has messages, by priority
+// (broker.Broker.PopAny).
+func (s *Server) handlePopAny(w http.ResponseWriter, r *http.Request, c caller) {
+	q := r.URL.Query()
+	namespace, task := q.Get("namespace"), q.Get("task")
+	if namespace == "" && task == "" {
+		writeReqError(w, badRequest("namespace or task is required"))
+		return
+	}
+	for _, f := range [...]struct{ kind, v string }{{"namespace", namespace}, {"task", task}} {
+		if f.v != "" {
+			if err := checkName(f.kind, f.v); err != nil {
+				writeReqError(w, err)
+				return
+			}
+		}
+	}
+	req, err := s.parsePop(r, true)
+	if err != nil {
+		writeReqError(w, err)
+		return
+	}
+	s.servePop(w, r, func(ctx context.Context) (*broker.PopResult, error) {
+		return s.b.PopAny(ctx, c.tenant, namespace, task, req)
+	})
+}
+
+// servePop runs a parsed pop and writes its answer.
+func (s *Server) servePop(w http.ResponseWriter, r *http.Request, pop func(ctx context.Context) (*broker.PopResult, error)) {
 	// The request context ends the long-poll when the client disconnects;
 	// Drain ends it when the node shuts down.
 	ctx, cancel := context.WithCancel(r.Context())
@@ -95,7 +129,7 @@ func (s *Server) handlePop(w http.ResponseWriter, r *http.Request, c caller) {
 	stop := context.AfterFunc(s.drainCtx, cancel)
 	defer stop()
 
-	res, err := s.b.Pop(ctx, c.tenant, req)
+	res, err := pop(ctx)
 	if err != nil {
 		if s.drainCtx.Err() != nil && r.Context().Err() == nil {
 			w.WriteHeader(http.StatusNoContent)
@@ -142,8 +176,9 @@ func (s *Server) releaseUndelivered(res *broker.PopResult) {
 	s.b.ReleaseUndelivered(res)
 }
 
-// parsePop reads the path and query of a pop.
-func (s *Server) parsePop(r *http.Request) (broker.PopRequest, error) {
+// parsePop reads the path and query of a pop; anyQueue is a namespace/task
+// pop (GET /api/v1/pop), whose path names no queue.
+func (s *Server) parsePop(r *http.Request, anyQueue bool) (broker.PopRequest, error) {
 	q := r.URL.Query()
 	req := broker.PopRequest{
 		Queue:            r.PathValue("queue"),
@@ -155,8 +190,10 @@ func (s *Server) parsePop(r *http.Request) (broker.PopRequest, error) {
 		Partitions:       clamp(queryInt(q, "partitions", 1), 1, s.cfg.MaxPopBatch),
 		LeaseSeconds:     clamp(queryInt(q, "leaseSeconds", 0), 0, maxLeaseSeconds),
 	}
-	if err := checkName("queue", req.Queue); err != nil {
-		return req, err
+	if !anyQueue { // a namespace/task pop has no queue in its path
+		if err := checkName("queue", req.Queue); err != nil {
+			return req, err
+		}
 	}
 	if strings.Contains(r.Pattern, "{partition}") {
 		if err := checkName("partition", req.Partition); err != nil {

@@ -25,8 +25,9 @@ type Broker interface {
 	Configure(ctx context.Context, tenant string, req broker.ConfigureRequest) (broker.ConfigureResult, error)
 	DeleteQueue(ctx context.Context, tenant, queue string) (existed bool, err error)
 	Push(ctx context.Context, tenant string, producerSub *string, items []broker.PushItem) ([]broker.PushResult, error)
-	Pop(ctx context.Context, tenant string, req broker.PopRequest) (*broker.PopResult, error) // nil or no messages => 204
-	ReleaseUndelivered(res *broker.PopResult)                                                 // a popped answer never reached its client
+	Pop(ctx context.Context, tenant string, req broker.PopRequest) (*broker.PopResult, error)                     // nil or no messages => 204
+	PopAny(ctx context.Context, tenant, namespace, task string, req broker.PopRequest) (*broker.PopResult, error) // namespace/task pop; nil => 204
+	ReleaseUndelivered(res *broker.PopResult)                                                                     // a popped answer never reached its client
 	Ack(ctx context.Context, tenant string, items []broker.AckItem) ([]broker.AckResult, error)
 	ExtendLease(ctx context.Context, tenant, leaseID string, seconds int) (broker.LeaseResult, error)
 	Transaction(ctx context.Context, tenant string, producerSub *string, ops []broker.TxOp, requiredLeases []string) (broker.TxResult, error)
@@ -226,6 +227,7 @@ func New(b Broker, cfg Config, logger hclog.Logger) *Server {
 	s.route("POST", "/api/v1/push", AccessReadWrite, s.handlePush)
 	s.route("GET", "/api/v1/pop/queue/{queue}", AccessReadWrite, s.handlePop)
 	s.route("GET", "/api/v1/pop/queue/{queue}/partition/{partition}", AccessReadWrite, s.handlePop)
+	s.route("GET", "/api/v1/pop", AccessReadWrite, s.handlePopAny)
 	s.route("POST", "/api/v1/ack", AccessReadWrite, s.handleAck)
 	s.route("POST", "/api/v1/ack/batch", AccessReadWrite, s.handleAckBatch)
 	s.route("POST", "/api/v1/lease/{leaseId}/extend", AccessReadWrite, s.handleLeaseExtend)

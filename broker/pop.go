@@ -16,28 +16,7 @@ import (
 // nothing (the API answers 204).
 func (b *Broker) Pop(ctx context.Context, tenant string, req PopRequest) (*PopResult, error) {
 	b.stats.Pops.Add(1)
-	if req.Group == "" {
-		req.Group = QueueMode
-	}
-	if req.Batch < 1 {
-		req.Batch = 1
-	}
-	if req.Partitions < 1 || req.Partition != "" {
-		req.Partitions = 1
-	}
-	args := pg.PopArgs{
-		Tenant: tenant, Queue: req.Queue, Group: req.Group,
-		ScanLimit: clamp(req.Partitions*8, 16, 256), Budget: req.Batch, MaxParts: req.Partitions,
-		LeaseSeconds: req.LeaseSeconds, AutoAck: req.AutoAck, Owner: b.cfg.NodeName,
-		MaxBytes: b.cfg.MaxPopBytes,
-	}
-	args.SubMode, args.SubFrom = b.subscription(req)
-	if req.Partition != "" {
-		args.Names = []string{req.Partition}
-	}
-	if !req.AutoAck {
-		args.LeaseID = uuid.NewString()
-	}
+	args := b.popArgs(tenant, req)
 
 	key := queueKey(tenant, req.Queue)
 	var deadline time.Time
@@ -89,6 +68,34 @@ func (b *Broker) Pop(ctx context.Context, tenant string, req PopRequest) (*PopRe
 			return nil, nil // the queue was deleted while we were parked
 		}
 	}
+}
+
+// popArgs builds the claim arguments of a pop of req.Queue, with a fresh
+// lease id unless req.AutoAck.
+func (b *Broker) popArgs(tenant string, req PopRequest) pg.PopArgs {
+	if req.Group == "" {
+		req.Group = QueueMode
+	}
+	if req.Batch < 1 {
+		req.Batch = 1
+	}
+	if req.Partitions < 1 || req.Partition != "" {
+		req.Partitions = 1
+	}
+	args := pg.PopArgs{
+		Tenant: tenant, Queue: req.Queue, Group: req.Group,
+		ScanLimit: clamp(req.Partitions*8, 16, 256), Budget: req.Batch, MaxParts: req.Partitions,
+		LeaseSeconds: req.LeaseSeconds, AutoAck: req.AutoAck, Owner: b.cfg.NodeName,
+		MaxBytes: b.cfg.MaxPopBytes,
+	}
+	args.SubMode, args.SubFrom = b.subscription(req)
+	if req.Partition != "" {
+		args.Names = []string{req.Partition}
+	}
+	if !req.AutoAck {
+		args.LeaseID = uuid.NewString()
+	}
+	return args
 }
 
 // subscription maps the request's subscription parameters to the mode the

@@ -347,3 +347,24 @@ func (db *DB) Seek(ctx context.Context, tenant, group, queue string, toEnd bool,
 	}
 	return n, nil
 }
+
+// MaxMatchQueues bounds MatchQueues: a namespace/task pop considers at most
+// this many queues (the first by priority, then name).
+const MaxMatchQueues = 1000
+
+// MatchQueues returns the names of the tenant's queues whose namespace and
+// task match ("" matches any value), highest priority first, ties in name
+// (byte) order, at most MaxMatchQueues of them.
+func (db *DB) MatchQueues(ctx context.Context, tenant, namespace, task string) ([]string, error) {
+	rs, err := db.pool.Query(ctx, `SELECT name FROM queen.queues
+		WHERE tenant = $1 AND ($2 = '' OR namespace = $2) AND ($3 = '' OR task = $3)
+		ORDER BY priority DESC, name COLLATE "C" LIMIT $4`, tenant, namespace, task, MaxMatchQueues)
+	if err != nil {
+		return nil, fmt.Errorf("match queues: %w", err)
+	}
+	names, err := pgx.CollectRows(rs, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("match queues: %w", err)
+	}
+	return names, nil
+}
