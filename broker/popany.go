@@ -50,7 +50,9 @@ func (b *Broker) PopAny(ctx context.Context, tenant, namespace, task string, req
 		for _, q := range queues {
 			r := req
 			r.Queue = q
-			res, err := b.popOnce(ctx, b.popArgs(tenant, r), false)
+			// A long-poll takes the hot-list's quiet path (no SQL for an
+			// empty ring), as Pop does: parked, it costs the database nothing.
+			res, err := b.popOnce(ctx, b.popArgs(tenant, r), req.Wait)
 			if err != nil || res != nil {
 				releaseAll()
 				return res, err

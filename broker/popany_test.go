@@ -200,3 +200,30 @@ func TestPopAnyTenantsApart(t *testing.T) {
 		t.Fatalf("data %v", ms[0]["data"])
 	}
 }
+
+// TestPopAnyParkedCostsNoSQL: a namespace long-poll over drained queues
+// re-polls on its back-off through the hot-list's quiet path, as a queue
+// long-poll does: after the first round, no claim SQL while it waits.
+func TestPopAnyParkedCostsNoSQL(t *testing.T) {
+	t.Parallel()
+	n := nodetest.Start(t, func(c *broker.Config) {
+		c.PopBackoffMin = 20 * time.Millisecond
+		c.PopBackoffMax = 50 * time.Millisecond
+	})
+	configure(t, n, "q-a", msg{"namespace": "idle"})
+	configure(t, n, "q-b", msg{"namespace": "idle"})
+	// The first rounds register the groups and warm the rings.
+	for i := 0; i < 2; i++ {
+		if st, _, _ := popAny(t, n, "", "namespace=idle&wait=true&timeout=200"); st != 204 {
+			t.Fatalf("warm-up pop: %d", st)
+		}
+	}
+	before := n.Broker.Stats().PopSQLCalls.Load()
+	if st, _, _ := popAny(t, n, "", "namespace=idle&wait=true&timeout=1000"); st != 204 {
+		t.Fatalf("idle pop: %d", st)
+	}
+	// About 20 back-off rounds over two queues: the SQL path would make ~40 claim calls.
+	if d := n.Broker.Stats().PopSQLCalls.Load() - before; d > 2 {
+		t.Fatalf("%d claim SQL calls during a 1 s parked namespace pop over drained queues", d)
+	}
+}
