@@ -102,12 +102,14 @@ func TestTenantsApartAcrossNodes(t *testing.T) {
 			t.Fatalf("globex dlq on node %d: %d %s", i, r.Status, r.Body)
 		}
 	}
-	if r := nodes[1].DoAuth(t, globex, "DELETE", "/api/v1/resources/queues/"+queue, nil); r.Status >= 300 && r.Status != 404 {
-		t.Fatalf("globex delete: %d %s", r.Status, r.Body)
-	}
+	// globex's seek to the end and its delete of its own "orders" (which its
+	// first pop created) succeed, and touch only globex's rows.
 	if r := nodes[1].DoAuth(t, globex, "POST", "/api/v1/consumer-groups/__QUEUE_MODE__/queues/"+queue+"/seek",
-		map[string]any{"toEnd": true}); r.Status >= 500 {
+		map[string]any{"toEnd": true}); r.Status != 200 {
 		t.Fatalf("globex seek: %d %s", r.Status, r.Body)
+	}
+	if r := nodes[1].DoAuth(t, globex, "DELETE", "/api/v1/resources/queues/"+queue, nil); r.Status != 200 {
+		t.Fatalf("globex delete: %d %s", r.Status, r.Body)
 	}
 	r := pop(nodes[1], acme, "wait=false")
 	if r.Status != 200 || len(r.Obj(t)["messages"].([]any)) != 1 {

@@ -69,7 +69,7 @@ DECLARE
     v_nacked     int;
     v_aj         int;
     v_fast       boolean;
-    v_names_len  int;  -- bytes of the queue, partition and group names of a message
+    v_envelope   int;  -- a message's size beyond its payload, transaction id and producerSub
     i            int;
 BEGIN
     SELECT * INTO v_q FROM queen.queues q WHERE q.tenant = p_tenant AND q.name = p_queue;
@@ -203,7 +203,9 @@ BEGIN
             RETURN NEXT; CONTINUE;
         END IF;
 
-        v_names_len := octet_length(p_queue) + 2 * octet_length(v_names[i]) + octet_length(p_group);
+        -- The envelope: the queue, partition and group names at face value
+        -- plus 400 bytes for keys, ids and times (docs/api.md, "Input bounds").
+        v_envelope := octet_length(p_queue) + 2 * octet_length(v_names[i]) + octet_length(p_group) + 400;
         v_count := 0; v_end := v_c.committed_offset; v_until := NULL; v_full := false;
         v_acked := v_c.acked; v_nacked := cardinality(v_acked); v_aj := 1; v_fast := false;
         IF v_nacked = 0 AND v_q.delayed_processing = 0 THEN
@@ -216,7 +218,7 @@ BEGIN
             INTO v_count, v_end, v_size
             FROM (SELECT m.off, CASE WHEN p_max_bytes > 0 THEN
                              COALESCE(octet_length(m.payload::text), 4) + octet_length(m.transaction_id)
-                             + COALESCE(octet_length(m.producer_sub), 0) + v_names_len + 400
+                             + COALESCE(octet_length(m.producer_sub), 0) + v_envelope
                          ELSE 0 END AS size
                   FROM queen.messages m
                   WHERE m.partition_id = v_pid AND m.off > v_c.committed_offset AND m.off <= v_last
@@ -261,9 +263,7 @@ BEGIN
                     EXIT; -- later messages are younger still: keep partition order
                 END IF;
                 IF p_max_bytes > 0 THEN
-                    -- The envelope: its names at face value plus 400 bytes for
-                    -- keys, ids and times (docs/api.md, "Input bounds").
-                    v_size := COALESCE(octet_length(v_m.payload::text), 4) + v_m.names + v_names_len + 400;
+                    v_size := COALESCE(octet_length(v_m.payload::text), 4) + v_m.names + v_envelope;
                     IF v_bytes + v_size > p_max_bytes AND v_bytes > 0 THEN
                         v_full := true;
                         EXIT;
