@@ -34,6 +34,7 @@ const (
 	DefaultRoleAdmin     = "admin"
 	DefaultJWKSRefetch   = 10 * time.Second // least time between two JWKS fetches
 	DefaultJWKSTimeout   = 5 * time.Second
+	DefaultJWKSMaxAge    = 5 * time.Minute // a key the identity provider withdrew stops working within about this
 )
 
 // DefaultSkipPaths are the paths never authenticated (exact match).
@@ -70,6 +71,7 @@ type Config struct {
 
 	JWKSRefetch time.Duration // least time between JWKS fetches (an unknown kid refetches); default 10 s
 	JWKSTimeout time.Duration // one JWKS fetch; default 5 s
+	JWKSMaxAge  time.Duration // cache age past which a token refreshes the set in the background; default 5 min
 	HTTPClient  *http.Client  // JWKS fetches; default a client with JWKSTimeout
 }
 
@@ -88,6 +90,7 @@ func DefaultConfig() Config {
 		SkipPaths:     append([]string(nil), DefaultSkipPaths...),
 		JWKSRefetch:   DefaultJWKSRefetch,
 		JWKSTimeout:   DefaultJWKSTimeout,
+		JWKSMaxAge:    DefaultJWKSMaxAge,
 	}
 }
 
@@ -114,6 +117,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.JWKSTimeout <= 0 {
 		c.JWKSTimeout = d.JWKSTimeout
+	}
+	if c.JWKSMaxAge <= 0 {
+		c.JWKSMaxAge = d.JWKSMaxAge
 	}
 	if c.HTTPClient == nil {
 		c.HTTPClient = &http.Client{Timeout: c.JWKSTimeout}
@@ -296,7 +302,7 @@ func newVerifier(c Config) (*verifier, error) {
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return nil, errors.New("JWT_JWKS_URL: want an http:// or https:// URL")
 		}
-		v.jwks = newJWKS(c.JWKSURL, c.Algorithm, c.HTTPClient, c.JWKSRefetch)
+		v.jwks = newJWKS(c.JWKSURL, c.Algorithm, c.HTTPClient, c.JWKSRefetch, c.JWKSMaxAge)
 	}
 	return v, nil
 }

@@ -18,11 +18,6 @@ import (
 // maxJWKSBytes bounds a JWKS response body.
 const maxJWKSBytes = 1 << 20
 
-// defaultJWKSMaxAge is how old the cached set may grow before a token
-// refreshes it in the background: a key the identity provider removed
-// (revoked) stops being accepted within about this time.
-const defaultJWKSMaxAge = 5 * time.Minute
-
 // jwks is a JWKS URL's keys of the configured algorithm, by kid. A token
 // with a kid not in the cache refetches the set, at most once per refetch
 // interval (key rotation without hammering the identity provider). Tokens
@@ -41,8 +36,12 @@ type jwks struct {
 	fetched time.Time // last fetch attempt; zero = never
 }
 
-func newJWKS(url, alg string, client *http.Client, refetch time.Duration) *jwks {
-	return &jwks{url: url, alg: alg, client: client, refetch: refetch, maxAge: defaultJWKSMaxAge}
+// newJWKS returns an empty cache of url's keys. maxAge is how old the cached
+// set may grow before a token refreshes it in the background: a key the
+// identity provider removed (revoked) stops being accepted within about
+// that time.
+func newJWKS(url, alg string, client *http.Client, refetch, maxAge time.Duration) *jwks {
+	return &jwks{url: url, alg: alg, client: client, refetch: refetch, maxAge: maxAge}
 }
 
 // key returns the key with kid ("" = the set's only usable key), fetching

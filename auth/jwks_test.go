@@ -22,7 +22,7 @@ func TestJWKSConcurrentMissesFetchOnce(t *testing.T) {
 			`"x":"MKBCTNIcKUSDii11ySs3526iDZ8AiTo7Tu6KPAqv7D4","y":"4Etl6SRW2YiLUrN5vfvVHuhp7x8PxltmWWlbbM4IFyM"}]}`))
 	}))
 	defer srv.Close()
-	j := newJWKS(srv.URL, "ES256", srv.Client(), 0)
+	j := newJWKS(srv.URL, "ES256", srv.Client(), 0, DefaultJWKSMaxAge)
 	if _, err := j.key("k1"); err != nil {
 		t.Fatal(err)
 	}

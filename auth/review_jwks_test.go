@@ -24,7 +24,7 @@ func TestJWKSRemovedKeyExpiresFromCache(t *testing.T) {
 		_, _ = w.Write([]byte(`{"keys":[` + k1 + `]}`))
 	}))
 	defer srv.Close()
-	j := newJWKS(srv.URL, "ES256", srv.Client(), 0)
+	j := newJWKS(srv.URL, "ES256", srv.Client(), 0, DefaultJWKSMaxAge)
 	j.maxAge = 50 * time.Millisecond
 	if _, err := j.key("k1"); err != nil {
 		t.Fatal(err)

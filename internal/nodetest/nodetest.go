@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"queen-node/broker"
+	"queen-node/internal/localnet"
 	"queen-node/internal/pgtest"
 	"queen-node/mesh"
 	"queen-node/node"
@@ -66,6 +68,16 @@ func start(t testing.TB, dbURL, name string, mc *mesh.Config, opts []Option) *No
 
 func startCfg(t testing.TB, dbURL, name string, mc *mesh.Config, opts []Option, edit func(*node.Config)) *Node {
 	t.Helper()
+	n, err := tryStart(t, dbURL, name, mc, opts, edit)
+	if err != nil {
+		t.Fatalf("start node: %v", err)
+	}
+	return n
+}
+
+// tryStart starts a node and registers its stop with t.Cleanup.
+func tryStart(t testing.TB, dbURL, name string, mc *mesh.Config, opts []Option, edit func(*node.Config)) (*Node, error) {
+	t.Helper()
 	cfg := node.DefaultConfig()
 	cfg.HTTPAddr = "127.0.0.1:0"
 	cfg.Broker.PG.URL = dbURL
@@ -90,7 +102,7 @@ func startCfg(t testing.TB, dbURL, name string, mc *mesh.Config, opts []Option, 
 	defer cancel()
 	nd, err := node.Start(ctx, cfg, log)
 	if err != nil {
-		t.Fatalf("start node: %v", err)
+		return nil, err
 	}
 	t.Cleanup(func() {
 		// Parked long-polls answer 204 at once (drain); a test's request
@@ -99,7 +111,7 @@ func startCfg(t testing.TB, dbURL, name string, mc *mesh.Config, opts []Option, 
 		defer cancel()
 		_ = nd.Stop(ctx)
 	})
-	return &Node{URL: nd.URL(), DBURL: dbURL, Broker: nd.Broker(), Mesh: nd.Mesh(), Node: nd}
+	return &Node{URL: nd.URL(), DBURL: dbURL, Broker: nd.Broker(), Mesh: nd.Mesh(), Node: nd}, nil
 }
 
 // Response is an HTTP answer.
@@ -229,9 +241,25 @@ func startCluster(t testing.TB, n int, opts []Option, edit func(*node.Config)) [
 		if seed != "" {
 			mc.Join = []string{seed}
 		}
-		seed = mc.Bind
 		mc.Timings = mesh.FastTimings()
-		nodes = append(nodes, startCfg(t, db, fmt.Sprintf("%s-%d", t.Name(), i), &mc, opts, edit))
+		nd, err := tryStart(t, db, fmt.Sprintf("%s-%d", t.Name(), i), &mc, opts, edit)
+		// The handed-out port can be taken meanwhile (by an outgoing
+		// connection's ephemeral port, or a test in another package):
+		// retry on ports the kernel says are free right now.
+		for attempt := 0; err != nil && strings.Contains(err.Error(), "address already in use") && attempt < 5; attempt++ {
+			ip := fmt.Sprintf("127.0.1.%d", 1+i)
+			port, perr := localnet.FreePort(ip, true)
+			if perr != nil {
+				t.Fatalf("start node: %v", perr)
+			}
+			mc.Bind = fmt.Sprintf("%s:%d", ip, port)
+			nd, err = tryStart(t, db, fmt.Sprintf("%s-%d", t.Name(), i), &mc, opts, edit)
+		}
+		if err != nil {
+			t.Fatalf("start node: %v", err)
+		}
+		seed = mc.Bind
+		nodes = append(nodes, nd)
 	}
 	deadline := time.Now().Add(15 * time.Second)
 	for _, node := range nodes {
