@@ -201,6 +201,7 @@ type Server struct {
 	log     hclog.Logger
 	mux     *http.ServeMux
 	handler http.Handler
+	routes  []Route         // every registered route, for Routes
 	metrics *metrics        // request histograms and the /metrics registry
 	table   *tableCollector // Table's series on /metrics (table.go)
 	conns   connStats
@@ -251,6 +252,11 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // the same mux. It gets CORS and JSON 404/405 handling but no
 // authentication: the routes added this way are public in the reference.
 func (s *Server) Handle(pattern string, h http.Handler) {
+	s.handle(pattern, AccessPublic, h)
+}
+
+func (s *Server) handle(pattern string, need Access, h http.Handler) {
+	s.routes = append(s.routes, Route{Pattern: pattern, Access: need})
 	s.mux.Handle(pattern, h)
 	s.metrics.addRoute(pattern)
 }
@@ -259,12 +265,23 @@ func (s *Server) Handle(pattern string, h http.Handler) {
 // (the Authenticator's skip list can still make the path public). /status
 // and /metrics use it: /status names every tenant's queues and groups.
 func (s *Server) HandleAccess(pattern string, need Access, h http.Handler) {
-	s.Handle(pattern, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	s.handle(pattern, need, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, ok := s.authorize(w, r, need); ok {
 			h.ServeHTTP(w, r)
 		}
 	}))
 }
+
+// Route is a registered route: its ServeMux pattern ("GET /api/v1/dlq")
+// and the role it needs when authentication is on.
+type Route struct {
+	Pattern string
+	Access  Access
+}
+
+// Routes lists every registered route in registration order, so a test can
+// check each one's access level against docs/api.md "Authentication".
+func (s *Server) Routes() []Route { return append([]Route(nil), s.routes...) }
 
 // Drain makes parked and future long-polls answer 204 immediately. Call it
 // when a graceful shutdown starts (http.Server.RegisterOnShutdown).
@@ -273,6 +290,7 @@ func (s *Server) Drain() { s.drainOnce.Do(s.drain) }
 // route registers an API handler with its method and access level.
 func (s *Server) route(method, path string, need Access, h func(w http.ResponseWriter, r *http.Request, c caller)) {
 	s.metrics.addRoute(method + " " + path)
+	s.routes = append(s.routes, Route{Pattern: method + " " + path, Access: need})
 	s.mux.HandleFunc(method+" "+path, func(w http.ResponseWriter, r *http.Request) {
 		// ServeMux lets HEAD reach GET routes; a HEAD pop would lease
 		// messages nobody receives.

@@ -210,3 +210,6 @@ func isLoopback(addr string) bool {
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
 }
+
+// Routes lists the HTTP routes the node serves with the role each needs.
+func (n *Node) Routes() []api.Route { return n.api.Routes() }
