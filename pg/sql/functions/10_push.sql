@@ -98,8 +98,8 @@ $$;
 -- partition does not exist it writes nothing and returns the single row
 -- (o_idx -1, 'missing'): the caller creates them with
 -- queen.ensure_partitions_v1 and calls again. The duplicate check runs under
--- the locks; a duplicate leaves a hole in the offsets, which readers
--- tolerate.
+-- the locks; a duplicate takes no offset, so pushes leave no holes (deletes
+-- and retention can, and readers tolerate them).
 CREATE OR REPLACE FUNCTION queen.push_v3(
     p_tenant     text,
     p_queues     text[],
@@ -148,10 +148,8 @@ BEGIN
              WITH ORDINALITY AS i(qn, pn, seq, txid, mid, trace, payload, sub, ord)
     ),
     parts AS (
-        SELECT l.pid AS id, l.qn, l.pn, l.base, s.n
+        SELECT l.pid AS id, l.qn, l.pn, l.base
         FROM unnest(v_qns, v_pns, v_pids, v_bases) AS l(qn, pn, pid, base)
-        JOIN (SELECT it.qn, it.pn, max(it.seq) AS n FROM items it GROUP BY it.qn, it.pn) s
-          ON s.qn = l.qn AND s.pn = l.pn
     ),
     -- Duplicates by index probe (a LATERAL LIMIT 1 keeps the planner from a
     -- merge anti-join that reads the whole partition while its statistics
@@ -166,19 +164,28 @@ BEGIN
             WHERE m.partition_id = parts.id AND m.transaction_id = it.txid
             LIMIT 1) ex ON true
     ),
+    -- Offsets are given to the new messages only, in request order, so a
+    -- duplicate takes none: a duplicate that left a hole at the end of a
+    -- partition would keep it looking pending (last_offset past every
+    -- cursor) with nothing left to deliver.
+    fresh AS (
+        SELECT c.*, row_number() OVER (PARTITION BY c.pid ORDER BY c.seq) AS rn
+        FROM checked c
+        WHERE c.existing IS NULL
+    ),
     upd AS (
         UPDATE queen.partitions p
-        SET last_offset = parts.base + parts.n, last_write_at = clock_timestamp()
+        SET last_offset = parts.base + f.n, last_write_at = clock_timestamp()
         FROM parts
+        JOIN (SELECT fr.pid, count(*) AS n FROM fresh fr GROUP BY fr.pid) f ON f.pid = parts.id
         WHERE p.id = parts.id
         RETURNING 1
     ),
     ins AS (
         INSERT INTO queen.messages (partition_id, off, id, transaction_id, trace_id, payload, producer_sub, created_at)
-        SELECT c.pid, c.base + c.seq, c.mid, c.txid, c.trace, c.payload::json, c.sub, clock_timestamp()
-        FROM checked c
-        WHERE c.existing IS NULL
-        ORDER BY c.pid, c.seq
+        SELECT f.pid, f.base + f.rn, f.mid, f.txid, f.trace, f.payload::json, f.sub, clock_timestamp()
+        FROM fresh f
+        ORDER BY f.pid, f.rn
         RETURNING 1
     )
     SELECT c.ord - 1,
