@@ -35,6 +35,7 @@ type Broker struct {
 	}
 
 	stats Stats
+	maint *maintenance // maintenance modes and the push buffer (maintenance.go)
 
 	started   time.Time
 	closeOnce sync.Once
@@ -98,6 +99,10 @@ func New(ctx context.Context, cfg Config, log hclog.Logger) (*Broker, error) {
 		started: time.Now(),
 	}
 	b.lastReport.at = time.Now()
+	if err := b.startMaintenance(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
 	if cfg.PushCombine {
 		b.push = newPushCombiner(db, DefaultMaxPushRows, &b.stats.PushFlushes)
 	}
