@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 
 	"queen-node/broker"
@@ -130,7 +131,11 @@ func popMaintenanceMessage(on, changed bool) string {
 
 // readEnabled reads a toggle body; false means the 4xx was answered.
 func (s *Server) readEnabled(w http.ResponseWriter, r *http.Request) (bool, bool) {
-	r.Body = http.MaxBytesReader(w, r.Body, maintenanceBodyLimit)
+	if r.ContentLength > maintenanceBodyLimit {
+		writeReqError(w, tooLarge(fmt.Sprintf("request body too large (limit %d bytes)", maintenanceBodyLimit)))
+		return false, false
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, maintenanceBodyLimit) // a chunked body past the limit: readBody's 413
 	raw, err := s.readBody(w, r)
 	if err != nil {
 		writeReqError(w, err)

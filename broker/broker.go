@@ -99,10 +99,6 @@ func New(ctx context.Context, cfg Config, log hclog.Logger) (*Broker, error) {
 		started: time.Now(),
 	}
 	b.lastReport.at = time.Now()
-	if err := b.startMaintenance(ctx); err != nil {
-		db.Close()
-		return nil, err
-	}
 	if cfg.PushCombine {
 		b.push = newPushCombiner(db, DefaultMaxPushRows, &b.stats.PushFlushes)
 	}
@@ -111,6 +107,11 @@ func New(ctx context.Context, cfg Config, log hclog.Logger) (*Broker, error) {
 			b.hotLog.Debug("trace "+event, append([]any{"queue", queueName(key)}, kv...)...)
 		})
 		b.startHotLoops()
+	}
+	// Last: its loops may replay buffered pushes at once.
+	if err := b.startMaintenance(ctx); err != nil {
+		b.Close()
+		return nil, err
 	}
 	return b, nil
 }
