@@ -53,7 +53,8 @@ type fakeBroker struct {
 	dlqTotal  int
 	existed   bool
 	deleted   int
-	released  chan string // lease ids given back by ReleaseUndelivered
+	released  chan string             // lease ids given back by ReleaseUndelivered
+	maint     broker.MaintenanceState // switches of the MaintenanceBroker fake (maintenance_test.go)
 }
 
 func (f *fakeBroker) ReleaseUndelivered(res *broker.PopResult) {

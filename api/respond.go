@@ -106,6 +106,8 @@ func (s *Server) brokerError(w http.ResponseWriter, r *http.Request, op string, 
 	switch {
 	case errors.Is(err, broker.ErrQueueDeleted):
 		writeError(w, http.StatusConflict, broker.ErrQueueDeleted.Error())
+	case errors.Is(err, broker.ErrMaintenanceRefused):
+		writeError(w, http.StatusServiceUnavailable, err.Error()) // a full push buffer, a transaction during push maintenance
 	case errors.Is(err, broker.ErrUnavailable):
 		// The broker reports the outage itself; per request this is noise.
 		s.log.Debug("database unavailable", "op", op, "error", err)

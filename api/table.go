@@ -335,4 +335,27 @@ var Table = []Row{
 		Help: "Requests cut with 408 because their body did not arrive in time.", Field: num[int64](func(s *Snapshot) *int64 { return &s.HTTP.BodyTimeouts })},
 	{Status: "http.accept_errors", Metric: "queen_http_accept_errors_total", Kind: Counter, Own: true,
 		Help: "Failed accepts of client connections, e.g. out of file descriptors.", Field: num[int64](func(s *Snapshot) *int64 { return &s.HTTP.AcceptErrors })},
+
+	// maintenance: the cluster's switches as this node sees them, and its
+	// push buffer (broker/maintenance.go; docs/api.md, "Maintenance modes").
+	{Status: "maintenance.push_enabled", Metric: "queen_maintenance_push_enabled", Kind: Gauge,
+		Help: "1 while push maintenance is on (pushes are buffered on this node's disk).", Field: flag(func(s *Snapshot) *bool { return &s.Maint.PushMaintenance })},
+	{Status: "maintenance.pop_enabled", Metric: "queen_maintenance_pop_enabled", Kind: Gauge,
+		Help: "1 while pop maintenance is on (every pop answers 204).", Field: flag(func(s *Snapshot) *bool { return &s.Maint.PopMaintenance })},
+	{Status: "maintenance.buffer_pending", Metric: "queen_push_buffer_pending_messages", Kind: Gauge,
+		Help: "Buffered push items waiting for their replay, every tenant.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Maint.Pending })},
+	{Status: "maintenance.buffer_bytes", Metric: "queen_push_buffer_bytes", Kind: Gauge,
+		Help: "Size of the push buffer file; it is emptied once replayed.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Maint.Bytes })},
+	{Status: "maintenance.buffer_max_bytes", Metric: "queen_push_buffer_max_bytes", Kind: Gauge,
+		Help: "Bound of the push buffer file (QUEEN_BUFFER_MAX_BYTES); pushes past it are answered 503.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Maint.MaxBytes })},
+	{Status: "maintenance.replaying", Metric: "queen_push_buffer_replaying", Kind: Gauge,
+		Help: "1 while the push buffer is being replayed.", Field: flag(func(s *Snapshot) *bool { return &s.Maint.Replaying })},
+	{Status: "maintenance.buffered", Metric: "queen_push_buffered_messages_total", Kind: Counter,
+		Help: "Push items written to the push buffer.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Maint.Buffered })},
+	{Status: "maintenance.replayed", Metric: "queen_push_buffer_replayed_total", Kind: Counter,
+		Help: "Buffered push items stored by a replay.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Maint.Replayed })},
+	{Status: "maintenance.replay_duplicates", Metric: "queen_push_buffer_replay_duplicates_total", Kind: Counter,
+		Help: "Buffered push items a replay found already stored (a replay after a crash).", Field: num[int64](func(s *Snapshot) *int64 { return &s.Maint.ReplayDuplicates })},
+	{Status: "maintenance.replay_failed", Metric: "queen_push_buffer_replay_failed_total", Kind: Counter,
+		Help: "Buffered push items a replay could not store (their queue was deleted meanwhile); each is logged.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Maint.ReplayFailed })},
 }

@@ -35,6 +35,7 @@ type Broker struct {
 	}
 
 	stats Stats
+	maint *maintenance // maintenance modes and the push buffer (maintenance.go)
 
 	started   time.Time
 	closeOnce sync.Once
@@ -106,6 +107,11 @@ func New(ctx context.Context, cfg Config, log hclog.Logger) (*Broker, error) {
 			b.hotLog.Debug("trace "+event, append([]any{"queue", queueName(key)}, kv...)...)
 		})
 		b.startHotLoops()
+	}
+	// Last: its loops may replay buffered pushes at once.
+	if err := b.startMaintenance(ctx); err != nil {
+		b.Close()
+		return nil, err
 	}
 	return b, nil
 }

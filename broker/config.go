@@ -42,6 +42,8 @@ type Config struct {
 	Hotlist             HotlistConfig // the candidate rings; off = the SQL candidate scan
 	LogTopNQueues       int           // QUEEN_LOG_TOPN_QUEUES, default 10
 	DefaultSubscription string        // server-wide default subscription mode: "" (= all), "new"
+
+	Maintenance MaintenanceConfig // push buffer and switch refresh (maintenance.go), default DefaultMaintenanceConfig()
 }
 
 // PGConfig is the broker's PostgreSQL pool.
@@ -72,5 +74,6 @@ func DefaultConfig() Config {
 		Hotlist: HotlistConfig{Enabled: DefaultHotlistEnabled, IdleSweep: DefaultHotlistIdle,
 			Config: hotlist.DefaultConfig()},
 		LogTopNQueues: DefaultLogTopN,
+		Maintenance:   DefaultMaintenanceConfig(),
 	}
 }

@@ -23,6 +23,7 @@ func newBroker(t *testing.T, hot bool) *broker.Broker {
 	cfg := broker.DefaultConfig()
 	cfg.PG.URL = pgtest.NewDatabase(t)
 	cfg.NodeName = "goapi"
+	cfg.Maintenance.BufferDir = t.TempDir() // not the shared default under the OS temp dir
 	cfg.Hotlist.Enabled = hot
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -30,6 +30,12 @@ func (b *Broker) Pop(ctx context.Context, tenant string, req PopRequest) (*PopRe
 			gen     uint64
 			release = func() {}
 		)
+		// Pop maintenance answers empty; its channel wakes a parked pop.
+		paused, pausedNow := b.popGate()
+		if pausedNow {
+			b.stats.PopsEmpty.Add(1)
+			return nil, nil
+		}
 		if req.Wait {
 			// Subscribe before asking PostgreSQL: a push that commits while
 			// our query runs then still wakes us.
@@ -53,6 +59,7 @@ func (b *Broker) Pop(ctx context.Context, tenant string, req PopRequest) (*PopRe
 		select {
 		case <-wake:
 			backoff = b.cfg.PopBackoffMin
+		case <-paused:
 		case <-timer.C:
 			backoff = min(backoff*2, b.cfg.PopBackoffMax)
 		case <-ctx.Done():

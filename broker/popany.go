@@ -22,6 +22,12 @@ func (b *Broker) PopAny(ctx context.Context, tenant, namespace, task string, req
 	}
 	backoff := b.cfg.PopBackoffMin
 	for {
+		// Pop maintenance answers empty; its channel wakes a parked pop.
+		paused, pausedNow := b.popGate()
+		if pausedNow {
+			b.stats.PopsEmpty.Add(1)
+			return nil, nil
+		}
 		queues, err := b.db.MatchQueues(ctx, tenant, namespace, task)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -82,6 +88,7 @@ func (b *Broker) PopAny(ctx context.Context, tenant, namespace, task string, req
 		select {
 		case <-woken:
 			backoff = b.cfg.PopBackoffMin
+		case <-paused:
 		case <-timer.C:
 			backoff = min(backoff*2, b.cfg.PopBackoffMax)
 		case <-ctx.Done():

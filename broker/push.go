@@ -21,6 +21,15 @@ func (b *Broker) Push(ctx context.Context, tenant string, producerSub *string, i
 	if len(items) == 0 {
 		return []PushResult{}, nil
 	}
+	if res, ok, err := b.bufferPush(tenant, producerSub, items); ok {
+		return res, err // push maintenance (maintenance.go)
+	}
+	return b.pushStore(ctx, tenant, producerSub, items)
+}
+
+// pushStore stores items in PostgreSQL: the push path behind the buffer,
+// which the buffer's replay also takes.
+func (b *Broker) pushStore(ctx context.Context, tenant string, producerSub *string, items []PushItem) ([]PushResult, error) {
 	rows, err := pushRows(items, producerSub)
 	if err != nil {
 		return nil, err

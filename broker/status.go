@@ -28,6 +28,7 @@ type Snapshot struct {
 	PG       pg.PoolStat
 	Hotlist  HotlistSnapshot
 	Mesh     MeshSnapshot
+	Maint    MaintenanceSnapshot // maintenance modes and the push buffer (maintenance.go)
 }
 
 // Counters is a copy of Stats at one moment.
@@ -85,6 +86,7 @@ func (b *Broker) Snapshot() Snapshot {
 		Requests: b.stats.Snapshot(),
 		Parked:   b.gates.parked(),
 		PG:       b.db.Stat(),
+		Maint:    b.maintenanceSnapshot(),
 	}
 	if b.hot != nil {
 		st.Hotlist = HotlistSnapshot{Enabled: true, Stats: b.hot.Stats(), TopRings: b.hot.TopRings(b.cfg.LogTopNQueues)}

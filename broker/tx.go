@@ -22,6 +22,9 @@ func (e *txAbort) Error() string { return e.reason }
 // transaction is a result (Success false), not an error.
 func (b *Broker) Transaction(ctx context.Context, tenant string, producerSub *string, ops []TxOp, requiredLeases []string) (TxResult, error) {
 	b.stats.Transactions.Add(1)
+	if err := b.checkTxMaintenance(ops); err != nil {
+		return TxResult{}, err
+	}
 	res := TxResult{TransactionID: uuid.NewString()}
 	// Everything the transaction will lock is known before it starts, so it
 	// is locked up front in one global order (pg.TxLocks) instead of op by

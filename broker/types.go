@@ -72,7 +72,7 @@ type PushItem struct {
 // PushResult reports one pushed item, in input order.
 type PushResult struct {
 	Index         int
-	Status        protocol.PushStatus // queued, duplicate or failed
+	Status        protocol.PushStatus // queued, duplicate or failed; buffered during push maintenance (maintenance.go)
 	TransactionID string
 	MessageID     string
 	PartitionID   string

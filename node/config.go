@@ -123,6 +123,11 @@ func (c Config) Validate() error {
 	default:
 		bad("Broker.DefaultSubscription", fmt.Errorf("%q: want all, new or new-only", b.DefaultSubscription))
 	}
+	// Maintenance modes (broker/maintenance.go).
+	positive("Broker.Maintenance.RefreshInterval", b.Maintenance.RefreshInterval)
+	if b.Maintenance.BufferMaxBytes < 1 {
+		bad("Broker.Maintenance.BufferMaxBytes", fmt.Errorf("%d: want 1 or more", b.Maintenance.BufferMaxBytes))
+	}
 	if b.Hotlist.Enabled {
 		if b.Hotlist.Shards < 1 {
 			bad("Broker.Hotlist.Shards", fmt.Errorf("%d: want 1 or more", b.Hotlist.Shards))

@@ -115,6 +115,24 @@ func settings() []setting {
 				}
 				return nil
 			}},
+		// Maintenance modes (docs/api.md, "Maintenance modes"; docs/operations.md).
+		{env: "QUEEN_BUFFER_DIR", flag: "buffer-dir", usage: "directory of this node's push buffer file, used during push maintenance; give it a persistent disk (empty = <temp dir>/queen-node-buffer/<node name>)",
+			apply: func(c *Config, v string) error { c.Node.Broker.Maintenance.BufferDir = v; return nil }},
+		{env: "QUEEN_BUFFER_MAX_BYTES", flag: "buffer-max-bytes", def: strconv.FormatInt(d.Broker.Maintenance.BufferMaxBytes, 10),
+			usage: "bound of the push buffer file; pushes past it are answered 503",
+			apply: func(c *Config, v string) error {
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil || n < 1<<20 || n > 1<<40 {
+					return fmt.Errorf("want an integer from %d to %d", 1<<20, int64(1)<<40)
+				}
+				c.Node.Broker.Maintenance.BufferMaxBytes = n
+				return nil
+			}},
+		{env: "QUEEN_MAINTENANCE_REFRESH_MS", flag: "maintenance-refresh-ms", def: ms(d.Broker.Maintenance.RefreshInterval),
+			usage: "how often the node reads the cluster's maintenance switches from PostgreSQL",
+			apply: func(c *Config, v string) error {
+				return durationMS(v, &c.Node.Broker.Maintenance.RefreshInterval, 50, 60000)
+			}},
 		{env: "QUEEN_PPROF_ADDR", flag: "pprof-addr", usage: "net/http/pprof listen address (empty = off)",
 			apply: func(c *Config, v string) error { c.Node.PprofAddr = v; return checkAddr(v, true) }},
 		{env: "QUEEN_LOG_LEVEL", flag: "log-level", def: "info", usage: "log level: trace, debug, info, warn, error",

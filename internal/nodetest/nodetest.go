@@ -83,6 +83,7 @@ func tryStart(t testing.TB, dbURL, name string, mc *mesh.Config, opts []Option, 
 	cfg.Broker.PG.URL = dbURL
 	cfg.Broker.NodeName = name
 	cfg.Broker.PG.MaxConns = 16
+	cfg.Broker.Maintenance.BufferDir = t.TempDir() // one push buffer per node; an Option may share one across a restart
 	for _, o := range opts {
 		o(&cfg.Broker)
 	}

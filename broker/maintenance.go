@@ -1,0 +1,595 @@
+package broker
+
+// Maintenance modes (docs/api.md, "Maintenance modes"; docs/operations.md,
+// "Draining for a database upgrade"): two cluster-wide switches kept in
+// PostgreSQL (queen.system_state), which every node polls.
+//
+//   - Push maintenance: pushes are appended, fsynced, to this node's buffer
+//     file (package pushbuf) and answered "buffered". Once the switch is
+//     off, the node replays its buffer in order through the normal push
+//     path, then empties the file. While its buffer still holds records,
+//     the node keeps appending new pushes to it, so they cannot overtake
+//     the buffered ones.
+//   - Pop maintenance: every pop answers empty (204), parked long-polls
+//     included, which are woken as soon as the node sees the switch.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hashicorp/go-hclog"
+
+	"queen-node/pg"
+	"queen-node/protocol"
+	"queen-node/pushbuf"
+)
+
+// Defaults of MaintenanceConfig.
+const (
+	DefaultMaintenanceRefresh = time.Second // how stale a node's view of the switches may be
+	DefaultBufferMaxBytes     = 1 << 30     // 1 GiB of buffered pushes per node
+	DefaultReplayBatch        = 1000        // buffered records per replayed push
+)
+
+// MaintenanceConfig is the maintenance modes' part of Config.
+type MaintenanceConfig struct {
+	// RefreshInterval (QUEEN_MAINTENANCE_REFRESH_MS, default 1 s) is how
+	// often the node reads the switches from PostgreSQL: another node's
+	// toggle reaches this one within it. The toggling node applies it at once.
+	RefreshInterval time.Duration
+	// BufferDir (QUEEN_BUFFER_DIR) holds this node's push buffer file. The
+	// default "" is <os.TempDir()>/queen-node-buffer/<NodeName>; give it a
+	// persistent disk in production (a temp dir may be wiped at boot).
+	BufferDir string
+	// BufferMaxBytes (QUEEN_BUFFER_MAX_BYTES, default 1 GiB) bounds the
+	// buffer file; a push that does not fit is answered 503.
+	BufferMaxBytes int64
+	// ReplayBatch (default 1000) is the most buffered records one replayed
+	// push carries.
+	ReplayBatch int
+}
+
+// DefaultMaintenanceConfig returns a MaintenanceConfig with every default.
+func DefaultMaintenanceConfig() MaintenanceConfig {
+	return MaintenanceConfig{RefreshInterval: DefaultMaintenanceRefresh,
+		BufferMaxBytes: DefaultBufferMaxBytes, ReplayBatch: DefaultReplayBatch}
+}
+
+// PushBuffered is the status of a pushed item written to the node's buffer
+// during push maintenance; it is stored when the buffer is replayed.
+const PushBuffered protocol.PushStatus = "buffered"
+
+// ErrMaintenanceRefused is wrapped by the errors of requests refused
+// because of push maintenance; the API answers them 503 with their text.
+var ErrMaintenanceRefused = errors.New("push maintenance")
+
+var (
+	// ErrBufferFull: the push does not fit under MaintenanceConfig.BufferMaxBytes.
+	ErrBufferFull = fmt.Errorf("%w: this node's push buffer is full; retry later", ErrMaintenanceRefused)
+	// ErrTxPushMaintenance: a transaction with push operations while pushes
+	// are buffered. Its acks and pushes must commit together, and a
+	// buffered push does not commit until the replay.
+	ErrTxPushMaintenance = fmt.Errorf("%w: transactions with push operations are refused until it is off and this node's buffer is replayed; retry later", ErrMaintenanceRefused)
+)
+
+// MaintenanceState is the cluster's switches as this node sees them.
+type MaintenanceState struct {
+	Push bool // push maintenance: pushes are buffered on disk
+	Pop  bool // pop maintenance: pops answer empty
+}
+
+// BufferStats are this node's push buffer figures (for /status and
+// GET /api/v1/status/buffers).
+type BufferStats struct {
+	Path             string // the buffer file
+	Pending          int64  // records not replayed yet, every tenant
+	Bytes            int64  // size of the file (replayed records stay until it is emptied)
+	MaxBytes         int64  // MaintenanceConfig.BufferMaxBytes
+	Replaying        bool   // a replay is running
+	Healthy          bool   // the last append succeeded and the file has room
+	Buffered         int64  // records appended since start
+	Replayed         int64  // records replayed and stored since start
+	ReplayDuplicates int64  // records replayed that were already stored (a replay after a crash)
+	ReplayFailed     int64  // records a replay could not store (their queue was deleted meanwhile), logged
+}
+
+// bufRecord is one buffered push item, JSON in a pushbuf record. The
+// transaction id is fixed when buffering so a replay that runs twice (a
+// crash after some records were stored) stores each message once.
+type bufRecord struct {
+	Tenant    string          `json:"t"`
+	Sub       *string         `json:"s,omitempty"`
+	Queue     string          `json:"q"`
+	Partition string          `json:"p"`
+	TxID      string          `json:"x"`
+	Trace     *string         `json:"r,omitempty"`
+	Payload   json.RawMessage `json:"d,omitempty"`
+}
+
+type maintenance struct {
+	cfg MaintenanceConfig
+	log hclog.Logger
+	buf *pushbuf.Buffer
+
+	push   atomic.Bool
+	popMu  sync.Mutex                    // serialises pop switch changes
+	popCh  atomic.Pointer[chan struct{}] // closed while pop maintenance is on, so parked pops wake
+	kick   chan struct{}                 // wakes the replayer
+	failed atomic.Bool                   // the last append failed
+
+	pending   atomic.Int64 // records not replayed yet
+	replayPos int64        // file offset the next replay starts from; the replay loop's own
+	mu        sync.Mutex
+	tenants   map[string]int64 // pending per tenant, under mu
+	replaying atomic.Bool
+
+	buffered, replayed, replayDup, replayFailed atomic.Int64
+}
+
+// startMaintenance opens the push buffer, reads the switches and starts
+// the refresh and replay loops. A buffer left non-empty by the last run is
+// replayed at once when push maintenance is off.
+func (b *Broker) startMaintenance(ctx context.Context) error {
+	cfg := b.cfg.Maintenance
+	def := DefaultMaintenanceConfig()
+	if cfg.RefreshInterval <= 0 {
+		cfg.RefreshInterval = def.RefreshInterval
+	}
+	if cfg.ReplayBatch <= 0 {
+		cfg.ReplayBatch = def.ReplayBatch
+	}
+	if cfg.BufferDir == "" {
+		cfg.BufferDir = filepath.Join(os.TempDir(), "queen-node-buffer", b.cfg.NodeName)
+	}
+	m := &maintenance{cfg: cfg, log: b.log.Named("maintenance"), kick: make(chan struct{}, 1),
+		tenants: make(map[string]int64)}
+	open := make(chan struct{})
+	m.popCh.Store(&open)
+	buf, err := pushbuf.Open(cfg.BufferDir, cfg.BufferMaxBytes, m.log)
+	if err != nil {
+		return fmt.Errorf("push buffer: %w", err)
+	}
+	m.buf = buf
+	if err := m.countPending(); err != nil {
+		buf.Close()
+		return err
+	}
+	flags, err := b.db.MaintenanceFlags(ctx)
+	if err != nil {
+		buf.Close()
+		return fmt.Errorf("maintenance: %w", err)
+	}
+	m.apply(flags)
+	count, bytes := buf.Stats()
+	m.log.Info("push buffer ready", "path", buf.Path(), "records", count, "bytes", bytes,
+		"max_bytes", cfg.BufferMaxBytes, "push_maintenance", flags.Push, "pop_maintenance", flags.Pop)
+	b.maint = m
+	b.wg.Add(2)
+	go b.refreshLoop()
+	go b.replayLoop()
+	return nil
+}
+
+// countPending rebuilds the pending counts from the file after a start.
+func (m *maintenance) countPending() error {
+	var off int64
+	for {
+		recs, err := m.buf.Read(off, 1024)
+		if err != nil {
+			return fmt.Errorf("push buffer: %w", err)
+		}
+		if len(recs) == 0 {
+			return nil
+		}
+		for _, r := range recs {
+			var rec bufRecord
+			if err := json.Unmarshal(r.Data, &rec); err != nil {
+				return fmt.Errorf("push buffer record at %d: %w", off, err)
+			}
+			m.tenants[rec.Tenant]++
+			m.pending.Add(1)
+			off = r.Next
+		}
+	}
+}
+
+// apply makes flags this node's view.
+func (m *maintenance) apply(f pg.MaintenanceFlags) {
+	if old := m.push.Swap(f.Push); old != f.Push {
+		m.log.Info("push maintenance changed", "enabled", f.Push, "pending", m.pending.Load())
+		if !f.Push {
+			m.kickReplay()
+		}
+	}
+	m.setPop(f.Pop)
+}
+
+func (m *maintenance) setPop(on bool) {
+	m.popMu.Lock()
+	defer m.popMu.Unlock()
+	ch := *m.popCh.Load()
+	if isClosed(ch) == on {
+		return
+	}
+	if on {
+		close(ch) // wakes every parked pop
+	} else {
+		open := make(chan struct{})
+		m.popCh.Store(&open)
+	}
+	m.log.Info("pop maintenance changed", "enabled", on)
+}
+
+func isClosed(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+func (m *maintenance) kickReplay() {
+	select {
+	case m.kick <- struct{}{}:
+	default:
+	}
+}
+
+// popGate returns whether pop maintenance is on, and a channel closed when
+// it turns on: a parked pop waits on it beside its wake gate.
+func (b *Broker) popGate() (<-chan struct{}, bool) {
+	if b.maint == nil {
+		return nil, false
+	}
+	ch := *b.maint.popCh.Load()
+	return ch, isClosed(ch)
+}
+
+// buffering reports whether pushes go to the buffer: push maintenance is
+// on, or records wait for their replay (new pushes queue behind them).
+func (m *maintenance) buffering() bool {
+	return m != nil && (m.push.Load() || m.pending.Load() > 0)
+}
+
+// bufferPush appends items to the buffer when pushes are being buffered;
+// ok false means push them normally.
+func (b *Broker) bufferPush(tenant string, sub *string, items []PushItem) (res []PushResult, ok bool, err error) {
+	m := b.maint
+	if !m.buffering() {
+		return nil, false, nil
+	}
+	if sub != nil && *sub == "" {
+		sub = nil // stored as null, as pushRows does
+	}
+	recs := make([][]byte, len(items))
+	res = make([]PushResult, len(items))
+	for i, it := range items {
+		rec := bufRecord{Tenant: tenant, Sub: sub, Queue: it.Queue, Partition: it.Partition,
+			TxID: it.TransactionID, Trace: it.TraceID, Payload: it.Payload}
+		if rec.Partition == "" {
+			rec.Partition = DefaultPartition
+		}
+		if rec.TxID == "" {
+			id, err := uuid.NewV7()
+			if err != nil {
+				return nil, true, fmt.Errorf("transaction id: %w", err)
+			}
+			rec.TxID = id.String()
+		}
+		if recs[i], err = json.Marshal(rec); err != nil {
+			return nil, true, fmt.Errorf("encode buffered push: %w", err)
+		}
+		res[i] = PushResult{Index: i, Status: PushBuffered, TransactionID: rec.TxID, TraceID: it.TraceID,
+			Queue: it.Queue, partition: rec.Partition}
+	}
+	if err := m.buf.Append(recs); err != nil {
+		if errors.Is(err, pushbuf.ErrFull) {
+			return nil, true, ErrBufferFull
+		}
+		m.failed.Store(true)
+		m.log.Error("push buffer append failed", "path", m.buf.Path(), "error", err)
+		return nil, true, fmt.Errorf("push buffer: %w", err)
+	}
+	m.failed.Store(false)
+	m.mu.Lock()
+	m.tenants[tenant] += int64(len(items))
+	m.mu.Unlock()
+	m.pending.Add(int64(len(items)))
+	m.buffered.Add(int64(len(items)))
+	if !m.push.Load() {
+		m.kickReplay() // buffered behind a replay that may be finishing
+	}
+	return res, true, nil
+}
+
+// checkTxMaintenance refuses a transaction with push operations while
+// pushes are buffered (ErrTxPushMaintenance); ack-only ones run.
+func (b *Broker) checkTxMaintenance(ops []TxOp) error {
+	if !b.maint.buffering() {
+		return nil
+	}
+	for _, op := range ops {
+		if op.Type == "push" && len(op.Items) > 0 {
+			return ErrTxPushMaintenance
+		}
+	}
+	return nil
+}
+
+// stopCtx is a context canceled when the broker closes.
+func (b *Broker) stopCtx() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		select {
+		case <-b.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
+
+// refreshLoop polls the switches every RefreshInterval. A failed read
+// keeps the last view: during a database upgrade the node must go on
+// buffering.
+func (b *Broker) refreshLoop() {
+	defer b.wg.Done()
+	m := b.maint
+	ctx, cancel := b.stopCtx()
+	defer cancel()
+	t := time.NewTicker(m.cfg.RefreshInterval)
+	defer t.Stop()
+	failing := false
+	for {
+		select {
+		case <-b.stop:
+			return
+		case <-t.C:
+		}
+		rctx, rcancel := context.WithTimeout(ctx, max(m.cfg.RefreshInterval, 2*time.Second))
+		f, err := b.db.MaintenanceFlags(rctx)
+		rcancel()
+		if err != nil {
+			if !failing && ctx.Err() == nil {
+				m.log.Warn("cannot read the maintenance switches; keeping the last view", "error", err,
+					"push_maintenance", m.push.Load())
+			}
+			failing = true
+			continue
+		}
+		if failing {
+			m.log.Info("maintenance switches readable again")
+			failing = false
+		}
+		m.apply(f)
+	}
+}
+
+// replayLoop replays the buffer whenever push maintenance is off and
+// records are pending, then closes the buffer when the broker stops.
+func (b *Broker) replayLoop() {
+	defer b.wg.Done()
+	m := b.maint
+	defer m.buf.Close()
+	ctx, cancel := b.stopCtx()
+	defer cancel()
+	t := time.NewTicker(m.cfg.RefreshInterval)
+	defer t.Stop()
+	for {
+		if !m.push.Load() && m.pending.Load() > 0 {
+			b.replay(ctx)
+		}
+		select {
+		case <-b.stop:
+			return
+		case <-m.kick:
+		case <-t.C:
+		}
+	}
+}
+
+// replay pushes the buffered records in file order, consecutive records of
+// one tenant and producer together, and empties the file once it has
+// caught up with the appends. It stops early when push maintenance turns
+// back on or the broker stops, and the next replay resumes where it
+// stopped. Records stored twice by a crash mid-replay (the position is not
+// persisted; a restart replays the file from its start) keep their transaction ids and are refused as duplicates by
+// the partition's dedup (docs/api.md, "Maintenance modes").
+func (b *Broker) replay(ctx context.Context) {
+	m := b.maint
+	m.replaying.Store(true)
+	defer m.replaying.Store(false)
+	m.log.Info("replaying push buffer", "pending", m.pending.Load())
+	pos := m.replayPos
+	backoff := 250 * time.Millisecond
+	for ctx.Err() == nil && !m.push.Load() {
+		recs, err := m.buf.Read(pos, m.cfg.ReplayBatch)
+		if err != nil {
+			m.log.Error("push buffer unreadable; replay stopped", "error", err)
+			return
+		}
+		if len(recs) == 0 {
+			done, err := m.buf.TruncateIf(pos)
+			if err != nil {
+				m.log.Error("cannot empty the replayed push buffer", "error", err)
+				return
+			}
+			if done {
+				m.replayPos = 0
+				m.log.Info("push buffer replayed", "replayed", m.replayed.Load(),
+					"duplicates", m.replayDup.Load(), "failed", m.replayFailed.Load())
+				return
+			}
+			continue // appended meanwhile: replay that too
+		}
+		next, err := b.replayRecords(ctx, recs)
+		if next > 0 {
+			pos, m.replayPos = next, next
+			backoff = 250 * time.Millisecond
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			m.log.Warn("push buffer replay failed; retrying", "error", err, "in", backoff)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(backoff*2, 5*time.Second)
+		}
+	}
+}
+
+// replayRecords pushes recs in order, one push per run of records with the
+// same tenant and producer. It returns the offset after the last record
+// stored (0 if none) and the first error.
+func (b *Broker) replayRecords(ctx context.Context, recs []pushbuf.Record) (int64, error) {
+	m := b.maint
+	var next int64
+	for i := 0; i < len(recs); {
+		var first bufRecord
+		if err := json.Unmarshal(recs[i].Data, &first); err != nil {
+			return next, fmt.Errorf("decode buffered push: %w", err)
+		}
+		items := []PushItem{first.item()}
+		j := i + 1
+		for ; j < len(recs); j++ {
+			var r bufRecord
+			if err := json.Unmarshal(recs[j].Data, &r); err != nil {
+				return next, fmt.Errorf("decode buffered push: %w", err)
+			}
+			if r.Tenant != first.Tenant || !sameSub(r.Sub, first.Sub) {
+				break
+			}
+			items = append(items, r.item())
+		}
+		res, err := b.pushStore(ctx, first.Tenant, first.Sub, items)
+		if err != nil {
+			return next, err
+		}
+		for _, r := range res {
+			switch r.Status {
+			case protocol.PushQueued:
+				m.replayed.Add(1)
+			case protocol.PushDuplicate:
+				m.replayDup.Add(1)
+			default:
+				m.replayFailed.Add(1)
+				m.log.Warn("buffered push not stored by its replay", "tenant", first.Tenant,
+					"queue", r.Queue, "transaction_id", r.TransactionID, "error", r.Error)
+			}
+		}
+		m.mu.Lock()
+		if m.tenants[first.Tenant] -= int64(len(items)); m.tenants[first.Tenant] <= 0 {
+			delete(m.tenants, first.Tenant)
+		}
+		m.mu.Unlock()
+		m.pending.Add(-int64(len(items)))
+		next = recs[j-1].Next
+		i = j
+	}
+	return next, nil
+}
+
+func (r bufRecord) item() PushItem {
+	return PushItem{Queue: r.Queue, Partition: r.Partition, TransactionID: r.TxID, TraceID: r.Trace, Payload: r.Payload}
+}
+
+func sameSub(a, b *string) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
+}
+
+// Maintenance reads the switches from PostgreSQL (not the cached view),
+// makes them this node's view and returns them.
+func (b *Broker) Maintenance(ctx context.Context) (MaintenanceState, error) {
+	f, err := b.db.MaintenanceFlags(ctx)
+	if err != nil {
+		return MaintenanceState{}, wrap(err)
+	}
+	b.maint.apply(f)
+	return MaintenanceState{Push: f.Push, Pop: f.Pop}, nil
+}
+
+// SetPushMaintenance turns push maintenance on or off for the cluster: it
+// is written to PostgreSQL and applied on this node at once; the others
+// follow within their RefreshInterval.
+func (b *Broker) SetPushMaintenance(ctx context.Context, on bool) error {
+	if err := b.db.SetMaintenanceFlag(ctx, pg.StatePushMaintenance, on); err != nil {
+		return wrap(err)
+	}
+	m := b.maint
+	if old := m.push.Swap(on); old != on {
+		m.log.Info("push maintenance changed here", "enabled", on, "pending", m.pending.Load())
+	}
+	if !on {
+		m.kickReplay()
+	}
+	return nil
+}
+
+// SetPopMaintenance turns pop maintenance on or off for the cluster, like
+// SetPushMaintenance; turning it on wakes this node's parked pops at once.
+func (b *Broker) SetPopMaintenance(ctx context.Context, on bool) error {
+	if err := b.db.SetMaintenanceFlag(ctx, pg.StatePopMaintenance, on); err != nil {
+		return wrap(err)
+	}
+	b.maint.setPop(on)
+	return nil
+}
+
+// MaintenanceView is the switches as this node sees them now, without SQL.
+func (b *Broker) MaintenanceView() MaintenanceState {
+	_, pop := b.popGate()
+	return MaintenanceState{Push: b.maint.push.Load(), Pop: pop}
+}
+
+// BufferStats returns this node's push buffer figures, every tenant's.
+func (b *Broker) BufferStats() BufferStats {
+	m := b.maint
+	_, size := m.buf.Stats()
+	return BufferStats{
+		Path: m.buf.Path(), Pending: m.pending.Load(), Bytes: size, MaxBytes: m.buf.MaxBytes(),
+		Replaying: m.replaying.Load(),
+		Healthy:   !m.failed.Load() && (m.buf.MaxBytes() <= 0 || size < m.buf.MaxBytes()),
+		Buffered:  m.buffered.Load(), Replayed: m.replayed.Load(),
+		ReplayDuplicates: m.replayDup.Load(), ReplayFailed: m.replayFailed.Load(),
+	}
+}
+
+// TenantBuffered returns the records of one tenant waiting in this node's
+// buffer.
+func (b *Broker) TenantBuffered(tenant string) int64 {
+	m := b.maint
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.tenants[tenant]
+}
+
+// MaintenanceSnapshot is the maintenance figures of Snapshot.
+type MaintenanceSnapshot struct {
+	PushMaintenance bool
+	PopMaintenance  bool
+	BufferStats
+}
+
+func (b *Broker) maintenanceSnapshot() MaintenanceSnapshot {
+	if b.maint == nil {
+		return MaintenanceSnapshot{}
+	}
+	v := b.MaintenanceView()
+	return MaintenanceSnapshot{PushMaintenance: v.Push, PopMaintenance: v.Pop, BufferStats: b.BufferStats()}
+}
