@@ -13,6 +13,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
+	"queen-node/broker"
 	"queen-node/internal/nodetest"
 	"queen-node/node"
 )
@@ -486,5 +487,48 @@ func TestReadsTenantsAndRoles(t *testing.T) {
 	i := slices.IndexFunc(gl, func(g msg) bool { return g["name"] == "g" })
 	if i < 0 || gl[i]["subscriptionTimestamp"] != "2020-01-01T00:00:00.000Z" {
 		t.Fatalf("acme's groups: %v", gl)
+	}
+}
+
+// TestDeleteMessageWakesParkedPop: deleting the last unresolved message of
+// a leased batch ends the lease, and a pop parked behind that lease gets the
+// next message at once, not at its own re-poll (8 s at the earliest here) or the lease's
+// expiry (300 s).
+func TestDeleteMessageWakesParkedPop(t *testing.T) {
+	c := rc{t: t, n: nodetest.Start(t, func(bc *broker.Config) {
+		bc.PopBackoffMin, bc.PopBackoffMax = 8*time.Second, 20*time.Second
+	})}
+	pid := c.push("w", "p", "m1", "m2")
+	got, lease := c.pop("w", "p", "", 2)
+	if len(got) != 2 {
+		t.Fatalf("pop: %v", got)
+	}
+	if errs := c.ack(pid, lease, "m1"); errs[0] != "" {
+		t.Fatalf("ack: %v", errs)
+	}
+	c.push("w", "p", "m3")
+	done := make(chan nodetest.Response, 1)
+	go func() {
+		done <- c.n.Do(t, "GET", "/api/v1/pop/queue/w/partition/p?wait=true&timeout=10000", nil)
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for c.n.Broker.Parked() < 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the pop never parked")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	deleted := time.Now()
+	c.ok(200, "DELETE", "/api/v1/messages/"+pid+"/m2", nil)
+	select {
+	case r := <-done:
+		if r.Status != 200 || !strings.Contains(string(r.Body), `"transactionId":"m3"`) {
+			t.Fatalf("parked pop: %d %s", r.Status, r.Body)
+		}
+		if d := time.Since(deleted); d > 3*time.Second {
+			t.Fatalf("the parked pop answered %v after the delete: not woken", d)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the parked pop never answered")
 	}
 }
