@@ -60,8 +60,8 @@ func (s *Server) registerReads() {
 	s.route("POST", "/api/v1/stats/refresh", AccessAdmin, s.handleStatsRefresh)
 }
 
-// queryInt strictly: absent = def; not an integer or below lo is a 400;
-// above hi is clamped.
+// queryIntIn reads an integer strictly: absent = def; not an integer or
+// below lo is a 400; above hi is clamped.
 func queryIntIn(q url.Values, key string, def, lo, hi int) (int, error) {
 	v := strings.TrimSpace(q.Get(key))
 	if v == "" {
