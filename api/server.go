@@ -36,6 +36,7 @@ type Broker interface {
 	Seek(ctx context.Context, tenant, group, queue string, toEnd bool, ts *time.Time) (partitionsUpdated int, err error)
 	Health(ctx context.Context) error
 	MaintenanceBroker // maintenance modes (maintenance.go)
+	ReadsBroker // resources, messages and consumer groups (resources.go)
 }
 
 // Defaults of Config.
@@ -240,6 +241,7 @@ func New(b Broker, cfg Config, logger hclog.Logger) *Server {
 	s.route("POST", "/api/v1/consumer-groups/{group}/queues/{queue}/seek", AccessReadWrite, s.handleSeek)
 	s.route("GET", "/health", AccessPublic, s.handleHealth)
 	s.registerMaintenance()
+	s.registerReads()
 
 	// bodyDeadline bounds the body's arrival (conn.go). instrument is next so panics (answered 500 by recoverPanics) and
 	// preflights are observed too.

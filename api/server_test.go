@@ -37,8 +37,8 @@ func TestWrongMethodIsJSON405(t *testing.T) {
 		{"GET", "/api/v1/push"},
 		{"POST", "/api/v1/pop/queue/q"},
 		{"PUT", "/api/v1/ack"},
-		{"GET", "/api/v1/resources/queues/q"},
-		{"HEAD", "/api/v1/pop/queue/q"}, // would lease messages nobody reads
+		{"PUT", "/api/v1/resources/queues/q"}, // GET and DELETE are routes
+		{"HEAD", "/api/v1/pop/queue/q"},       // would lease messages nobody reads
 		{"POST", "/health"},
 	}
 	for _, c := range cases {
