@@ -35,6 +35,28 @@ var routeAccess = map[string]api.Access{
 	"DELETE /api/v1/consumer-groups/{group}":                   api.AccessAdmin,
 	"DELETE /api/v1/consumer-groups/{group}/queues/{queue}":    api.AccessAdmin,
 	"POST /api/v1/consumer-groups/{group}/queues/{queue}/seek": api.AccessReadWrite,
+
+	// Maintenance modes: reading is a read, toggling is admin.
+	"GET /api/v1/system/maintenance":      api.AccessReadOnly,
+	"POST /api/v1/system/maintenance":     api.AccessAdmin,
+	"GET /api/v1/system/maintenance/pop":  api.AccessReadOnly,
+	"POST /api/v1/system/maintenance/pop": api.AccessAdmin,
+
+	// Resources, messages and consumer groups.
+	"GET /api/v1/resources/overview":                                                  api.AccessReadOnly,
+	"GET /api/v1/resources/queues":                                                    api.AccessReadOnly,
+	"GET /api/v1/resources/queues/{queue}":                                            api.AccessReadOnly,
+	"GET /api/v1/resources/namespaces":                                                api.AccessReadOnly,
+	"GET /api/v1/resources/tasks":                                                     api.AccessReadOnly,
+	"GET /api/v1/messages":                                                            api.AccessReadOnly,
+	"GET /api/v1/messages/{partitionId}/{transactionId}":                              api.AccessReadOnly,
+	"DELETE /api/v1/messages/{partitionId}/{transactionId}":                           api.AccessAdmin, // removes data no consumer resolved
+	"GET /api/v1/consumer-groups":                                                     api.AccessReadOnly,
+	"GET /api/v1/consumer-groups/lagging":                                             api.AccessReadOnly,
+	"GET /api/v1/consumer-groups/{group}":                                             api.AccessReadOnly,
+	"POST /api/v1/consumer-groups/{group}/subscription":                               api.AccessReadWrite,
+	"POST /api/v1/consumer-groups/{group}/queues/{queue}/partitions/{partition}/seek": api.AccessReadWrite,
+	"POST /api/v1/stats/refresh":                                                      api.AccessAdmin,
 }
 
 var wildcard = regexp.MustCompile(`\{[^}]+\}`)
