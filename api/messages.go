@@ -5,13 +5,20 @@ import (
 	"net/http"
 
 	"queen-node/broker"
+	"queen-node/protocol"
 )
 
 // defaultMessagesLimit is the reference's page size for the message list.
 const defaultMessagesLimit = 200
 
 // messageStatuses are the accepted values of `status`.
-var messageStatuses = map[string]bool{"pending": true, "processing": true, "completed": true, "dead_letter": true}
+var messageStatuses = func() map[string]bool {
+	m := map[string]bool{}
+	for _, st := range protocol.MessageStatuses {
+		m[string(st)] = true
+	}
+	return m
+}()
 
 type modeJSON struct {
 	HasQueueMode   bool   `json:"hasQueueMode"`

@@ -65,6 +65,9 @@ func TestSQLProtocolLiterals(t *testing.T) {
 		protocol.ErrMessageNotFound:     "ErrMessageNotFound",
 		protocol.ErrInvalidLease:        "ErrInvalidLease",
 		protocol.ErrInvalidStatus:       "ErrInvalidStatus",
+		string(protocol.MsgPending):     "MsgPending",
+		string(protocol.MsgProcessing):  "MsgProcessing",
+		string(protocol.MsgDeadLetter):  "MsgDeadLetter",
 	}
 	// Texts only SQL uses: empty values, array and key syntax, and error
 	// texts Go never compares.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"queen-node/protocol"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -490,7 +491,7 @@ func (db *DB) GetMessage(ctx context.Context, tenant, partitionID, txid, group s
 	if err != nil {
 		return MessageRow{}, fmt.Errorf("get message %s/%s: %w", partitionID, txid, err)
 	}
-	if m.Status != "processing" {
+	if m.Status != string(protocol.MsgProcessing) {
 		m.LeaseExpiresAt = nil
 	}
 	if payload != nil {

@@ -97,6 +97,22 @@ const (
 	GroupFresh    = "fresh"   // the call wrote the group marker
 )
 
+// MessageStatus is a message's state for one consumer group, as the message
+// reads (GET /api/v1/messages, pg/sql/functions/70_resources.sql) answer
+// and filter it.
+type MessageStatus string
+
+// Message states; completed is spelled like AckCompleted.
+const (
+	MsgPending    MessageStatus = "pending"     // not resolved, not under a live lease
+	MsgProcessing MessageStatus = "processing"  // in a live lease's batch
+	MsgCompleted  MessageStatus = "completed"   // the group's cursor passed it, or it is in acked
+	MsgDeadLetter MessageStatus = "dead_letter" // dead-lettered for the group
+)
+
+// MessageStatuses are the accepted `status` filters of the message list.
+var MessageStatuses = []MessageStatus{MsgPending, MsgProcessing, MsgCompleted, MsgDeadLetter}
+
 // ack_v1 (pg/sql/functions/30_ack.sql) decides a failed item with the values of
 // AckRetry (release for redelivery) and AckDLQ (dead-letter).
 
