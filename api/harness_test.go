@@ -20,8 +20,9 @@ import (
 // both what reached it and, for rejected requests, that nothing did.
 type fakeBroker struct {
 	TracesBroker // nil: the trace routes are tested against real nodes (traces_test.go)
-	mu           sync.Mutex
-	calls        []string // method names in call order
+
+	mu    sync.Mutex
+	calls []string // method names in call order
 
 	tenant       string
 	configureReq broker.ConfigureRequest
