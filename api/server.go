@@ -35,7 +35,8 @@ type Broker interface {
 	DeleteConsumerGroup(ctx context.Context, tenant, group, queue string, deleteMetadata bool) (deletedPartitions int, err error) // queue "" = all queues
 	Seek(ctx context.Context, tenant, group, queue string, toEnd bool, ts *time.Time) (partitionsUpdated int, err error)
 	Health(ctx context.Context) error
-	TracesBroker // api/traces.go
+	TracesBroker    // api/traces.go
+	AnalyticsBroker // api/analytics.go
 }
 
 // Defaults of Config.
@@ -238,7 +239,8 @@ func New(b Broker, cfg Config, logger hclog.Logger) *Server {
 	s.route("DELETE", "/api/v1/consumer-groups/{group}/queues/{queue}", AccessAdmin, s.handleDeleteGroup)
 	s.route("POST", "/api/v1/consumer-groups/{group}/queues/{queue}/seek", AccessReadWrite, s.handleSeek)
 	s.route("GET", "/health", AccessPublic, s.handleHealth)
-	s.registerTraces() // api/traces.go
+	s.registerTraces()    // api/traces.go
+	s.registerAnalytics() // api/analytics.go
 
 	// bodyDeadline bounds the body's arrival (conn.go). instrument is next so panics (answered 500 by recoverPanics) and
 	// preflights are observed too.

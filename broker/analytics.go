@@ -87,9 +87,8 @@ func (b *Broker) TenantPartitions(ctx context.Context, tenant string, f QueueFil
 	return out, wrap(err)
 }
 
-// DeadLetterCounts returns per queue id the live dead letters and the
-// partitions holding them.
-func (b *Broker) DeadLetterCounts(ctx context.Context, tenant string, f QueueFilter) (map[string][2]int64, error) {
+// DeadLetterCounts returns per partition id the dead letters no seek has superseded.
+func (b *Broker) DeadLetterCounts(ctx context.Context, tenant string, f QueueFilter) (map[string]int64, error) {
 	out, err := b.db.DeadLetterCounts(ctx, tenant, f)
 	return out, wrap(err)
 }

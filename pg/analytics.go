@@ -207,9 +207,9 @@ type QueueOpsRow struct {
 // (perQueue) or summed over queues. queue_samples_tenant serves the range.
 // At most limit rows, newest buckets first.
 func (db *DB) QueueOps(ctx context.Context, tenant string, f QueueFilter, r Range, perQueue bool, limit int) ([]QueueOpsRow, error) {
-	queueCol, group := `''`, `1`
+	queueCol := `''` // one series for the tenant
 	if perQueue {
-		queueCol, group = `q.name`, `1, 2`
+		queueCol = `q.name`
 	}
 	// Per queue first (the lag and the levels are per queue), then summed.
 	rs, err := db.pool.Query(ctx, `SELECT bucket, queue, sum(pushed)::bigint, sum(consumed)::bigint, sum(trimmed)::bigint,
@@ -222,7 +222,7 @@ func (db *DB) QueueOps(ctx context.Context, tenant string, f QueueFilter, r Rang
 			WHERE s.tenant = $1 AND q.tenant = $1 AND s.sampled_at >= $3 AND s.sampled_at <= $4
 				AND ($5 = '' OR q.name = $5) AND ($6 = '' OR q.namespace = $6) AND ($7 = '' OR q.task = $7)
 			GROUP BY 1, 2, 3) per_queue
-		GROUP BY `+group+` ORDER BY 1 DESC, 2 LIMIT $8`,
+		GROUP BY 1, 2 ORDER BY 1 DESC, 2 LIMIT $8`,
 		tenant, r.Bucket.Seconds(), r.From, r.To, f.Queue, f.Namespace, f.Task, limit)
 	if err != nil {
 		return nil, fmt.Errorf("queue ops: %w", err)
@@ -416,28 +416,27 @@ func (db *DB) TenantQueues(ctx context.Context, tenant string, f QueueFilter, li
 	return out, nil
 }
 
-// DeadLetterCounts returns, per queue id of the tenant's queues matching f,
-// the dead letters no seek has superseded and how many partitions hold
-// them. dead_letters_message (partition_id first) serves the per-partition
-// lookups.
-func (db *DB) DeadLetterCounts(ctx context.Context, tenant string, f QueueFilter) (map[string][2]int64, error) {
-	rs, err := db.pool.Query(ctx, `SELECT q.id::text, count(*), count(DISTINCT d.partition_id)
+// DeadLetterCounts returns, per partition of the tenant's queues matching
+// f, the dead letters no seek has superseded. dead_letters_message
+// (partition_id first) serves the per-partition lookups.
+func (db *DB) DeadLetterCounts(ctx context.Context, tenant string, f QueueFilter) (map[string]int64, error) {
+	rs, err := db.pool.Query(ctx, `SELECT p.id::text, count(*)
 		FROM queen.queues q JOIN queen.partitions p ON p.queue_id = q.id
 		JOIN queen.dead_letters d ON d.partition_id = p.id AND NOT d.superseded
 		WHERE q.tenant = $1 AND ($2 = '' OR q.name = $2) AND ($3 = '' OR q.namespace = $3) AND ($4 = '' OR q.task = $4)
-		GROUP BY q.id`, tenant, f.Queue, f.Namespace, f.Task)
+		GROUP BY p.id`, tenant, f.Queue, f.Namespace, f.Task)
 	if err != nil {
 		return nil, fmt.Errorf("dead letter counts: %w", err)
 	}
 	defer rs.Close()
-	out := map[string][2]int64{}
+	out := map[string]int64{}
 	for rs.Next() {
 		var id string
-		var n, parts int64
-		if err := rs.Scan(&id, &n, &parts); err != nil {
+		var n int64
+		if err := rs.Scan(&id, &n); err != nil {
 			return nil, fmt.Errorf("dead letter counts: scan: %w", err)
 		}
-		out[id] = [2]int64{n, parts}
+		out[id] = n
 	}
 	if err := rs.Err(); err != nil {
 		return nil, fmt.Errorf("dead letter counts: %w", err)
