@@ -100,8 +100,8 @@ func autoBucket(span time.Duration) time.Duration {
 }
 
 // parseWindow reads from and to (default: the last hour) and interval
-// (minute, hour or day; default chosen by the span).
-func parseWindow(r *http.Request) (window, error) {
+// (minute, hour or day; default defInterval, or chosen by the span when "").
+func parseWindow(r *http.Request, defInterval string) (window, error) {
 	q := r.URL.Query()
 	var w window
 	w.to = time.Now().UTC()
@@ -127,7 +127,10 @@ func parseWindow(r *http.Request) (window, error) {
 	if span > maxRange {
 		return w, badRequest(fmt.Sprintf("from..to spans at most %d days", int(maxRange/(24*time.Hour))))
 	}
-	switch w.interval = q.Get("interval"); w.interval {
+	if w.interval = q.Get("interval"); w.interval == "" {
+		w.interval = defInterval
+	}
+	switch w.interval {
 	case "":
 		w.bucket = autoBucket(span)
 	case "minute":
@@ -250,7 +253,7 @@ func perSecond(n int64, d time.Duration) float64 {
 
 // GET /api/v1/status
 func (s *Server) handleStatusOverview(w http.ResponseWriter, r *http.Request, c caller) {
-	win, err := parseWindow(r)
+	win, err := parseWindow(r, "")
 	if err != nil {
 		writeReqError(w, err)
 		return
@@ -493,12 +496,7 @@ func (win window) buckets() []time.Time {
 
 // GET /api/v1/status/analytics
 func (s *Server) handleStatusAnalytics(w http.ResponseWriter, r *http.Request, c caller) {
-	if r.URL.Query().Get("interval") == "" {
-		q := r.URL.Query()
-		q.Set("interval", "hour") // the reference's default
-		r.URL.RawQuery = q.Encode()
-	}
-	win, err := parseWindow(r)
+	win, err := parseWindow(r, "hour") // the reference's default here
 	if err != nil {
 		writeReqError(w, err)
 		return
@@ -528,7 +526,7 @@ func (s *Server) handleStatusAnalytics(w http.ResponseWriter, r *http.Request, c
 
 // seriesRequest parses a per-queue analytics request: window and queue filters.
 func seriesRequest(w http.ResponseWriter, r *http.Request) (window, broker.QueueFilter, bool) {
-	win, err := parseWindow(r)
+	win, err := parseWindow(r, "")
 	if err == nil {
 		var f broker.QueueFilter
 		if f, err = queueFilter(r, true); err == nil {
@@ -726,7 +724,7 @@ func round2(f float64) float64 { return float64(int64(f*100+0.5)) / 100 }
 
 // GET /api/v1/analytics/system-metrics (admin: every tenant's load)
 func (s *Server) handleSystemMetrics(w http.ResponseWriter, r *http.Request, _ caller) {
-	win, err := parseWindow(r)
+	win, err := parseWindow(r, "")
 	if err != nil {
 		writeReqError(w, err)
 		return
@@ -757,7 +755,7 @@ func (s *Server) handleSystemMetrics(w http.ResponseWriter, r *http.Request, _ c
 
 // GET /api/v1/analytics/worker-metrics (admin: every tenant's load)
 func (s *Server) handleWorkerMetrics(w http.ResponseWriter, r *http.Request, _ caller) {
-	win, err := parseWindow(r)
+	win, err := parseWindow(r, "")
 	if err != nil {
 		writeReqError(w, err)
 		return

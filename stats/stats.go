@@ -96,9 +96,10 @@ type Sampler struct {
 	prevAt    time.Time
 	lastRound time.Time
 
-	stop chan struct{}
-	done chan struct{}
-	once sync.Once
+	started bool
+	stop    chan struct{}
+	done    chan struct{}
+	once    sync.Once
 }
 
 // New returns a sampler; Start runs it. The counters seen now are the
@@ -112,19 +113,22 @@ func New(cfg Config, src Source, log hclog.Logger) *Sampler {
 	return s
 }
 
-// Start runs the sampling loop in the background; with Interval 0 it does nothing.
+// Start runs the sampling loop in the background; with Interval 0 it does
+// nothing. Call it once.
 func (s *Sampler) Start() {
 	if s.cfg.Interval <= 0 {
-		close(s.done)
 		return
 	}
+	s.started = true
 	go s.loop()
 }
 
 // Close stops the loop and waits for a sample in progress.
 func (s *Sampler) Close() {
 	s.once.Do(func() { close(s.stop) })
-	<-s.done
+	if s.started {
+		<-s.done
+	}
 }
 
 func (s *Sampler) loop() {
