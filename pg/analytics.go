@@ -88,7 +88,7 @@ const partitionFigures = `SELECT q.id AS queue_id, q.tenant, q.name AS queue, q.
 		FROM queen.consumers c WHERE c.partition_id = p.id) c ON true`
 
 // SampleQueues takes one queue-sampling round unless another node took one
-// less than minGap ago (the stats_rounds row lock decides). It writes a row
+// less than minGap ago or is taking one now (the stats_rounds row lock decides). It writes a row
 // per queue whose figures moved, or that has a backlog; took is false when
 // the round was skipped. detachedTenant's queues (being deleted) are left out.
 func (db *DB) SampleQueues(ctx context.Context, node string, minGap time.Duration) (took bool, rows int64, err error) {
@@ -99,13 +99,19 @@ func (db *DB) SampleQueues(ctx context.Context, node string, minGap time.Duratio
 		if err != nil {
 			return fmt.Errorf("queue samples: round row: %w", err)
 		}
+		// SKIP LOCKED: a node finding the round taken right now leaves it.
+		// The gap is measured on the database's clock, the one every node shares.
 		var prevRun time.Time
-		var fresh bool
-		err = t.tx.QueryRow(ctx, `SELECT last_at, last_at = now() FROM queen.stats_rounds WHERE name = 'queues' FOR UPDATE`).Scan(&prevRun, &fresh)
+		var fresh, recent bool
+		err = t.tx.QueryRow(ctx, `SELECT last_at, last_at = now(), now() - last_at < make_interval(secs => $1)
+			FROM queen.stats_rounds WHERE name = 'queues' FOR UPDATE SKIP LOCKED`, minGap.Seconds()).Scan(&prevRun, &fresh, &recent)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
 		if err != nil {
 			return fmt.Errorf("queue samples: round: %w", err)
 		}
-		if !fresh && time.Since(prevRun) < minGap {
+		if !fresh && recent {
 			return nil
 		}
 		if _, err := t.tx.Exec(ctx, `UPDATE queen.stats_rounds SET last_at = now(), node = $1 WHERE name = 'queues'`, node); err != nil {
