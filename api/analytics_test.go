@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -344,5 +345,47 @@ func TestSamplerTrimsOldSamples(t *testing.T) {
 	want(t, n.Do(t, "DELETE", "/api/v1/resources/queues/gone", nil), 200)
 	if c := count(`SELECT count(*) FROM queen.queue_samples`); c != 0 {
 		t.Errorf("a deleted queue's samples stay: %d", c)
+	}
+}
+
+// TestAnalyticsAcrossNodes: two nodes on one database each write their
+// samples; system-metrics lists both, and long-polls parked on one queue
+// on both nodes count once per node.
+func TestAnalyticsAcrossNodes(t *testing.T) {
+	nodes := nodetest.StartCluster(t, 2)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, n := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n.DoCtx(ctx, t, "GET", "/api/v1/pop/queue/shared?wait=true&timeout=20000", nil)
+		}()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for nodes[0].Broker.Parked() < 1 || nodes[1].Broker.Parked() < 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the long-polls never parked")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for _, n := range nodes {
+		sampleNow(t, n)
+	}
+	cancel()
+	wg.Wait()
+
+	// Day buckets: both nodes' samples share one bucket.
+	r := nodes[1].Do(t, "GET", "/api/v1/analytics/queue-parked-replicas?interval=day", nil)
+	want(t, r, 200)
+	q := r.Obj(t)["queues"].([]any)
+	if sumSeries(t, q, "shared", "parked") != 2 || sumSeries(t, q, "shared", "replicas") != 2 {
+		t.Errorf("parked replicas %s, want 2 parked on 2 nodes", r.Body)
+	}
+	r = nodes[0].Do(t, "GET", "/api/v1/analytics/system-metrics", nil)
+	want(t, r, 200)
+	if o := r.Obj(t); o["replicaCount"] != 2.0 {
+		t.Errorf("system-metrics replicas %v, want both nodes", o["replicaCount"])
 	}
 }
