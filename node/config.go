@@ -32,7 +32,8 @@ const (
 //     opens the pool and owns the hot-list;
 //   - the tenant and the HTTP limits live in API;
 //   - JWT authentication lives in Auth (Start sets API.Auth from it);
-//   - membership and hint settings live in Mesh.
+//   - membership and hint settings live in Mesh;
+//   - the status/analytics sampler's intervals and sample retention live in Stats.
 //
 // Start copies the few values two packages both need (node name, version,
 // HTTP address) from their home into the other package's config.
