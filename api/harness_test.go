@@ -19,6 +19,9 @@ import (
 // fakeBroker records every call and returns canned answers. Tests check
 // both what reached it and, for rejected requests, that nothing did.
 type fakeBroker struct {
+	TracesBroker    // nil: the trace routes are tested against real nodes (traces_test.go)
+	AnalyticsBroker // nil: likewise (analytics_test.go)
+
 	mu    sync.Mutex
 	calls []string // method names in call order
 

@@ -36,7 +36,9 @@ type Broker interface {
 	Seek(ctx context.Context, tenant, group, queue string, toEnd bool, ts *time.Time) (partitionsUpdated int, err error)
 	Health(ctx context.Context) error
 	MaintenanceBroker // maintenance modes (maintenance.go)
-	ReadsBroker // resources, messages and consumer groups (resources.go)
+	ReadsBroker       // resources, messages and consumer groups (resources.go)
+	TracesBroker      // api/traces.go
+	AnalyticsBroker   // api/analytics.go
 }
 
 // Defaults of Config.
@@ -242,6 +244,8 @@ func New(b Broker, cfg Config, logger hclog.Logger) *Server {
 	s.route("GET", "/health", AccessPublic, s.handleHealth)
 	s.registerMaintenance()
 	s.registerReads()
+	s.registerTraces()    // api/traces.go
+	s.registerAnalytics() // api/analytics.go
 
 	// bodyDeadline bounds the body's arrival (conn.go). instrument is next so panics (answered 500 by recoverPanics) and
 	// preflights are observed too.

@@ -13,6 +13,7 @@ import (
 	"queen-node/broker"
 	"queen-node/mesh"
 	"queen-node/pg"
+	"queen-node/stats"
 )
 
 // Defaults of Config that belong to no single package.
@@ -31,7 +32,8 @@ const (
 //     opens the pool and owns the hot-list;
 //   - the tenant and the HTTP limits live in API;
 //   - JWT authentication lives in Auth (Start sets API.Auth from it);
-//   - membership and hint settings live in Mesh.
+//   - membership and hint settings live in Mesh;
+//   - the status/analytics sampler's intervals and sample retention live in Stats.
 //
 // Start copies the few values two packages both need (node name, version,
 // HTTP address) from their home into the other package's config.
@@ -45,6 +47,7 @@ type Config struct {
 	Auth   auth.Config   // default auth.DefaultConfig() (authentication off)
 	Broker broker.Config // default broker.DefaultConfig(); NodeName is required
 	Mesh   MeshConfig    // default enabled with mesh.DefaultConfig()
+	Stats  stats.Config  // default stats.DefaultConfig() (sampler on, 10 s); Interval 0 = off
 }
 
 // MeshConfig is mesh.Config plus whether the node joins a mesh at all.
@@ -66,6 +69,7 @@ func DefaultConfig() Config {
 		Auth:          auth.DefaultConfig(),
 		Broker:        broker.DefaultConfig(),
 		Mesh:          MeshConfig{Enabled: true, Config: mesh.DefaultConfig()},
+		Stats:         stats.DefaultConfig(),
 	}
 }
 
@@ -139,6 +143,10 @@ func (c Config) Validate() error {
 		if b.Hotlist.IdleSweep < 0 {
 			bad("Broker.Hotlist.IdleSweep", fmt.Errorf("%v: want 0 (off) or more", b.Hotlist.IdleSweep))
 		}
+	}
+
+	if c.Stats.Interval < 0 || c.Stats.QueueInterval < 0 || c.Stats.Keep < 0 {
+		bad("Stats", fmt.Errorf("intervals and Keep must be 0 (default or off) or more"))
 	}
 
 	if m := c.Mesh; m.Enabled {

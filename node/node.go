@@ -19,6 +19,7 @@ import (
 	"queen-node/auth"
 	"queen-node/broker"
 	"queen-node/mesh"
+	"queen-node/stats"
 )
 
 // Node is one running node: the broker, the HTTP API on its listener, and
@@ -31,6 +32,7 @@ type Node struct {
 	api      *api.Server
 	http     *http.Server
 	mesh     *mesh.Mesh // nil with the mesh off
+	sampler  *stats.Sampler
 	pprof    *http.Server
 	serveErr chan error
 }
@@ -93,6 +95,8 @@ func Start(ctx context.Context, cfg Config, logger hclog.Logger) (*Node, error) 
 	httpSrv.RegisterOnShutdown(srv.Drain)
 
 	n := &Node{cfg: cfg, log: logger, addr: addr, broker: b, api: srv, http: httpSrv, serveErr: make(chan error, 1)}
+	n.sampler = stats.New(cfg.Stats, b, logger.Named("stats"))
+	n.sampler.Start()
 	go func() { n.serveErr <- httpSrv.Serve(srv.Listener(ln)) }()
 
 	if cfg.PprofAddr != "" {
@@ -125,6 +129,7 @@ func Start(ctx context.Context, cfg Config, logger hclog.Logger) (*Node, error) 
 // abort tears down a node whose start failed half way, without a drain.
 func (n *Node) abort() {
 	_ = n.http.Close()
+	n.sampler.Close()
 	if n.pprof != nil {
 		_ = n.pprof.Close()
 	}
@@ -149,6 +154,7 @@ func (n *Node) Stop(ctx context.Context) error {
 	if n.pprof != nil {
 		_ = n.pprof.Close()
 	}
+	n.sampler.Close()
 	n.broker.Close()
 	return err
 }
@@ -165,6 +171,9 @@ func (n *Node) URL() string { return "http://" + n.addr }
 
 // Broker is the node's core (tests drive it directly).
 func (n *Node) Broker() *broker.Broker { return n.broker }
+
+// Sampler is the node's stats sampler (tests call SampleNow).
+func (n *Node) Sampler() *stats.Sampler { return n.sampler }
 
 // Mesh is the node's mesh, or nil when it is off.
 func (n *Node) Mesh() *mesh.Mesh { return n.mesh }

@@ -182,6 +182,18 @@ func settings() []setting {
 				return nil
 			}},
 
+		// The stats sampler behind the status and analytics reads (package stats).
+		{env: "QUEEN_STATS_INTERVAL_MS", flag: "stats-interval-ms", def: ms(d.Stats.Interval), usage: "node samples for /api/v1/status and /api/v1/analytics (0 = sampler off)",
+			apply: func(c *Config, v string) error { return durationMS(v, &c.Node.Stats.Interval, 0, 86400000) }},
+		{env: "QUEEN_STATS_QUEUE_INTERVAL_MS", flag: "stats-queue-interval-ms", def: ms(d.Stats.QueueInterval), usage: "queue-sampling rounds, one node per round (never below the node interval)",
+			apply: func(c *Config, v string) error { return durationMS(v, &c.Node.Stats.QueueInterval, 1000, 86400000) }},
+		{env: "QUEEN_STATS_KEEP_HOURS", flag: "stats-keep-hours", def: strconv.Itoa(int(d.Stats.Keep / time.Hour)), usage: "samples older than this are deleted",
+			apply: func(c *Config, v string) error {
+				h, err := intIn(v, 1, 24*366)
+				c.Node.Stats.Keep = time.Duration(h) * time.Hour
+				return err
+			}},
+
 		// JWT authentication keeps Queen's variable names (JWT_*, not QUEEN_JWT_*).
 		{env: "JWT_ENABLED", flag: "jwt-enabled", def: boolDef(d.Auth.Enabled), isBool: true, usage: "JWT bearer authentication of the API (0 = off)",
 			apply: func(c *Config, v string) error { return boolean(v, &c.Node.Auth.Enabled) }},
