@@ -35,6 +35,7 @@ type Broker interface {
 	DeleteConsumerGroup(ctx context.Context, tenant, group, queue string, deleteMetadata bool) (deletedPartitions int, err error) // queue "" = all queues
 	Seek(ctx context.Context, tenant, group, queue string, toEnd bool, ts *time.Time) (partitionsUpdated int, err error)
 	Health(ctx context.Context) error
+	StreamsBroker // /streams/v1 (streams.go)
 }
 
 // Defaults of Config.
@@ -237,6 +238,7 @@ func New(b Broker, cfg Config, logger hclog.Logger) *Server {
 	s.route("DELETE", "/api/v1/consumer-groups/{group}/queues/{queue}", AccessAdmin, s.handleDeleteGroup)
 	s.route("POST", "/api/v1/consumer-groups/{group}/queues/{queue}/seek", AccessReadWrite, s.handleSeek)
 	s.route("GET", "/health", AccessPublic, s.handleHealth)
+	s.registerStreams()
 
 	// bodyDeadline bounds the body's arrival (conn.go). instrument is next so panics (answered 500 by recoverPanics) and
 	// preflights are observed too.
