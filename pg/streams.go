@@ -76,8 +76,8 @@ func (db *DB) RegisterStreamQuery(ctx context.Context, tenant, newID string, q S
 // StreamStateFilter narrows a state read; nil fields do not filter.
 type StreamStateFilter struct {
 	Keys           []string // exact keys; nil or empty = all
-	KeyPrefix      *string // literal, byte-wise prefix
-	RipeAtOrBefore *int64  // only values whose numeric windowEnd is at or below it
+	KeyPrefix      *string  // literal, byte-wise prefix
+	RipeAtOrBefore *int64   // only values whose numeric windowEnd is at or below it
 }
 
 // StreamStateRow is one state entry; Value is the JSON text as stored.
