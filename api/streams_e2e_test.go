@@ -203,10 +203,10 @@ func TestStreamsStateStoreFilters(t *testing.T) {
 		"tumb" + us + "2024-05-29T16:26:42.000Z" + us + "eu": `{"acc":{"sum":2},"windowStart":1717000002000,"windowEnd":1717000004000}`,
 		"tumb" + us + "2024-05-29T16:26:42.000Z" + us + "€":  `{"windowEnd":"1717000000000"}`,
 		"sess:5000" + us + "open" + us + "u1":                `{"acc":[],"sessionStart":1717000000001,"lastEventTime":12345678901234567890}`,
-		"__wm__":  `{"eventTimeMs":1717000000000}`,
-		"a%b_c":   `"x"`,
-		"abc":     `[1,2]`,
-		"nothing": `null`,
+		"__wm__":                                             `{"eventTimeMs":1717000000000}`,
+		"a%b_c":                                              `"x"`,
+		"abc":                                                `[1,2]`,
+		"nothing":                                            `null`,
 	}
 	var ops []msg
 	for k, v := range vals {
