@@ -208,12 +208,13 @@ func TestStreamsStateStoreFilters(t *testing.T) {
 		"abc":                                                `[1,2]`,
 		"nothing":                                            `null`,
 	}
+	const noValue = "no-value" // Decision: an upsert without value stores JSON null
 	var ops []msg
 	for k, v := range vals {
 		ops = append(ops, msg{"type": "upsert", "key": k, "value": json.RawMessage(v)})
 	}
 	// the last op on a key wins: upsert then delete then upsert
-	ops = append(ops, msg{"type": "upsert", "key": "gone", "value": 1}, msg{"type": "delete", "key": "gone"},
+	ops = append(ops, msg{"type": "upsert", "key": noValue}, msg{"type": "upsert", "key": "gone", "value": 1}, msg{"type": "delete", "key": "gone"},
 		msg{"type": "delete", "key": "never-there"})
 	if st, out := cycle(t, n, "", msg{"query_id": qid, "partition_id": pid, "consumer_group": "streams.st", "ack": nil, "state_ops": ops}); st != 200 {
 		t.Fatalf("cycle: %d %v", st, out)
@@ -225,6 +226,7 @@ func TestStreamsStateStoreFilters(t *testing.T) {
 		}
 		return b
 	}
+	vals[noValue] = `null`
 	for _, keys := range []any{nil, []string{}} {
 		_, rows := stateGet(t, n, "", base(msg{"keys": keys}))
 		if len(rows) != len(vals) {
@@ -285,7 +287,10 @@ func TestStreamsStateStoreFilters(t *testing.T) {
 // an ack-less cycle touches no cursor.
 func TestStreamsCycleAck(t *testing.T) {
 	n := nodetest.Start(t)
-	if r := n.Do(t, "POST", "/api/v1/configure", msg{"queue": "cy.src", "options": msg{"leaseTime": 1}}); r.Status != 200 {
+	// retryLimit 0 with the DLQ on: were a lease expiry counted as a
+	// failed delivery, the redelivered tail below would be dead-lettered.
+	if r := n.Do(t, "POST", "/api/v1/configure", msg{"queue": "cy.src", "options": msg{"leaseTime": 1,
+		"retryLimit": 0, "deadLetterQueue": true, "dlqAfterMaxRetries": true}}); r.Status != 200 {
 		t.Fatalf("configure: %d %s", r.Status, r.Body)
 	}
 	streamPush(t, n, "cy.src", "p", 5, 1)
@@ -352,6 +357,14 @@ func TestStreamsCycleAck(t *testing.T) {
 	if k, c := stateKeys(), sinkCount(); k != "partial" || c != 1 {
 		t.Fatalf("after partial ack and refused retry: state %q, sink %d", k, c)
 	}
+	// Decision: an ack-less cycle has no ownership check; on a partition
+	// whose lease another holds it applies and leaves the lease alone.
+	if st, out := cycle(t, n, "", body(nil, false, "leasedflush")); st != 200 || out["success"] != true {
+		t.Fatalf("flush under a lease: %d %v", st, out)
+	}
+	if ms := streamPop(t, n, "cy.src", g, 5); len(ms) != 0 {
+		t.Fatalf("the flush touched the lease: popped %d", len(ms))
+	}
 	// After the lease expires the tail (3, 4, 5) comes back, in order.
 	var tail []popped
 	deadline := time.Now().Add(5 * time.Second)
@@ -365,6 +378,9 @@ func TestStreamsCycleAck(t *testing.T) {
 	}
 	if len(tail) != 3 {
 		t.Fatalf("redelivered %d messages, want the 3 unacked", len(tail))
+	}
+	if r := n.Do(t, "GET", "/api/v1/dlq?queue=cy.src", nil); r.Status != 200 || len(r.Obj(t)["messages"].([]any)) != 0 {
+		t.Fatalf("a lease expiry dead-lettered: %d %s", r.Status, r.Body)
 	}
 	for i, m := range tail {
 		if m.TransactionID != batch[2+i].TransactionID {
@@ -393,12 +409,37 @@ func TestStreamsCycleAck(t *testing.T) {
 	if st, out := cycle(t, n, "", body(msg{"transactionId": next[1].TransactionID, "leaseId": next[0].LeaseID, "count": 10}, false, "clamp")); st != 200 || out["acked"] != 2.0 {
 		t.Fatalf("clamped partial ack: %d %v", st, out)
 	}
-	// ack-less cycle on an unleased partition: state and push, no cursor effect
-	if st, out := cycle(t, n, "", body(nil, false, "flush")); st != 200 || out["acked"] != 0.0 {
-		t.Fatalf("flush: %d %v", st, out)
+	// ack-less cycle on an unleased partition: state and push, no cursor
+	// effect. Decision: sent twice (a retry whose answer was lost), it
+	// applies twice: there is no idempotency key.
+	for range 2 {
+		if st, out := cycle(t, n, "", body(nil, false, "flush")); st != 200 || out["acked"] != 0.0 {
+			t.Fatalf("flush: %d %v", st, out)
+		}
 	}
-	if k, c := stateKeys(), sinkCount(); k != "clamp,flush,full,partial" || c != 4 {
+	if k, c := stateKeys(), sinkCount(); k != "clamp,flush,full,leasedflush,partial" || c != 6 {
 		t.Fatalf("end: state %q, sink %d", k, c)
+	}
+	// Concurrent cycles of one (query, partition) are serialised: all
+	// commit, none deadlocks, every push lands.
+	errs := make(chan string, 20)
+	for i := range 20 {
+		go func() {
+			st, out := cycle(t, n, "", body(nil, false, fmt.Sprintf("c%02d", i)))
+			if st != 200 {
+				errs <- fmt.Sprintf("%d %v", st, out)
+				return
+			}
+			errs <- ""
+		}()
+	}
+	for range 20 {
+		if e := <-errs; e != "" {
+			t.Fatalf("concurrent cycle: %s", e)
+		}
+	}
+	if c := sinkCount(); c != 26 {
+		t.Fatalf("sink after concurrent cycles: %d, want 26", c)
 	}
 	streamPush(t, n, "cy.src", "p", 1, 8)
 	if ms := streamPop(t, n, "cy.src", g, 10); len(ms) != 1 || string(ms[0].Data) != `{"i":8}` {
