@@ -43,7 +43,7 @@ func (db *DB) RegisterStreamQuery(ctx context.Context, tenant, newID string, q S
 			return err
 		}
 		// FOR UPDATE: a reset waits for running cycles, which hold the row
-		// FOR SHARE (LockStreamPartition), so it never wipes under one.
+		// FOR KEY SHARE (LockStreamPartition), so it never wipes under one.
 		var hash string
 		err = t.tx.QueryRow(ctx, `SELECT id::text, config_hash FROM queen.stream_queries
 			WHERE tenant = $1 AND name = $2 FOR UPDATE`, tenant, q.Name).Scan(&out.ID, &hash)
@@ -99,7 +99,7 @@ func streamScope(ctx context.Context, q querier, tenant, queryID, partitionID st
 		  AND EXISTS (SELECT 1 FROM queen.partitions p JOIN queen.queues qu ON qu.id = p.queue_id
 		              WHERE p.id = $3 AND qu.tenant = $1 AND qu.name = sq.source_queue)`
 	if lock {
-		sql += ` FOR SHARE OF sq`
+		sql += ` FOR KEY SHARE OF sq`
 	}
 	var source string
 	err := q.QueryRow(ctx, sql, tenant, queryID, partitionID).Scan(&source)
@@ -148,7 +148,8 @@ func (db *DB) StreamState(ctx context.Context, tenant, queryID, partitionID stri
 
 // LockStreamPartition checks the cycle's scope (as StreamState) and
 // serialises cycles of one (query, partition) until the transaction ends:
-// the query row FOR SHARE (so a reset waits) and a transaction-scoped
+// the query row FOR KEY SHARE (so a reset, which takes it FOR UPDATE, waits;
+// a same-hash registration's plain UPDATE does not) and a transaction-scoped
 // advisory lock on the pair. It returns the source queue's name. Callers
 // take it after every other lock of the transaction (pg.InPushTx), so two
 // cycles cannot wait on each other's row locks while holding it.

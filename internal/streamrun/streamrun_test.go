@@ -427,9 +427,10 @@ func TestStreamExactlyOnceAcrossKillsAndRestart(t *testing.T) {
 		return total
 	}
 	restarted := false
-	kills, sentKills := 0, 0
+	kills, sentKills, progressed := 0, 0, 0
 	deadline := time.Now().Add(40 * time.Second)
 	for {
+		restartNow := !restarted && progressed >= per/2
 		ctx, cancel := context.WithCancel(context.Background())
 		var once sync.Once
 		var sentKill bool
@@ -443,7 +444,22 @@ func TestStreamExactlyOnceAcrossKillsAndRestart(t *testing.T) {
 		rn := streamrun.New(o, counter{})
 		done := make(chan error, 1)
 		go func() { done <- rn.Run(ctx) }()
-		timer := time.AfterFunc(time.Duration(20+rand.IntN(200))*time.Millisecond, func() { once.Do(cancel) })
+		killAt := time.Duration(20+rand.IntN(200)) * time.Millisecond // a random kill point
+		if restartNow {
+			// Mid-way, the node stops under the running runner (its
+			// in-flight pop or cycle is cut or drained), and comes back on
+			// the same database; the runner is killed too.
+			<-time.After(killAt)
+			stopCtx, c := context.WithTimeout(context.Background(), 10*time.Second)
+			if err := n.Node.Stop(stopCtx); err != nil {
+				t.Fatalf("stop node: %v", err)
+			}
+			c()
+			once.Do(cancel)
+			n = nodetest.StartOn(t, dbURL)
+			restarted = true
+		}
+		timer := time.AfterFunc(killAt, func() { once.Do(cancel) })
 		if err := <-done; err != nil {
 			t.Fatalf("runner: %v", err)
 		}
@@ -461,22 +477,11 @@ func TestStreamExactlyOnceAcrossKillsAndRestart(t *testing.T) {
 		if len(pids) == 0 {
 			pids = partitionIDs(t, n, "eo.src")
 		}
-		done2 := progress()
-		if done2 == 2*per {
+		if progressed = progress(); progressed == 2*per {
 			break
 		}
-		if !restarted && done2 >= per/2 {
-			// restart the node on the same database, mid-way
-			ctx, c := context.WithTimeout(context.Background(), 10*time.Second)
-			if err := n.Node.Stop(ctx); err != nil {
-				t.Fatalf("stop node: %v", err)
-			}
-			c()
-			n = nodetest.StartOn(t, dbURL)
-			restarted = true
-		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after %d kills: %d of %d messages in state", kills, done2, 2*per)
+			t.Fatalf("after %d kills: %d of %d messages in state", kills, progressed, 2*per)
 		}
 	}
 	if !restarted || sentKills == 0 || kills-sentKills == 0 {
