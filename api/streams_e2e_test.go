@@ -15,6 +15,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
+	"queen-node/broker"
 	"queen-node/internal/nodetest"
 	"queen-node/node"
 )
@@ -516,5 +517,58 @@ func TestStreamsTenantIsolation(t *testing.T) {
 	}
 	if r := n.DoAuth(t, "", "POST", "/streams/v1/state/get", msg{}); r.Status != 401 {
 		t.Fatalf("no token: %d", r.Status)
+	}
+}
+
+// A cycle's sink push wakes, at commit, consumers parked on the sink on
+// this node and, through the mesh hint, on another node, as a push would.
+func TestStreamsCycleWakesParkedPops(t *testing.T) {
+	// Parked pops re-poll only every 15 s here, so only a wake answers them sooner.
+	nodes := nodetest.StartCluster(t, 2, func(c *broker.Config) { c.PopBackoffMin, c.PopBackoffMax = 15*time.Second, 15*time.Second })
+	streamPush(t, nodes[0], "wk.src", "p", 1, 0)
+	pid := streamPop(t, nodes[0], "wk.src", "peek", 1)[0].PartitionID
+	_, out := register(t, nodes[0], "", msg{"name": "wk", "source_queue": "wk.src", "sink_queue": "wk.out", "config_hash": "h"})
+	qid := out["query_id"].(string)
+	// First contact registers the groups, so the parked pops below take
+	// the hot-list path a running consumer takes.
+	for i, n := range nodes {
+		if r := n.Do(t, "GET", "/api/v1/pop/queue/wk.out?wait=false&consumerGroup=g"+fmt.Sprint(i), nil); r.Status != 204 {
+			t.Fatalf("first pop: %d %s", r.Status, r.Body)
+		}
+	}
+	type result struct {
+		status int
+		at     time.Time
+	}
+	chs := make([]chan result, len(nodes))
+	for i, n := range nodes {
+		chs[i] = make(chan result, 1)
+		go func() {
+			r := n.Do(t, "GET", "/api/v1/pop/queue/wk.out?wait=true&timeout=20000&autoAck=true&consumerGroup=g"+fmt.Sprint(i), nil)
+			chs[i] <- result{r.Status, time.Now()}
+		}()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for nodes[0].Broker.Parked() < 1 || nodes[1].Broker.Parked() < 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the pops never parked")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	sent := time.Now()
+	if st, out := cycle(t, nodes[0], "", msg{"query_id": qid, "partition_id": pid, "consumer_group": "streams.wk", "ack": nil,
+		"push_items": []msg{{"queue": "wk.out", "partition": "x", "payload": msg{"v": 1}}}}); st != 200 {
+		t.Fatalf("cycle: %d %v", st, out)
+	}
+	for i, ch := range chs {
+		select {
+		case got := <-ch:
+			t.Logf("node %d's parked pop answered %d after %v", i, got.status, got.at.Sub(sent))
+			if got.status != 200 || got.at.Sub(sent) > time.Second { // unwoken, about 2 s
+				t.Fatalf("node %d's parked pop: %d after %v", i, got.status, got.at.Sub(sent))
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatalf("node %d's parked pop never returned", i)
+		}
 	}
 }
