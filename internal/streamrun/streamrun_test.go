@@ -167,6 +167,51 @@ func TestStreamFlatMapFanout(t *testing.T) {
 	}
 }
 
+// foreach captures every message; it has no sink (no sink_queue, empty
+// push_items).
+type foreach struct {
+	mu  sync.Mutex
+	got map[float64]int
+}
+
+func (f *foreach) Process(_ string, _ map[string]json.RawMessage, msgs []streamrun.Message) ([]streamrun.StateOp, []streamrun.PushItem, int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, m := range msgs {
+		f.got[m.Data["i"].(float64)]++
+	}
+	return nil, nil, len(msgs)
+}
+
+func TestStreamForeachCapturesAll(t *testing.T) {
+	n := nodetest.Start(t)
+	for i := range 12 {
+		push(t, n, "fe.src", "p"+fmt.Sprint(i%3), map[string]any{"i": i})
+	}
+	f := &foreach{got: map[float64]int{}}
+	rn, stop := run(t, streamrun.Options{URL: n.URL, Name: "fe", Source: "fe.src", Reset: true, Batch: 5}, f)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		f.mu.Lock()
+		got := len(f.got)
+		f.mu.Unlock()
+		if got == 12 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("captured %d of 12 within 5 s", got)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	stop()
+	noErrors(t, rn)
+	for i, c := range f.got {
+		if c != 1 {
+			t.Fatalf("message %v captured %d times", i, c)
+		}
+	}
+}
+
 // tumbling sums data.v per window of size, keyed as Queen's client keys
 // them: "tumb␟<ISO windowStart>␟<key>" → {acc, windowStart, windowEnd}.
 type tumbling struct{ size time.Duration }
