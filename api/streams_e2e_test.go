@@ -208,6 +208,7 @@ func TestStreamsStateStoreFilters(t *testing.T) {
 		"a%b_c":                                              `"x"`,
 		"abc":                                                `[1,2]`,
 		"nothing":                                            `null`,
+		"nul":                                                `{"s":"a\u0000b","windowEnd":1}`, // a NUL escape must not break the ripe filter
 	}
 	const noValue = "no-value" // Decision: an upsert without value stores JSON null
 	var ops []msg
@@ -251,8 +252,9 @@ func TestStreamsStateStoreFilters(t *testing.T) {
 	check("prefix", msg{"keys": []string{}, "key_prefix": "tumb" + us + "2024-05-29T16:26:42"}, w2, w3)
 	check("literal prefix", msg{"key_prefix": "a%"}, "a%b_c")
 	check("literal prefix _", msg{"key_prefix": "a_"})
-	check("ripe", msg{"ripe_at_or_before": 1717000002000}, w1)
-	check("ripe later", msg{"ripe_at_or_before": 1717000004000}, w1, w2)
+	check("ripe", msg{"ripe_at_or_before": 1717000002000}, w1, "nul")
+	check("ripe later", msg{"ripe_at_or_before": 1717000004000}, w1, w2, "nul")
+	check("ripe early", msg{"ripe_at_or_before": 0})
 	check("ripe and prefix", msg{"key_prefix": "tumb" + us + "2024-05-29T16:26:42", "ripe_at_or_before": 1717000004000}, w2)
 	check("exact keys", msg{"keys": []string{"__wm__", "abc", "missing"}}, "__wm__", "abc")
 	// another partition of the source has its own (empty) state

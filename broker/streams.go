@@ -1,9 +1,12 @@
 package broker
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/google/uuid"
 
@@ -124,17 +127,17 @@ func (b *Broker) StreamCycle(ctx context.Context, tenant string, producerSub *st
 	writes := make([]pg.StreamStateWrite, 0, len(c.Ops))
 	at := make(map[string]int, len(c.Ops))
 	for _, op := range c.Ops {
-		var v *string
+		w := pg.StreamStateWrite{Key: op.Key}
 		if !op.Delete {
 			val := op.Value
-			v = &val
+			w.Value, w.WindowEnd = &val, windowEnd(val)
 		}
 		if i, ok := at[op.Key]; ok {
-			writes[i].Value = v
+			writes[i] = w
 			continue
 		}
 		at[op.Key] = len(writes)
-		writes = append(writes, pg.StreamStateWrite{Key: op.Key, Value: v})
+		writes = append(writes, w)
 	}
 	rows, err := pushRows(c.Push, producerSub)
 	if err != nil {
@@ -232,6 +235,25 @@ func (b *Broker) StreamCycle(ctx context.Context, tenant string, producerSub *st
 	b.afterPush(tenant, pushed, hotlist.SourceCommit)
 	b.afterAck(tenant, acked)
 	return res, nil
+}
+
+// windowEnd returns the JSON number text of value's top-level windowEnd,
+// or nil when value is not an object or its windowEnd is not a number.
+// value is valid JSON (the request was decoded).
+func windowEnd(value string) *string {
+	if !strings.HasPrefix(strings.TrimSpace(value), "{") {
+		return nil
+	}
+	var obj map[string]json.RawMessage
+	if json.Unmarshal([]byte(value), &obj) != nil {
+		return nil
+	}
+	raw := bytes.TrimSpace(obj["windowEnd"])
+	if len(raw) == 0 || (raw[0] != '-' && (raw[0] < '0' || raw[0] > '9')) {
+		return nil
+	}
+	s := string(raw)
+	return &s
 }
 
 func contains(s []string, v string) bool {

@@ -122,14 +122,12 @@ func (db *DB) StreamState(ctx context.Context, tenant, queryID, partitionID stri
 			return err
 		}
 		// The primary key (query_id, partition_id, key) serves the scan; with
-		// a prefix its key >= bound starts the range at the prefix. The CASE
-		// keeps a non-numeric windowEnd from reaching the cast.
+		// a prefix its key >= bound starts the range at the prefix.
 		rs, err := t.tx.Query(ctx, `SELECT s.key, s.value::text FROM queen.stream_state s
 			WHERE s.query_id = $1 AND s.partition_id = $2
 			  AND ($3::text IS NULL OR (s.key >= ($3::text COLLATE "C") AND starts_with(s.key, $3::text)))
 			  AND (cardinality($6::text[]) = 0 OR s.key = ANY($6::text[]))
-			  AND ($4::bigint IS NULL OR CASE WHEN json_typeof(s.value -> 'windowEnd') = 'number'
-			                                THEN (s.value ->> 'windowEnd')::numeric <= $4::bigint END)
+			  AND ($4::bigint IS NULL OR s.window_end <= $4::bigint)
 			ORDER BY s.key LIMIT $5`, queryID, partitionID, f.KeyPrefix, f.RipeAtOrBefore, limit+1, keys)
 		if err != nil {
 			return err
@@ -210,10 +208,12 @@ func (t *Tx) StreamBatch(ctx context.Context, tenant, sourceQueue, partitionID, 
 }
 
 // StreamStateWrite is the net effect of a cycle's state operations on one
-// key: Value nil deletes it.
+// key: Value nil deletes it. WindowEnd is the value's numeric top-level
+// windowEnd as JSON number text, or nil.
 type StreamStateWrite struct {
-	Key   string
-	Value *string
+	Key       string
+	Value     *string
+	WindowEnd *string
 }
 
 // WriteStreamState applies writes (distinct keys) to (queryID,
@@ -221,11 +221,12 @@ type StreamStateWrite struct {
 // on the primary key.
 func (t *Tx) WriteStreamState(ctx context.Context, queryID, partitionID string, writes []StreamStateWrite) error {
 	var delKeys, upKeys, upVals []string
+	var upEnds []*string
 	for _, w := range writes {
 		if w.Value == nil {
 			delKeys = append(delKeys, w.Key)
 		} else {
-			upKeys, upVals = append(upKeys, w.Key), append(upVals, *w.Value)
+			upKeys, upVals, upEnds = append(upKeys, w.Key), append(upVals, *w.Value), append(upEnds, w.WindowEnd)
 		}
 	}
 	if len(delKeys) > 0 {
@@ -235,10 +236,11 @@ func (t *Tx) WriteStreamState(ctx context.Context, queryID, partitionID string, 
 		}
 	}
 	if len(upKeys) > 0 {
-		if _, err := t.tx.Exec(ctx, `INSERT INTO queen.stream_state (query_id, partition_id, key, value)
-			SELECT $1, $2, k, v::json FROM unnest($3::text[], $4::text[]) AS u(k, v)
-			ON CONFLICT (query_id, partition_id, key) DO UPDATE SET value = excluded.value, updated_at = now()`,
-			queryID, partitionID, upKeys, upVals); err != nil {
+		if _, err := t.tx.Exec(ctx, `INSERT INTO queen.stream_state (query_id, partition_id, key, value, window_end)
+			SELECT $1, $2, k, v::json, e::numeric FROM unnest($3::text[], $4::text[], $5::text[]) AS u(k, v, e)
+			ON CONFLICT (query_id, partition_id, key)
+			DO UPDATE SET value = excluded.value, window_end = excluded.window_end, updated_at = now()`,
+			queryID, partitionID, upKeys, upVals, upEnds); err != nil {
 			return fmt.Errorf("upsert stream state: %w", err)
 		}
 	}

@@ -22,11 +22,15 @@ CREATE TABLE IF NOT EXISTS queen.stream_queries (
 -- literal prefix, so the primary key's btree serves the prefix range scan.
 -- value is json, not jsonb: json keeps the client's text exactly (number
 -- spelling, key order), so epoch-ms numbers come back as written.
+-- window_end is the value's numeric top-level windowEnd (NULL when it has
+-- none), taken out at write time: the ripe filter compares it without
+-- parsing JSON in SQL, which fails on any value holding a \u0000 escape.
 CREATE TABLE IF NOT EXISTS queen.stream_state (
     query_id     uuid NOT NULL REFERENCES queen.stream_queries(id) ON DELETE CASCADE,
     partition_id uuid NOT NULL,
     key          text COLLATE "C" NOT NULL,
     value        json NOT NULL,
+    window_end   numeric,
     updated_at   timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (query_id, partition_id, key)
 );
