@@ -356,45 +356,60 @@ func (g *gate) Process(pid string, state map[string]json.RawMessage, msgs []stre
 	return []streamrun.StateOp{{Type: "upsert", Key: pid, Value: b}}, push, allowed
 }
 
-// TestGateTokenBucketPartialAcks: 2 partitions × 30 through a bucket of 5
-// (refill 5/s) with batches of 10 and a 1 s lease: most cycles are partial
-// acks that keep the lease, and the tail comes back after expiry. Every
-// message reaches the sink once, in order per partition, and the gate
-// admits exactly 60 (no admitted message is redelivered, no cycle fails).
-func TestGateTokenBucketPartialAcks(t *testing.T) {
-	n := nodetest.Start(t)
-	if r := n.Do(t, "POST", "/api/v1/configure", map[string]any{"queue": "gate.src",
-		"options": map[string]any{"leaseTime": 1, "retryLimit": 100}}); r.Status != 200 {
-		t.Fatalf("configure: %d %s", r.Status, r.Body)
-	}
-	for _, tenant := range []string{"a", "b"} {
-		var ps []map[string]any
-		for i := 1; i <= 30; i++ {
-			ps = append(ps, map[string]any{"tenant": tenant, "seq": i})
-		}
-		push(t, n, "gate.src", tenant, ps...)
-	}
-	g := &gate{capacity: 5, refill: 5}
-	rn, stop := run(t, streamrun.Options{URL: n.URL, Name: "gate", Source: "gate.src", Sink: "gate.out",
-		Reset: true, Batch: 10, Partitions: 2}, g)
-	got := drain(t, n, "gate.out", 60, 20*time.Second)
-	stop()
-	noErrors(t, rn)
-	last := map[string]float64{}
-	for _, m := range got {
-		tn, seq := m.Data["tenant"].(string), m.Data["seq"].(float64)
-		if seq != last[tn]+1 {
-			t.Fatalf("tenant %s: seq %v after %v (duplicate or reordering)", tn, seq, last[tn])
-		}
-		last[tn] = seq
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.allows != 60 {
-		t.Fatalf("GateAllowsTotal = %d, want exactly 60", g.allows)
-	}
-	if rn.Stats.PartialAcks.Load() == 0 {
-		t.Fatal("no partial ack happened: the test did not exercise them")
+// TestGateTokenBucket: 2 partitions × 30 through a token bucket per
+// partition, batches of 10, 2 partitions per pop. "queen" is the Queen
+// suite's setting (capacity 10, refill 20/s, 2 s lease); "tight" (capacity
+// 5, refill 5/s, 1 s lease) makes most cycles partial acks that keep the
+// lease, the tail coming back after expiry. Either way every message
+// reaches the sink once, in order per partition, and the gate admits
+// exactly 60 (no admitted message is redelivered, no cycle fails).
+func TestGateTokenBucket(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		capacity, refill float64
+		lease            int
+		mustPartial      bool
+	}{
+		{"queen", 10, 20, 2, false},
+		{"tight", 5, 5, 1, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := nodetest.Start(t)
+			if r := n.Do(t, "POST", "/api/v1/configure", map[string]any{"queue": "gate.src",
+				"options": map[string]any{"leaseTime": tc.lease, "retryLimit": 100}}); r.Status != 200 {
+				t.Fatalf("configure: %d %s", r.Status, r.Body)
+			}
+			for _, tenant := range []string{"a", "b"} {
+				var ps []map[string]any
+				for i := 1; i <= 30; i++ {
+					ps = append(ps, map[string]any{"tenant": tenant, "seq": i})
+				}
+				push(t, n, "gate.src", tenant, ps...)
+			}
+			g := &gate{capacity: tc.capacity, refill: tc.refill}
+			rn, stop := run(t, streamrun.Options{URL: n.URL, Name: "gate", Source: "gate.src", Sink: "gate.out",
+				Reset: true, Batch: 10, Partitions: 2}, g)
+			got := drain(t, n, "gate.out", 60, 20*time.Second)
+			stop()
+			noErrors(t, rn)
+			last := map[string]float64{}
+			for _, m := range got {
+				tn, seq := m.Data["tenant"].(string), m.Data["seq"].(float64)
+				if seq != last[tn]+1 {
+					t.Fatalf("tenant %s: seq %v after %v (duplicate or reordering)", tn, seq, last[tn])
+				}
+				last[tn] = seq
+			}
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			if g.allows != 60 {
+				t.Fatalf("GateAllowsTotal = %d, want exactly 60", g.allows)
+			}
+			t.Logf("%d cycles, %d partial acks", rn.Stats.Cycles.Load(), rn.Stats.PartialAcks.Load())
+			if tc.mustPartial && rn.Stats.PartialAcks.Load() == 0 {
+				t.Fatal("no partial ack happened: the test did not exercise them")
+			}
+		})
 	}
 }
 
