@@ -89,3 +89,27 @@ func TestStreamsValidation(t *testing.T) {
 		t.Fatalf("cycle as parsed: %+v", got)
 	}
 }
+
+// Array bounds: state_ops beyond MaxTxOps, push_items beyond MaxPushItems
+// and keys beyond MaxStreamKeys are 413, before the broker.
+func TestStreamsArrayBounds(t *testing.T) {
+	tb := setup(t, func(c *Config) { c.MaxTxOps, c.MaxPushItems = 2, 2 })
+	head := `{"query_id":"` + testQID + `","partition_id":"` + testPID + `","consumer_group":"g","release_lease":true,`
+	three := func(item string) string { return "[" + item + "," + item + "," + item + "]" }
+	keys := make([]string, MaxStreamKeys+1)
+	for i := range keys {
+		keys[i] = `"k"`
+	}
+	for _, c := range []struct{ path, body string }{
+		{"/streams/v1/cycle", head + `"state_ops":` + three(`{"type":"delete","key":"k"}`) + `}`},
+		{"/streams/v1/cycle", head + `"push_items":` + three(`{"queue":"q","payload":{}}`) + `}`},
+		{"/streams/v1/state/get", `{"query_id":"` + testQID + `","partition_id":"` + testPID + `","keys":[` + strings.Join(keys, ",") + `]}`},
+	} {
+		if r := tb.do("POST", c.path, c.body); r.status != http.StatusRequestEntityTooLarge {
+			t.Errorf("%s %.90s: %d %s, want 413", c.path, c.body, r.status, r.body)
+		}
+	}
+	if calls := tb.fb.Calls(); len(calls) != 0 {
+		t.Fatalf("oversized requests reached the broker: %v", calls)
+	}
+}
