@@ -45,6 +45,7 @@ type fakeBroker struct {
 	groupMeta    bool
 	seekToEnd    bool
 	seekTS       *time.Time
+	streamCycle  broker.StreamCycle // the last StreamCycle (streams_test.go)
 
 	err       error // returned by every method when set
 	healthErr error

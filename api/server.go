@@ -39,6 +39,7 @@ type Broker interface {
 	ReadsBroker       // resources, messages and consumer groups (resources.go)
 	TracesBroker      // api/traces.go
 	AnalyticsBroker   // api/analytics.go
+	StreamsBroker     // /streams/v1 (streams.go)
 }
 
 // Defaults of Config.
@@ -246,6 +247,7 @@ func New(b Broker, cfg Config, logger hclog.Logger) *Server {
 	s.registerReads()
 	s.registerTraces()    // api/traces.go
 	s.registerAnalytics() // api/analytics.go
+	s.registerStreams()
 
 	// bodyDeadline bounds the body's arrival (conn.go). instrument is next so panics (answered 500 by recoverPanics) and
 	// preflights are observed too.
