@@ -31,6 +31,7 @@ func (s *Server) registerMaintenance() {
 	s.route("POST", "/api/v1/system/maintenance", AccessAdmin, s.handleSetPushMaintenance)
 	s.route("GET", "/api/v1/system/maintenance/pop", AccessReadOnly, s.handleGetPopMaintenance)
 	s.route("POST", "/api/v1/system/maintenance/pop", AccessAdmin, s.handleSetPopMaintenance)
+	s.route("GET", "/api/v1/status/buffers", AccessReadOnly, s.handleStatusBuffers)
 }
 
 // bufferStatsJSON is a caller's view of this node's push buffer.
@@ -152,4 +153,21 @@ func (s *Server) readEnabled(w http.ResponseWriter, r *http.Request) (bool, bool
 		return false, false
 	}
 	return on, true
+}
+
+// statusBuffersJSON is GET /api/v1/status/buffers: the reference's fields
+// (pending, failed, dbHealthy) plus this node's replay state.
+type statusBuffersJSON struct {
+	Pending   int64 `json:"pending"`   // the caller tenant's records waiting in this node's buffer
+	Failed    int64 `json:"failed"`    // records a replay could not store since start (node-wide, logged)
+	DBHealthy bool  `json:"dbHealthy"` // PostgreSQL answered a health probe now
+	Replaying bool  `json:"replaying"` // this node is replaying its buffer
+	Healthy   bool  `json:"healthy"`   // the buffer file takes appends
+}
+
+// GET /api/v1/status/buffers
+func (s *Server) handleStatusBuffers(w http.ResponseWriter, r *http.Request, c caller) {
+	st := s.b.BufferStats()
+	writeJSON(w, http.StatusOK, statusBuffersJSON{Pending: s.b.TenantBuffered(c.tenant), Failed: st.ReplayFailed,
+		DBHealthy: s.b.Health(r.Context()) == nil, Replaying: st.Replaying, Healthy: st.Healthy})
 }

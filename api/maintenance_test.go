@@ -70,6 +70,11 @@ func TestMaintenanceShapes(t *testing.T) {
 	if st := m["bufferStats"].(map[string]any); keys(st) != "healthy,maxBytes,pendingCount,replaying" {
 		t.Fatalf("bufferStats %s", r.body)
 	}
+	r = tb.do("GET", "/api/v1/status/buffers", "")
+	if m = r.object(t); r.status != http.StatusOK || keys(m) != "dbHealthy,failed,healthy,pending,replaying" ||
+		m["pending"].(interface{ String() string }).String() != "7" || m["dbHealthy"] != true {
+		t.Fatalf("GET /api/v1/status/buffers: %d %s", r.status, r.body)
+	}
 	r = tb.do("POST", "/api/v1/system/maintenance/pop", `{"enabled":true}`)
 	if m = r.object(t); r.status != http.StatusOK || keys(m) != "message,popMaintenanceMode" || m["popMaintenanceMode"] != true {
 		t.Fatalf("POST pop: %d %s", r.status, r.body)

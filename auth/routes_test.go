@@ -57,6 +57,32 @@ var routeAccess = map[string]api.Access{
 	"POST /api/v1/consumer-groups/{group}/subscription":                               api.AccessReadWrite,
 	"POST /api/v1/consumer-groups/{group}/queues/{queue}/partitions/{partition}/seek": api.AccessReadWrite,
 	"POST /api/v1/stats/refresh":                                                      api.AccessAdmin,
+
+	// Traces.
+	"POST /api/v1/traces":                              api.AccessReadWrite,
+	"GET /api/v1/traces/names":                         api.AccessReadOnly,
+	"GET /api/v1/traces/by-name/{name}":                api.AccessReadOnly,
+	"GET /api/v1/traces/{partitionId}/{transactionId}": api.AccessReadOnly,
+
+	// Status and analytics; the system-wide ones show every tenant's load.
+	"GET /api/v1/status":                          api.AccessReadOnly,
+	"GET /api/v1/status/queues":                   api.AccessReadOnly,
+	"GET /api/v1/status/queues/{queue}":           api.AccessReadOnly,
+	"GET /api/v1/status/queues/{queue}/messages":  api.AccessReadOnly,
+	"GET /api/v1/status/analytics":                api.AccessReadOnly,
+	"GET /api/v1/status/buffers":                  api.AccessReadOnly,
+	"GET /api/v1/analytics/queue-ops":             api.AccessReadOnly,
+	"GET /api/v1/analytics/queue-lag":             api.AccessReadOnly,
+	"GET /api/v1/analytics/queue-parked-replicas": api.AccessReadOnly,
+	"GET /api/v1/analytics/retention":             api.AccessReadOnly,
+	"GET /api/v1/analytics/system-metrics":        api.AccessAdmin,
+	"GET /api/v1/analytics/worker-metrics":        api.AccessAdmin,
+	"GET /api/v1/analytics/postgres-stats":        api.AccessAdmin,
+
+	// Streams: state reads are reads.
+	"POST /streams/v1/queries":   api.AccessReadWrite,
+	"POST /streams/v1/state/get": api.AccessReadOnly,
+	"POST /streams/v1/cycle":     api.AccessReadWrite,
 }
 
 var wildcard = regexp.MustCompile(`\{[^}]+\}`)

@@ -167,6 +167,9 @@ func TestPushMaintenanceAcrossNodesAndRestart(t *testing.T) {
 	if got := b.Do(t, "GET", "/api/v1/system/maintenance", nil).Obj(t); got["bufferedMessages"] != float64(9) || got["maintenanceMode"] != true {
 		t.Fatalf("node B's maintenance status: %v", got)
 	}
+	if got := b.Do(t, "GET", "/api/v1/status/buffers", nil).Obj(t); got["pending"] != float64(9) || got["dbHealthy"] != true {
+		t.Fatalf("node B's /api/v1/status/buffers: %v", got)
+	}
 
 	// Restart node B on the same buffer directory, maintenance still on.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
