@@ -13,6 +13,7 @@ import (
 	"queen-node/broker"
 	"queen-node/mesh"
 	"queen-node/pg"
+	"queen-node/retention"
 )
 
 // Defaults of Config that belong to no single package.
@@ -45,6 +46,8 @@ type Config struct {
 	Auth   auth.Config   // default auth.DefaultConfig() (authentication off)
 	Broker broker.Config // default broker.DefaultConfig(); NodeName is required
 	Mesh   MeshConfig    // default enabled with mesh.DefaultConfig()
+
+	Retention retention.Config // default retention.DefaultConfig(): a pass every 5 minutes; Interval 0 = off on this node
 }
 
 // MeshConfig is mesh.Config plus whether the node joins a mesh at all.
@@ -66,6 +69,7 @@ func DefaultConfig() Config {
 		Auth:          auth.DefaultConfig(),
 		Broker:        broker.DefaultConfig(),
 		Mesh:          MeshConfig{Enabled: true, Config: mesh.DefaultConfig()},
+		Retention:     retention.DefaultConfig(),
 	}
 }
 
@@ -102,6 +106,7 @@ func (c Config) Validate() error {
 	positive("API.WriteTimeout", c.API.WriteTimeout)
 
 	bad("Auth", c.Auth.Validate())
+	bad("Retention", c.Retention.Validate())
 
 	b := c.Broker
 	bad("Broker.NodeName", CheckName(b.NodeName))
