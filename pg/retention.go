@@ -259,3 +259,46 @@ func (s *RetentionSession) RetentionDelete(ctx context.Context, p *RetentionPart
 	}
 	return b, nil
 }
+
+// retentionAdvanceSQL moves the cursors of one partition's groups over the
+// offsets no message holds any more, up to $2 (the highest offset the pass
+// looked at, at most the watermark it read, so every message at or below
+// it was committed when the pass planned). A cursor stops before the first
+// message still stored, whatever its state. Without it a group whose
+// unread messages the pending rules deleted would look pending (cursor
+// below the watermark) with nothing to deliver until the next push.
+//
+// Only groups without a live lease move (a live lease's batch is the
+// client's; it ends by acks or expiry as usual), and a consumer row a pop
+// or ack holds right now is skipped (SKIP LOCKED), so the pass never waits
+// for the hot path; the next pass moves it. The remembered acks the
+// cursor passes are dropped, and a retry count whose batch is gone starts
+// over. Served by the consumers primary key and, per group, one probe of
+// the messages primary key (partition_id, off).
+const retentionAdvanceSQL = `
+UPDATE queen.consumers c
+SET committed_offset = t.target,
+    batch_end = greatest(c.batch_end, t.target),
+    acked = ARRAY(SELECT x FROM unnest(c.acked) x WHERE x > t.target ORDER BY x),
+    retry_count = CASE WHEN t.target >= c.batch_end THEN 0 ELSE c.retry_count END,
+    updated_at = now()
+FROM (SELECT l.consumer_group,
+             least(COALESCE((SELECT min(m.off) FROM queen.messages m
+                             WHERE m.partition_id = $1::uuid AND m.off > l.committed_offset), $2::bigint + 1) - 1,
+                   $2::bigint) AS target
+      FROM (SELECT c2.consumer_group, c2.committed_offset
+            FROM queen.consumers c2
+            WHERE c2.partition_id = $1::uuid AND c2.committed_offset < $2::bigint
+              AND (c2.lease_expires_at IS NULL OR c2.lease_expires_at <= now())
+            FOR UPDATE SKIP LOCKED) l) t
+WHERE c.partition_id = $1::uuid AND c.consumer_group = t.consumer_group AND t.target > c.committed_offset`
+
+// RetentionAdvance moves p's cursors over deleted offsets up to upTo and
+// returns how many groups moved.
+func (s *RetentionSession) RetentionAdvance(ctx context.Context, p *RetentionPartition, upTo int64) (int64, error) {
+	tag, err := s.conn.Exec(ctx, retentionAdvanceSQL, p.ID, upTo)
+	if err != nil {
+		return 0, fmt.Errorf("retention: advance cursors in partition %s: %w", p.ID, err)
+	}
+	return tag.RowsAffected(), nil
+}

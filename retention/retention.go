@@ -232,6 +232,7 @@ func (j *Job) partition(ctx context.Context, s *pg.RetentionSession, part *pg.Re
 		return nil
 	}
 	after := part.FirstOff - 1
+	var pending int64
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -243,12 +244,13 @@ func (j *Job) partition(ctx context.Context, s *pg.RetentionSession, part *pg.Re
 		p.Batches++
 		p.Completed += b.Completed
 		p.Pending += b.Pending
+		pending += b.Pending
 		j.delCompleted.Add(b.Completed)
 		j.delPending.Add(b.Pending)
-		if b.Young || b.Examined < j.cfg.Batch {
-			return nil
-		}
 		after = b.LastOff
+		if b.Young || b.Examined < j.cfg.Batch {
+			break
+		}
 		if j.cfg.BatchPause > 0 {
 			select {
 			case <-ctx.Done():
@@ -257,6 +259,14 @@ func (j *Job) partition(ctx context.Context, s *pg.RetentionSession, part *pg.Re
 			}
 		}
 	}
+	// Completed deletions are behind every cursor already; pending ones
+	// leave holes the cursors must pass (pg.RetentionAdvance).
+	if pending > 0 {
+		if _, err := s.RetentionAdvance(ctx, part, after); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Stats returns the counters without touching the database.
