@@ -56,16 +56,16 @@ func DefaultConfig() Config {
 func (c Config) Validate() error {
 	var errs []error
 	if c.Interval < 0 {
-		errs = append(errs, fmt.Errorf("Interval: %v: want 0 (off) or more", c.Interval))
+		errs = append(errs, fmt.Errorf("interval %v: want 0 (off) or more", c.Interval))
 	}
 	if c.Batch < 1 || c.Batch > 100000 {
-		errs = append(errs, fmt.Errorf("Batch: %d: want 1 to 100000", c.Batch))
+		errs = append(errs, fmt.Errorf("batch %d: want 1 to 100000", c.Batch))
 	}
 	if c.PartitionPage < 1 || c.PartitionPage > 100000 {
-		errs = append(errs, fmt.Errorf("PartitionPage: %d: want 1 to 100000", c.PartitionPage))
+		errs = append(errs, fmt.Errorf("partition page %d: want 1 to 100000", c.PartitionPage))
 	}
 	if c.BatchPause < 0 {
-		errs = append(errs, fmt.Errorf("BatchPause: %v: want 0 or more", c.BatchPause))
+		errs = append(errs, fmt.Errorf("batch pause %v: want 0 or more", c.BatchPause))
 	}
 	return errors.Join(errs...)
 }
