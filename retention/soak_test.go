@@ -9,11 +9,15 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"queen-node/internal/nodetest"
+	"queen-node/node"
 )
 
 // TestRetentionSoak is the compressed soak of docs/operations.md,
@@ -25,7 +29,9 @@ import (
 // the size of queen.messages and its indexes, reports push and pop latency
 // percentiles without passes, between passes and during passes, and
 // checks that the size stays bounded and that both groups received every
-// message pushed. Skipped unless QUEEN_RETENTION_SOAK is set:
+// message pushed. QUEEN_RETENTION_SOAK_BATCH and QUEEN_RETENTION_SOAK_PAUSE
+// (a duration) set the job's Batch and BatchPause. Skipped unless
+// QUEEN_RETENTION_SOAK is set:
 //
 //	QUEEN_RETENTION_SOAK=4m go run ./cmd/pgtemp -- go test -count=1 -v -timeout 30m -run TestRetentionSoak ./retention/
 func TestRetentionSoak(t *testing.T) {
@@ -45,7 +51,12 @@ func TestRetentionSoak(t *testing.T) {
 	)
 	groups := []string{"g1", "g2"}
 
-	n := startNode(t)
+	batch := envInt(t, "QUEEN_RETENTION_SOAK_BATCH", 1000)
+	pause := envDuration(t, "QUEEN_RETENTION_SOAK_PAUSE", 0)
+	n := nodetest.StartConfig(t, func(c *node.Config) {
+		c.Retention.Interval = 0 // passes are run below, on the soak's schedule
+		c.Retention.Batch, c.Retention.BatchPause = batch, pause
+	})
 	c := dbConn(t, n)
 	configure(t, n, queue, msg{"dedupWindowSeconds": int(dedup.Seconds())})
 	cl := &http.Client{Timeout: 30 * time.Second}
@@ -249,8 +260,8 @@ func TestRetentionSoak(t *testing.T) {
 		}
 	}
 
-	t.Logf("soak: %v, %d messages pushed (%d producers x %d per %v), %d partitions, groups %v, pop batch %d; passes every %v from %v on, dedup window %v",
-		total, pushed.Load(), producers, pushBatch, pushEvery, partitions, groups, popBatch, interval, total/4, dedup)
+	t.Logf("soak: %v, %d messages pushed (%d producers x %d per %v), %d partitions, groups %v, pop batch %d; passes every %v from %v on (batch %d, pause %v), dedup window %v",
+		total, pushed.Load(), producers, pushBatch, pushEvery, partitions, groups, popBatch, interval, total/4, batch, pause, dedup)
 	t.Logf("%6s %8s %10s %10s %10s %10s %10s %9s %5s %9s", "t", "rows", "total", "heap", "indexes", "pkey", "txid", "dead", "avac", "deleted")
 	for _, s := range samples {
 		t.Logf("%6v %8d %10s %10s %10s %10s %10s %9d %5d %9d", s.at, s.rows, mib(s.total), mib(s.heap), mib(s.indexes),
@@ -375,4 +386,16 @@ func envDuration(t *testing.T, name string, def time.Duration) time.Duration {
 		t.Fatalf("%s=%q: %v", name, v, err)
 	}
 	return d
+}
+
+func envInt(t *testing.T, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		t.Fatalf("%s=%q: %v", name, v, err)
+	}
+	return n
 }

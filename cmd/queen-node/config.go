@@ -173,6 +173,8 @@ func settings() []setting {
 				c.Node.Retention.Batch, err = intIn(v, 1, 100000)
 				return err
 			}},
+		{env: "QUEEN_RETENTION_BATCH_PAUSE_MS", flag: "retention-batch-pause-ms", def: ms(d.Retention.BatchPause), usage: "pause between two retention delete batches, to leave a saturated PostgreSQL to pushes and pops (0 = none)",
+			apply: func(c *Config, v string) error { return durationMS(v, &c.Node.Retention.BatchPause, 0, 60000) }},
 
 		// JWT authentication keeps Queen's variable names (JWT_*, not QUEEN_JWT_*).
 		{env: "JWT_ENABLED", flag: "jwt-enabled", def: boolDef(d.Auth.Enabled), isBool: true, usage: "JWT bearer authentication of the API (0 = off)",

@@ -95,6 +95,7 @@ func TestLoadConfigValues(t *testing.T) {
 		"QUEEN_MESH_DROP_RATE":            "0.25",
 		"QUEEN_RETENTION_INTERVAL_MS":     "0",
 		"QUEEN_RETENTION_BATCH":           "50",
+		"QUEEN_RETENTION_BATCH_PAUSE_MS":  "20",
 	}
 	cfg, err := loadConfig(nil, envOf(env))
 	if err != nil {
@@ -115,7 +116,7 @@ func TestLoadConfigValues(t *testing.T) {
 		string(m.Secret) != "0123456789abcdef" || m.FlushInterval != 5*time.Millisecond || m.HintCap != 100 || m.DropRate != 0.25 {
 		t.Fatalf("mesh %+v", m)
 	}
-	if r := cfg.Node.Retention; r.Interval != 0 || r.Batch != 50 {
+	if r := cfg.Node.Retention; r.Interval != 0 || r.Batch != 50 || r.BatchPause != 20*time.Millisecond {
 		t.Fatalf("retention %+v", r)
 	}
 }
