@@ -1,8 +1,12 @@
 package retention_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"slices"
 	"sync"
 	"testing"
@@ -347,6 +351,7 @@ func TestRetentionUnderLoad(t *testing.T) {
 	const q = "ret-load"
 	const parts, perPart = 4, 300
 	configure(t, n, q, msg{"dedupWindowSeconds": 0})
+	cl := &http.Client{Timeout: 30 * time.Second}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -365,42 +370,63 @@ func TestRetentionUnderLoad(t *testing.T) {
 		}
 	}()
 
+	// Goroutines report with t.Errorf and return; the checks below fail.
 	var wg sync.WaitGroup
 	for pi := range parts {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for k := 0; k < perPart; k += 20 {
-				push(t, n, q, fmt.Sprintf("p%d", pi), fmt.Sprintf("t%d", pi), pi*perPart+k, 20)
+				items := make([]msg, 20)
+				for j := range items {
+					i := pi*perPart + k + j
+					items[j] = msg{"queue": q, "partition": fmt.Sprintf("p%d", pi), "payload": msg{"i": i},
+						"transactionId": fmt.Sprintf("t-%d", i)}
+				}
+				if status, body, err := post(cl, n.URL+"/api/v1/push", msg{"items": items}); err != nil || status != 201 {
+					t.Errorf("push: %d %v %s", status, err, body)
+					return
+				}
 			}
 		}()
 	}
 	got := map[string]map[int]bool{"g1": {}, "g2": {}}
-	var mu sync.Mutex
 	for _, g := range []string{"g1", "g2"} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			deadline := time.Now().Add(60 * time.Second)
 			batch := map[string]int{"g1": 7, "g2": 31}[g]
-			for time.Now().Before(deadline) {
-				mu.Lock()
-				have := len(got[g])
-				mu.Unlock()
-				if have == parts*perPart {
+			for len(got[g]) < parts*perPart && time.Now().Before(deadline) {
+				resp, err := cl.Get(fmt.Sprintf("%s/api/v1/pop/queue/%s?consumerGroup=%s&batch=%d&leaseSeconds=300", n.URL, q, g, batch))
+				if err != nil {
+					t.Errorf("pop: %v", err)
 					return
 				}
-				ms := pop(t, n, q, g, batch)
-				if ms == nil {
+				var res struct{ Messages []msg }
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode == 204 {
 					time.Sleep(5 * time.Millisecond) // a poll's back-off, not a synchronisation
 					continue
 				}
-				ackOK(t, n, g, ms)
-				mu.Lock()
-				for _, i := range indexes(ms) {
-					got[g][i] = true
+				if resp.StatusCode != 200 || json.Unmarshal(body, &res) != nil {
+					t.Errorf("pop: %d %s", resp.StatusCode, body)
+					return
 				}
-				mu.Unlock()
+				acks := make([]msg, len(res.Messages))
+				for i, m := range res.Messages {
+					acks[i] = msg{"transactionId": m["transactionId"], "partitionId": m["partitionId"],
+						"leaseId": m["leaseId"], "status": "completed"}
+				}
+				status, out, err := post(cl, n.URL+"/api/v1/ack/batch", msg{"consumerGroup": g, "acknowledgments": acks})
+				if err != nil || status != 200 || bytes.Contains(out, []byte(`"success":false`)) {
+					t.Errorf("ack: %d %v %s", status, err, out)
+					return
+				}
+				for _, i := range indexes(res.Messages) {
+					got[g][i] = true // one goroutine per group: no lock needed
+				}
 			}
 		}()
 	}
