@@ -34,7 +34,9 @@ func (db *DB) TryRetentionLock(ctx context.Context) (s *RetentionSession, ok boo
 		return nil, false, fmt.Errorf("retention: acquire: %w", err)
 	}
 	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", retentionLock).Scan(&ok); err != nil {
-		conn.Release()
+		// The server may have taken the lock before the call failed (a
+		// cancelled context): close the connection rather than pool it.
+		_ = conn.Hijack().Close(context.WithoutCancel(ctx))
 		return nil, false, fmt.Errorf("retention: try lock: %w", err)
 	}
 	if !ok {
