@@ -456,3 +456,25 @@ func TestRetentionUnderLoad(t *testing.T) {
 		t.Fatalf("stats %+v, want %d completed deleted", st, parts*perPart)
 	}
 }
+
+// The node's own loop (QUEEN_RETENTION_INTERVAL_MS): with a short interval
+// it deletes without anyone calling it, and /status says so.
+func TestRetentionLoop(t *testing.T) {
+	n := nodetest.StartConfig(t, func(c *node.Config) { c.Retention.Interval = 50 * time.Millisecond })
+	c := dbConn(t, n)
+	const q = "ret-loop"
+	push(t, n, q, "p", "o", 1, 3)
+	ackOK(t, n, "g", pop(t, n, q, "g", 3))
+	ageAll(t, c, q, 2*time.Hour)
+	deadline := time.Now().Add(10 * time.Second)
+	for len(offsets(t, c, q, "p")) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the loop did not delete within 10 s: %+v", job(n).Stats())
+		}
+		time.Sleep(20 * time.Millisecond) // polling with a deadline
+	}
+	ret, _ := n.Do(t, "GET", "/status", nil).Obj(t)["retention"].(map[string]any)
+	if ret["enabled"] != true || ret["deleted_completed"] != 3.0 || ret["runs"].(float64) < 1 {
+		t.Fatalf("/status retention = %v", ret)
+	}
+}
