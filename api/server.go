@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"queen-node/broker"
+	"queen-node/retention"
 )
 
 // Broker is the node core as the HTTP layer sees it; *broker.Broker
@@ -210,6 +211,8 @@ type Server struct {
 	metrics *metrics        // request histograms and the /metrics registry
 	table   *tableCollector // Table's series on /metrics (table.go)
 	conns   connStats
+
+	retention func() retention.Stats // the retention job's counters (retention.go); nil = zeros
 
 	// drainCtx is canceled by Drain so parked long-polls answer 204 at once
 	// instead of holding a graceful shutdown for their whole timeout.

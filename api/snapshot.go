@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"queen-node/broker"
+	"queen-node/retention"
 )
 
 // SnapshotSource gives the node core's figures; *broker.Broker is one.
@@ -23,6 +24,7 @@ type Snapshot struct {
 	StartedAt string  // Started in RFC 3339, UTC
 	InFlight  int64   // HTTP requests being served besides the one reading the snapshot
 	HTTP      ConnSnapshot
+	Retention retention.Stats // the retention job's counters (SetRetentionSource)
 }
 
 // ConnSnapshot is the HTTP layer's connection counters (conn.go).
@@ -47,6 +49,7 @@ func (s *Server) snapshot(src SnapshotSource, httpAddr string) *Snapshot {
 		StartedAt: core.Started.UTC().Format(time.RFC3339),
 		InFlight:  max(s.metrics.inflight.Load()-1, 0),
 		HTTP:      s.ConnStatus(),
+		Retention: s.retentionStats(),
 	}
 }
 

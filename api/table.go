@@ -136,10 +136,11 @@ func (f rings) text(*Snapshot) string      { return "" }
 
 // Help of the families several rows share.
 const (
-	helpMarks = "Partition marks by source: local push, remote (peer hint), commit (transaction commit or DLQ move)."
-	helpInRef = "Inbound hint streams refused, by reason: limit (per-address or total streams), not_member."
-	helpPops  = "Finished pops by outcome: messages or empty (timed-out long-polls included)."
-	helpMembs = "Members this node knows, itself included, by state."
+	helpMarks  = "Partition marks by source: local push, remote (peer hint), commit (transaction commit or DLQ move)."
+	helpInRef  = "Inbound hint streams refused, by reason: limit (per-address or total streams), not_member."
+	helpPops   = "Finished pops by outcome: messages or empty (timed-out long-polls included)."
+	helpMembs  = "Members this node knows, itself included, by state."
+	helpRetDel = "Messages the retention job deleted on this node, by reason: completed (passed by every group, past the dedup window or completedRetentionSeconds) or pending (retentionSeconds, maxWaitTimeSeconds)."
 )
 
 // membersIn counts the members in one state.
@@ -322,6 +323,27 @@ var Table = []Row{
 		Help: "Transaction requests.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.Transactions })},
 	{Status: "requests.leases_released_undelivered", Metric: "queen_leases_released_undelivered_total", Kind: Counter,
 		Help: "Leases released because the pop's answer never reached its client.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.LeasesDropped })},
+
+	// retention: the background retention job on this node (docs/api.md,
+	// "Retention"). Deleted messages are one family by reason on /metrics,
+	// two fields in /status, like marks.
+	{Status: "retention.enabled", Metric: "queen_retention_enabled", Kind: Gauge,
+		Help: "1 when this node runs the retention job (QUEEN_RETENTION_INTERVAL_MS > 0).", Field: flag(func(s *Snapshot) *bool { return &s.Retention.Enabled })},
+	{Status: "retention.runs", Metric: "queen_retention_runs_total", Kind: Counter,
+		Help: "Retention passes this node ran while holding the cluster-wide lock.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Retention.Runs })},
+	{Status: "retention.skipped", Metric: "queen_retention_runs_skipped_total", Kind: Counter,
+		Help: "Retention passes skipped because another node held the lock.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Retention.Skipped })},
+	{Status: "retention.errors", Metric: "queen_retention_errors_total", Kind: Counter,
+		Help: "Retention passes that ended with an error.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Retention.Errors })},
+	{Status: "retention.deleted_completed", Metric: "queen_retention_deleted_messages_total", Label: Label{"reason", "completed"}, Kind: Counter,
+		Help: helpRetDel, Field: num[int64](func(s *Snapshot) *int64 { return &s.Retention.DeletedCompleted })},
+	{Status: "retention.deleted_pending", Metric: "queen_retention_deleted_messages_total", Label: Label{"reason", "pending"}, Kind: Counter,
+		Help: helpRetDel, Field: num[int64](func(s *Snapshot) *int64 { return &s.Retention.DeletedPending })},
+	// Prometheus spells the unit out.
+	{Status: "retention.last_run_s", Metric: "queen_retention_last_run_seconds", Kind: Gauge,
+		Help: "Duration of the last retention pass this node ran.", Field: num[float64](func(s *Snapshot) *float64 { return &s.Retention.LastRunSeconds })},
+	{Status: "retention.last_deleted", Metric: "queen_retention_last_run_deleted_messages", Kind: Gauge,
+		Help: "Messages the last retention pass this node ran deleted.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Retention.LastDeleted })},
 
 	// http: the HTTP layer's connection counters (conn.go). /status keeps
 	// the short names of its "http" section; /metrics says connections.

@@ -13,6 +13,7 @@ import (
 	"queen-node/broker"
 	"queen-node/mesh"
 	"queen-node/pg"
+	"queen-node/retention"
 	"queen-node/stats"
 )
 
@@ -48,6 +49,8 @@ type Config struct {
 	Broker broker.Config // default broker.DefaultConfig(); NodeName is required
 	Mesh   MeshConfig    // default enabled with mesh.DefaultConfig()
 	Stats  stats.Config  // default stats.DefaultConfig() (sampler on, 10 s); Interval 0 = off
+
+	Retention retention.Config // default retention.DefaultConfig(): a pass every 5 minutes; Interval 0 = off on this node
 }
 
 // MeshConfig is mesh.Config plus whether the node joins a mesh at all.
@@ -70,6 +73,7 @@ func DefaultConfig() Config {
 		Broker:        broker.DefaultConfig(),
 		Mesh:          MeshConfig{Enabled: true, Config: mesh.DefaultConfig()},
 		Stats:         stats.DefaultConfig(),
+		Retention:     retention.DefaultConfig(),
 	}
 }
 
@@ -106,6 +110,7 @@ func (c Config) Validate() error {
 	positive("API.WriteTimeout", c.API.WriteTimeout)
 
 	bad("Auth", c.Auth.Validate())
+	bad("Retention", c.Retention.Validate())
 
 	b := c.Broker
 	bad("Broker.NodeName", CheckName(b.NodeName))

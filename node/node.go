@@ -19,6 +19,7 @@ import (
 	"queen-node/auth"
 	"queen-node/broker"
 	"queen-node/mesh"
+	"queen-node/retention"
 	"queen-node/stats"
 )
 
@@ -35,6 +36,8 @@ type Node struct {
 	sampler  *stats.Sampler
 	pprof    *http.Server
 	serveErr chan error
+
+	retention *retention.Job // runs with Interval > 0 (node/config.go)
 }
 
 // Start validates cfg and starts a node: it listens first (a taken port
@@ -68,12 +71,20 @@ func Start(ctx context.Context, cfg Config, logger hclog.Logger) (*Node, error) 
 		return nil, fmt.Errorf("start broker: %w", err)
 	}
 
+	ret, err := retention.New(b.Store(), cfg.Retention, logger.Named("retention"))
+	if err != nil {
+		ln.Close()
+		b.Close()
+		return nil, err
+	}
+
 	acfg := cfg.API
 	acfg.Version = cfg.Version
 	if authn != nil {
 		acfg.Auth = authn.Authenticate
 	}
 	srv := api.New(b, acfg, logger.Named("api"))
+	srv.SetRetentionSource(ret.Stats)
 	// The same address peers learn from membership metadata, so /status
 	// and `queen-node status --cluster` agree on where each node is.
 	addr := ln.Addr().String()
@@ -94,7 +105,7 @@ func Start(ctx context.Context, cfg Config, logger hclog.Logger) (*Node, error) 
 	// holding the grace period for their whole timeout.
 	httpSrv.RegisterOnShutdown(srv.Drain)
 
-	n := &Node{cfg: cfg, log: logger, addr: addr, broker: b, api: srv, http: httpSrv, serveErr: make(chan error, 1)}
+	n := &Node{cfg: cfg, log: logger, addr: addr, broker: b, api: srv, http: httpSrv, serveErr: make(chan error, 1), retention: ret}
 	n.sampler = stats.New(cfg.Stats, b, logger.Named("stats"))
 	n.sampler.Start()
 	go func() { n.serveErr <- httpSrv.Serve(srv.Listener(ln)) }()
@@ -115,6 +126,8 @@ func Start(ctx context.Context, cfg Config, logger hclog.Logger) (*Node, error) 
 		b.SetMesh(m)
 		n.mesh = m
 	}
+	// Started last: a failed start has nothing of it to stop.
+	ret.Start()
 	logger.Info("queen-node started",
 		"node", cfg.Broker.NodeName,
 		"http_addr", addr,
@@ -122,6 +135,7 @@ func Start(ctx context.Context, cfg Config, logger hclog.Logger) (*Node, error) 
 		"hotlist", onOff(cfg.Broker.Hotlist.Enabled),
 		"mesh", onOff(cfg.Mesh.Enabled),
 		"auth", onOff(cfg.Auth.Enabled),
+		"retention_interval", cfg.Retention.Interval,
 	)
 	return n, nil
 }
@@ -142,6 +156,9 @@ func (n *Node) abort() {
 // finally the broker, after every handler has returned. It returns the
 // drain's error when ctx ended first; the node is stopped either way.
 func (n *Node) Stop(ctx context.Context) error {
+	// The retention pass stops between two batches and frees its lock, so
+	// another node can take over at its next interval.
+	n.retention.Stop()
 	if n.mesh != nil {
 		n.mesh.Close()
 	}
@@ -177,6 +194,9 @@ func (n *Node) Sampler() *stats.Sampler { return n.sampler }
 
 // Mesh is the node's mesh, or nil when it is off.
 func (n *Node) Mesh() *mesh.Mesh { return n.mesh }
+
+// Retention is the node's retention job (tests run passes directly).
+func (n *Node) Retention() *retention.Job { return n.retention }
 
 // Config is the configuration the node started with.
 func (n *Node) Config() Config { return n.cfg }

@@ -193,6 +193,17 @@ func settings() []setting {
 				c.Node.Stats.Keep = time.Duration(h) * time.Hour
 				return err
 			}},
+		// Retention (docs/api.md, "Retention"; docs/operations.md, "Retention").
+		{env: "QUEEN_RETENTION_INTERVAL_MS", flag: "retention-interval-ms", def: ms(d.Retention.Interval), usage: "retention pass interval, Queen's RETENTION_INTERVAL; one node of the cluster at a time runs it (0 = never on this node)",
+			apply: func(c *Config, v string) error { return durationMS(v, &c.Node.Retention.Interval, 0, 86400000) }},
+		{env: "QUEEN_RETENTION_BATCH", flag: "retention-batch", def: strconv.Itoa(d.Retention.Batch), usage: "messages one retention delete statement looks at (each batch is its own short transaction)",
+			apply: func(c *Config, v string) error {
+				var err error
+				c.Node.Retention.Batch, err = intIn(v, 1, 100000)
+				return err
+			}},
+		{env: "QUEEN_RETENTION_BATCH_PAUSE_MS", flag: "retention-batch-pause-ms", def: ms(d.Retention.BatchPause), usage: "pause between two retention delete batches, to leave a saturated PostgreSQL to pushes and pops (0 = none)",
+			apply: func(c *Config, v string) error { return durationMS(v, &c.Node.Retention.BatchPause, 0, 60000) }},
 
 		// JWT authentication keeps Queen's variable names (JWT_*, not QUEEN_JWT_*).
 		{env: "JWT_ENABLED", flag: "jwt-enabled", def: boolDef(d.Auth.Enabled), isBool: true, usage: "JWT bearer authentication of the API (0 = off)",

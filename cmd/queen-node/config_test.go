@@ -93,6 +93,9 @@ func TestLoadConfigValues(t *testing.T) {
 		"QUEEN_MESH_FLUSH_MS":             "5",
 		"QUEEN_MESH_HINT_CAP":             "100",
 		"QUEEN_MESH_DROP_RATE":            "0.25",
+		"QUEEN_RETENTION_INTERVAL_MS":     "0",
+		"QUEEN_RETENTION_BATCH":           "50",
+		"QUEEN_RETENTION_BATCH_PAUSE_MS":  "20",
 	}
 	cfg, err := loadConfig(nil, envOf(env))
 	if err != nil {
@@ -112,6 +115,9 @@ func TestLoadConfigValues(t *testing.T) {
 	if m.Enabled || m.Bind != "127.0.0.1:7947" || m.Advertise != "10.0.0.1:7947" || strings.Join(m.Join, ";") != "a:1;b:2" ||
 		string(m.Secret) != "0123456789abcdef" || m.FlushInterval != 5*time.Millisecond || m.HintCap != 100 || m.DropRate != 0.25 {
 		t.Fatalf("mesh %+v", m)
+	}
+	if r := cfg.Node.Retention; r.Interval != 0 || r.Batch != 50 || r.BatchPause != 20*time.Millisecond {
+		t.Fatalf("retention %+v", r)
 	}
 }
 

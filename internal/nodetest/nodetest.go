@@ -59,6 +59,13 @@ func StartConfig(t testing.TB, edit func(*node.Config)) *Node {
 	return startCfg(t, pgtest.NewDatabase(t), t.Name(), nil, nil, edit)
 }
 
+// StartConfigOn is StartConfig on an existing database (several nodes may
+// share it); the mesh is off.
+func StartConfigOn(t testing.TB, dbURL, name string, edit func(*node.Config)) *Node {
+	t.Helper()
+	return startCfg(t, dbURL, name, nil, nil, edit)
+}
+
 // start starts one node through package node, on a loopback port; mc, when
 // not nil, turns the mesh on with that configuration.
 func start(t testing.TB, dbURL, name string, mc *mesh.Config, opts []Option) *Node {
