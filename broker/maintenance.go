@@ -132,6 +132,39 @@ type maintenance struct {
 	replaying atomic.Bool
 
 	buffered, replayed, replayDup, replayFailed atomic.Int64
+
+	// toggles counts this node's own toggles, under applyMu: a read of the
+	// switches that started before a toggle is dropped rather than applied
+	// after it, which would undo the toggle until the next refresh.
+	applyMu sync.Mutex
+	toggles uint64
+}
+
+// readGen returns the toggle count to pass to applyRead, taken before
+// reading the switches.
+func (m *maintenance) readGen() uint64 {
+	m.applyMu.Lock()
+	defer m.applyMu.Unlock()
+	return m.toggles
+}
+
+// applyRead applies switches read from PostgreSQL unless this node
+// toggled one since gen (the read may predate the toggle's write).
+func (m *maintenance) applyRead(gen uint64, f pg.MaintenanceFlags) {
+	m.applyMu.Lock()
+	defer m.applyMu.Unlock()
+	if m.toggles != gen {
+		return
+	}
+	m.apply(f)
+}
+
+// toggled applies this node's own toggle, stored in PostgreSQL already.
+func (m *maintenance) toggled(fn func()) {
+	m.applyMu.Lock()
+	defer m.applyMu.Unlock()
+	m.toggles++
+	fn()
 }
 
 // startMaintenance opens the push buffer, reads the switches and starts
@@ -356,6 +389,7 @@ func (b *Broker) refreshLoop() {
 		case <-t.C:
 		}
 		rctx, rcancel := context.WithTimeout(ctx, max(m.cfg.RefreshInterval, 2*time.Second))
+		gen := m.readGen()
 		f, err := b.db.MaintenanceFlags(rctx)
 		rcancel()
 		if err != nil {
@@ -370,7 +404,7 @@ func (b *Broker) refreshLoop() {
 			m.log.Info("maintenance switches readable again")
 			failing = false
 		}
-		m.apply(f)
+		m.applyRead(gen, f)
 	}
 }
 
@@ -516,11 +550,12 @@ func sameSub(a, b *string) bool {
 // Maintenance reads the switches from PostgreSQL (not the cached view),
 // makes them this node's view and returns them.
 func (b *Broker) Maintenance(ctx context.Context) (MaintenanceState, error) {
+	gen := b.maint.readGen()
 	f, err := b.db.MaintenanceFlags(ctx)
 	if err != nil {
 		return MaintenanceState{}, wrap(err)
 	}
-	b.maint.apply(f)
+	b.maint.applyRead(gen, f)
 	return MaintenanceState{Push: f.Push, Pop: f.Pop}, nil
 }
 
@@ -532,9 +567,11 @@ func (b *Broker) SetPushMaintenance(ctx context.Context, on bool) error {
 		return wrap(err)
 	}
 	m := b.maint
-	if old := m.push.Swap(on); old != on {
-		m.log.Info("push maintenance changed here", "enabled", on, "pending", m.pending.Load())
-	}
+	m.toggled(func() {
+		if old := m.push.Swap(on); old != on {
+			m.log.Info("push maintenance changed here", "enabled", on, "pending", m.pending.Load())
+		}
+	})
 	if !on {
 		m.kickReplay()
 	}
@@ -547,7 +584,7 @@ func (b *Broker) SetPopMaintenance(ctx context.Context, on bool) error {
 	if err := b.db.SetMaintenanceFlag(ctx, pg.StatePopMaintenance, on); err != nil {
 		return wrap(err)
 	}
-	b.maint.setPop(on)
+	b.maint.toggled(func() { b.maint.setPop(on) })
 	return nil
 }
 

@@ -35,6 +35,11 @@ var ErrStreamConfigMismatch = errors.New("config_hash differs from the registere
 // ErrStreamStateTooLarge: a state read matched more than MaxStreamStateRows.
 var ErrStreamStateTooLarge = fmt.Errorf("more than %d state rows match; narrow the read with key_prefix or ripe_at_or_before", MaxStreamStateRows)
 
+// ErrStreamPushMaintenance: a cycle with sink pushes while pushes are
+// buffered (push maintenance, or a replay not finished); answered 503,
+// which the stream client retries.
+var ErrStreamPushMaintenance = fmt.Errorf("%w: cycles with push_items are refused until it is off and this node's buffer is replayed; retry later", ErrMaintenanceRefused)
+
 // StreamQuery is a registration.
 type StreamQuery = pg.StreamQuery
 
@@ -142,6 +147,12 @@ func (b *Broker) StreamCycle(ctx context.Context, tenant string, producerSub *st
 	rows, err := pushRows(c.Push, producerSub)
 	if err != nil {
 		return StreamCycleResult{}, err
+	}
+	// Sink pushes commit with the ack, so they cannot be buffered: refused
+	// as a transaction with pushes is, else they would overtake the
+	// buffered pushes (docs/api.md, "Maintenance modes").
+	if len(rows) > 0 && b.maint.buffering() {
+		return StreamCycleResult{}, ErrStreamPushMaintenance
 	}
 	locks := pg.TxLocks{Parts: pg.Partitions(rows)}
 	if c.Ack != nil {

@@ -204,6 +204,13 @@ func (db *DB) purgeQueue(ctx context.Context, qid string) error {
 		if _, err := t.tx.Exec(ctx, `DELETE FROM queen.messages WHERE partition_id = ANY($1)`, ids); err != nil {
 			return fmt.Errorf("purge: messages: %w", err)
 		}
+		// Stream state has no foreign key to partitions. The stream_state
+		// primary key (query_id, partition_id, key) serves one range per
+		// (query, partition); stream queries are few.
+		if _, err := t.tx.Exec(ctx, `DELETE FROM queen.stream_state
+				WHERE query_id = ANY(ARRAY(SELECT id FROM queen.stream_queries)) AND partition_id = ANY($1)`, ids); err != nil {
+			return fmt.Errorf("purge: stream state: %w", err)
+		}
 		// Cascades to consumers, dead letters and group markers.
 		if _, err := t.tx.Exec(ctx, `DELETE FROM queen.partitions WHERE queue_id = $1`, qid); err != nil {
 			return fmt.Errorf("purge: partitions: %w", err)

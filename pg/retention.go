@@ -263,10 +263,13 @@ func (s *RetentionSession) RetentionDelete(ctx context.Context, p *RetentionPart
 }
 
 // retentionAdvanceSQL moves the cursors of one partition's groups over the
-// offsets no message holds any more, up to $2 (the highest offset the pass
-// looked at, at most the watermark it read, so every message at or below
-// it was committed when the pass planned). A cursor stops before the first
-// message still stored, whatever its state. Without it a group whose
+// offsets no message holds any more, up to $2 (the watermark the pass read
+// with its plan, so every message at or below it was committed when the
+// pass planned). A cursor stops before the first message still stored,
+// whatever its state. Only cursors followed by a hole (no message at
+// committed_offset + 1, a primary-key probe; pushes leave no holes) are
+// locked and moved, so a pass that runs it for every lagging partition
+// writes nothing where there is nothing to pass. Without it a group whose
 // unread messages the pending rules deleted would look pending (cursor
 // below the watermark) with nothing to deliver until the next push.
 //
@@ -292,6 +295,8 @@ FROM (SELECT l.consumer_group,
             FROM queen.consumers c2
             WHERE c2.partition_id = $1::uuid AND c2.committed_offset < $2::bigint
               AND (c2.lease_expires_at IS NULL OR c2.lease_expires_at <= now())
+              AND NOT EXISTS (SELECT 1 FROM queen.messages m
+                              WHERE m.partition_id = $1::uuid AND m.off = c2.committed_offset + 1)
             FOR UPDATE SKIP LOCKED) l) t
 WHERE c.partition_id = $1::uuid AND c.consumer_group = t.consumer_group AND t.target > c.committed_offset`
 

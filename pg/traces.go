@@ -54,6 +54,15 @@ func (db *DB) RecordTrace(ctx context.Context, tenant string, in TraceInsert) (i
 		if err != nil {
 			return fmt.Errorf("record trace: find message: %w", err)
 		}
+		// Traces of one message are recorded one at a time (a
+		// transaction-scoped advisory lock on the message, the last lock
+		// taken): message_count below asks whether the message already has
+		// a trace under a name, which a concurrent uncommitted trace would
+		// not show, so both would count the message.
+		if _, err := t.tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('queen.trace:' || $1 || '/' || $2, 0))`,
+			in.PartitionID, in.TransactionID); err != nil {
+			return fmt.Errorf("record trace: lock message: %w", err)
+		}
 		var at time.Time
 		err = t.tx.QueryRow(ctx, `INSERT INTO queen.traces (id, tenant, partition_id, transaction_id,
 				message_id, consumer_group, event_type, data, worker_id)

@@ -229,7 +229,7 @@ func (j *Job) partition(ctx context.Context, s *pg.RetentionSession, part *pg.Re
 	// Cheap skips from the plan alone: no message, or the oldest one is too
 	// young for every rule, or nothing can be past the upper bound.
 	if !part.HasMessages || !part.FirstCreated.Before(part.Youngest()) || part.FirstOff > part.Upper() {
-		return nil
+		return j.advance(ctx, s, part, 0)
 	}
 	after := part.FirstOff - 1
 	var pending int64
@@ -259,12 +259,22 @@ func (j *Job) partition(ctx context.Context, s *pg.RetentionSession, part *pg.Re
 			}
 		}
 	}
-	// Completed deletions are behind every cursor already; pending ones
-	// leave holes the cursors must pass (pg.RetentionAdvance).
-	if pending > 0 {
-		if _, err := s.RetentionAdvance(ctx, part, after); err != nil {
-			return err
-		}
+	return j.advance(ctx, s, part, pending)
+}
+
+// advance moves the partition's cursors over deleted offsets
+// (pg.RetentionAdvance). Completed deletions are behind every cursor
+// already; pending ones leave holes the cursors must pass. A group under
+// a live lease is skipped by the pass that deleted, so later passes try
+// again whenever some cursor is behind the watermark, not only when they
+// deleted something themselves: the statement then touches only the
+// cursors followed by a hole.
+func (j *Job) advance(ctx context.Context, s *pg.RetentionSession, part *pg.RetentionPartition, pending int64) error {
+	if pending == 0 && !(part.HasFloor && part.Floor < part.LastOffset) {
+		return nil
+	}
+	if _, err := s.RetentionAdvance(ctx, part, part.LastOffset); err != nil {
+		return err
 	}
 	return nil
 }
