@@ -57,9 +57,9 @@ func (s *Server) registerAnalytics() {
 	s.route("GET", "/api/v1/analytics/queue-lag", AccessReadOnly, s.handleQueueLag)
 	s.route("GET", "/api/v1/analytics/queue-parked-replicas", AccessReadOnly, s.handleQueueParked)
 	s.route("GET", "/api/v1/analytics/retention", AccessReadOnly, s.handleRetentionAnalytics)
-	s.route("GET", "/api/v1/analytics/system-metrics", AccessAdmin, s.handleSystemMetrics)
-	s.route("GET", "/api/v1/analytics/worker-metrics", AccessAdmin, s.handleWorkerMetrics)
-	s.route("GET", "/api/v1/analytics/postgres-stats", AccessAdmin, s.handlePostgresStats)
+	s.route("GET", "/api/v1/analytics/system-metrics", AccessReadOnly, s.handleSystemMetrics)
+	s.route("GET", "/api/v1/analytics/worker-metrics", AccessReadOnly, s.handleWorkerMetrics)
+	s.route("GET", "/api/v1/analytics/postgres-stats", AccessReadOnly, s.handlePostgresStats)
 }
 
 type timeRange struct {

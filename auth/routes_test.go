@@ -64,7 +64,7 @@ var routeAccess = map[string]api.Access{
 	"GET /api/v1/traces/by-name/{name}":                api.AccessReadOnly,
 	"GET /api/v1/traces/{partitionId}/{transactionId}": api.AccessReadOnly,
 
-	// Status and analytics; the system-wide ones show every tenant's load.
+	// Status and analytics, all reads.
 	"GET /api/v1/status":                          api.AccessReadOnly,
 	"GET /api/v1/status/queues":                   api.AccessReadOnly,
 	"GET /api/v1/status/queues/{queue}":           api.AccessReadOnly,
@@ -75,9 +75,9 @@ var routeAccess = map[string]api.Access{
 	"GET /api/v1/analytics/queue-lag":             api.AccessReadOnly,
 	"GET /api/v1/analytics/queue-parked-replicas": api.AccessReadOnly,
 	"GET /api/v1/analytics/retention":             api.AccessReadOnly,
-	"GET /api/v1/analytics/system-metrics":        api.AccessAdmin,
-	"GET /api/v1/analytics/worker-metrics":        api.AccessAdmin,
-	"GET /api/v1/analytics/postgres-stats":        api.AccessAdmin,
+	"GET /api/v1/analytics/system-metrics":        api.AccessReadOnly,
+	"GET /api/v1/analytics/worker-metrics":        api.AccessReadOnly,
+	"GET /api/v1/analytics/postgres-stats":        api.AccessReadOnly,
 
 	// Streams: state reads are reads.
 	"POST /streams/v1/queries":   api.AccessReadWrite,
