@@ -238,7 +238,29 @@ d AS (
       AND ((c.completed AND c.created_at < $8::timestamptz)
            OR (NOT c.completed AND c.created_at < $9::timestamptz
                AND NOT (c.off > $10::bigint AND c.off <= $11::bigint)))
-    RETURNING c.completed)
+    RETURNING c.completed, m.transaction_id),
+-- The deleted messages' traces go with them (traces_message probes, none
+-- when nothing was traced), and the per-name counters drop by what went:
+-- a message's traces all go at once, so each name loses the message too.
+-- trace_names rows follow by their foreign key's cascade. Data-modifying
+-- CTEs run whether or not the final SELECT reads them.
+tn AS (
+    SELECT n.name, count(*) AS traces, count(DISTINCT t.transaction_id) AS msgs
+    FROM d
+    JOIN queen.traces t ON t.partition_id = $1::uuid AND t.transaction_id = d.transaction_id
+    JOIN queen.trace_names n ON n.trace_id = t.id
+    GROUP BY n.name),
+dt AS (
+    DELETE FROM queen.traces t
+    USING d
+    WHERE t.partition_id = $1::uuid AND t.transaction_id = d.transaction_id
+    RETURNING 1),
+uc AS (
+    UPDATE queen.trace_name_counts k
+    SET trace_count = greatest(k.trace_count - tn.traces, 0), message_count = greatest(k.message_count - tn.msgs, 0)
+    FROM tn
+    WHERE k.partition_id = $1::uuid AND k.name = tn.name
+    RETURNING 1)
 SELECT (SELECT count(*) FROM c)::int,
        COALESCE((SELECT max(off) FROM c), $2::bigint),
        (SELECT count(*) FROM d WHERE d.completed),

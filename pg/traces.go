@@ -178,13 +178,13 @@ func scanTraces(rs pgx.Rows, withMessage bool) ([]TraceRow, error) {
 // the rows read are the tenant's (partition, name) pairs, not its traces.
 func (db *DB) TraceNames(ctx context.Context, tenant string, limit, offset int) ([]TraceName, int64, error) {
 	var total int64
-	err := db.pool.QueryRow(ctx, `SELECT count(DISTINCT name) FROM queen.trace_name_counts WHERE tenant = $1`, tenant).Scan(&total)
+	err := db.pool.QueryRow(ctx, `SELECT count(DISTINCT name) FROM queen.trace_name_counts WHERE tenant = $1 AND trace_count > 0`, tenant).Scan(&total)
 	if err != nil {
 		return nil, 0, fmt.Errorf("trace names: total: %w", err)
 	}
 	rs, err := db.pool.Query(ctx, `SELECT name, sum(trace_count)::bigint, sum(message_count)::bigint, max(last_seen)
 		FROM queen.trace_name_counts WHERE tenant = $1
-		GROUP BY name ORDER BY max(last_seen) DESC, name LIMIT $2 OFFSET $3`, tenant, limit, offset)
+		GROUP BY name HAVING sum(trace_count) > 0 ORDER BY max(last_seen) DESC, name LIMIT $2 OFFSET $3`, tenant, limit, offset)
 	if err != nil {
 		return nil, 0, fmt.Errorf("trace names: %w", err)
 	}
