@@ -89,13 +89,14 @@ func runFailover(t *testing.T, fs failoverSpec) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	promoteCall := time.Now()
 	if err := standby.Promote(ctx); err != nil {
 		t.Fatal(err)
 	}
 	promoted := time.Now()
 	healthy := waitAll(t, c, 30*time.Second, "200 on /health", func(code int) bool { return code == 200 })
-	t.Logf("standby promoted %v after the kill; /health 200 on every node %v after the promotion",
-		promoted.Sub(kill).Round(time.Millisecond), healthy.Round(time.Millisecond))
+	t.Logf("pg_promote called %v after the kill, returned after %v; /health 200 on every node %v after it returned",
+		promoteCall.Sub(kill).Round(time.Millisecond), promoted.Sub(promoteCall).Round(time.Millisecond), healthy.Round(time.Millisecond))
 
 	rep := w.Check(fs.name, CheckOptions{})
 	if rep.PushRetries == 0 && rep.PopErrors == 0 && rep.AckUnknown == 0 {
@@ -112,7 +113,7 @@ func runFailover(t *testing.T, fs failoverSpec) {
 	}
 	auditQueue(t, c, w)
 
-	rt.verify(t, c, kill, promoted, waitMS, fs.maxAnswer)
+	rt.verify(t, c, kill, promoteCall, promoted, fs.maxAnswer)
 }
 
 // startReplicatedPG starts a dedicated primary and a synchronous streaming
@@ -291,8 +292,9 @@ func (rt *recordingTransport) RoundTrip(req *http.Request) (*http.Response, erro
 
 // verify checks the answers of the push, pop and ack requests and logs
 // the time to recover per node: the first 201 push and the first 200 pop
-// answered after the kill, counted from the kill.
-func (rt *recordingTransport) verify(t *testing.T, c *Cluster, kill, promoted time.Time, waitMS int, maxAnswer time.Duration) {
+// sent after the kill, counted from the kill and from the pg_promote call.
+// The gap is from the kill to pg_promote's return.
+func (rt *recordingTransport) verify(t *testing.T, c *Cluster, kill, promoteCall, promoted time.Time, maxAnswer time.Duration) {
 	t.Helper()
 	rt.mu.Lock()
 	obs := append([]reqObs(nil), rt.obs...)
@@ -305,6 +307,7 @@ func (rt *recordingTransport) verify(t *testing.T, c *Cluster, kill, promoted ti
 	recovered := map[string]*rec{}
 	codes := map[string]map[int]int{} // kind -> code -> count, during the gap
 	var gapAnswers []time.Duration
+	var slowest reqObs
 	bad := 0
 	for _, o := range obs {
 		if o.kind == "other" {
@@ -318,6 +321,9 @@ func (rt *recordingTransport) verify(t *testing.T, c *Cluster, kill, promoted ti
 			}
 			codes[o.kind][o.code]++
 			gapAnswers = append(gapAnswers, d-o.wait)
+			if d-o.wait > slowest.end.Sub(slowest.start)-slowest.wait {
+				slowest = o
+			}
 		}
 		switch {
 		case o.code == 0:
@@ -334,8 +340,8 @@ func (rt *recordingTransport) verify(t *testing.T, c *Cluster, kill, promoted ti
 		if bad > 20 {
 			t.Fatal("too many bad answers")
 		}
-		if !o.end.After(kill) {
-			continue
+		if !o.start.After(kill) {
+			continue // answered from before the kill: says nothing about recovery
 		}
 		r := recovered[name[o.host]]
 		if r == nil {
@@ -361,7 +367,12 @@ func (rt *recordingTransport) verify(t *testing.T, c *Cluster, kill, promoted ti
 	fmt.Fprintf(&b, "\nanswers during the gap (kill to promotion, %v): push %v, pop %v, ack %v; answer time beyond the long-poll wait p99 %v, max %v\n",
 		promoted.Sub(kill).Round(time.Millisecond), codes["push"], codes["pop"], codes["ack"],
 		gp99.Round(time.Millisecond), gmax.Round(time.Millisecond))
-	fmt.Fprintf(&b, "| node | first 201 push after the kill | first 200 pop after the kill |\n| --- | --- | --- |\n")
+	if gmax > 0 {
+		fmt.Fprintf(&b, "slowest in the gap: %s via %s sent %v after the kill, answered %d after %v (wait %v)\n",
+			slowest.kind, name[slowest.host], slowest.start.Sub(kill).Round(time.Millisecond), slowest.code,
+			slowest.end.Sub(slowest.start).Round(time.Millisecond), slowest.wait)
+	}
+	fmt.Fprintf(&b, "| node | first 201 push, from the kill | first 200 pop, from the kill | push, from the pg_promote call | pop, from the pg_promote call |\n| --- | --- | --- | --- | --- |\n")
 	var names []string
 	for n := range recovered {
 		names = append(names, n)
@@ -369,7 +380,9 @@ func (rt *recordingTransport) verify(t *testing.T, c *Cluster, kill, promoted ti
 	sort.Strings(names)
 	for _, n := range names {
 		r := recovered[n]
-		fmt.Fprintf(&b, "| %s | %v | %v |\n", n, r.push.Round(time.Millisecond), r.pop.Round(time.Millisecond))
+		pr := promoteCall.Sub(kill)
+		fmt.Fprintf(&b, "| %s | %v | %v | %v | %v |\n", n, r.push.Round(time.Millisecond), r.pop.Round(time.Millisecond),
+			(r.push - pr).Round(time.Millisecond), (r.pop - pr).Round(time.Millisecond))
 		if r.push == 0 || r.pop == 0 {
 			t.Errorf("%s: no successful push or pop after the kill (push %v, pop %v)", n, r.push, r.pop)
 		}
