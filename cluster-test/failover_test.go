@@ -78,10 +78,15 @@ func runFailover(t *testing.T, fs failoverSpec) {
 	})
 	waitUntil(t, time.Minute, "warm-up pushes", func() bool { return w.rec.pushedCount() >= fs.warmup })
 
-	kill := time.Now()
+	killCall := time.Now()
 	if err := primary.Kill(); err != nil {
 		t.Fatal(err)
 	}
+	// From here the primary is gone (Kill waited for the postmaster's exit
+	// and its backends'): a request sent earlier may still have committed,
+	// so this, not the signal, is where "before" and "after" split.
+	kill := time.Now()
+	t.Logf("SIGKILL to the primary's process group; it was gone %v later", kill.Sub(killCall).Round(time.Millisecond))
 	seen503 := waitAll(t, c, 20*time.Second, "503 on /health", func(code int) bool { return code == 503 })
 	t.Logf("primary killed; /health 503 on every node %v after the kill", seen503.Round(time.Millisecond))
 	if d := fs.outage - time.Since(kill); d > 0 {
