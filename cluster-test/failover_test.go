@@ -74,7 +74,7 @@ func runFailover(t *testing.T, fs failoverSpec) {
 	w := startWorkload(t, c, WorkloadSpec{
 		Messages: fs.messages, Rate: fs.rate, Partitions: 30, Producers: 3, PushBatch: [2]int{1, 20},
 		ConsumersPerGroup: 3, PopBatches: []int{1, 10, 50}, LeaseTime: 5, ForgetRate: 0.005,
-		WaitTimeoutMS: waitMS, Timeout: fs.timeout,
+		WaitTimeoutMS: waitMS, Timeout: fs.timeout, RetryUnknownAcks: true,
 	})
 	waitUntil(t, time.Minute, "warm-up pushes", func() bool { return w.rec.pushedCount() >= fs.warmup })
 
