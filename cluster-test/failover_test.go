@@ -77,6 +77,7 @@ func runFailover(t *testing.T, fs failoverSpec) {
 		WaitTimeoutMS: waitMS, Timeout: fs.timeout, RetryUnknownAcks: true,
 	})
 	waitUntil(t, time.Minute, "warm-up pushes", func() bool { return w.rec.pushedCount() >= fs.warmup })
+	held, heldAt := holdBatch(t, c, w.spec.Queue)
 
 	killCall := time.Now()
 	if err := primary.Kill(); err != nil {
@@ -102,6 +103,16 @@ func runFailover(t *testing.T, fs failoverSpec) {
 	healthy := waitAll(t, c, 30*time.Second, "200 on /health", func(code int) bool { return code == 200 })
 	t.Logf("pg_promote called %v after the kill, returned after %v; /health 200 on every node %v after it returned",
 		promoteCall.Sub(kill).Round(time.Millisecond), promoted.Sub(promoteCall).Round(time.Millisecond), healthy.Round(time.Millisecond))
+
+	// The lease taken before the kill is a row on the new primary: its
+	// holder can still ack the batch while the lease lasts.
+	if left := time.Duration(w.spec.LeaseTime)*time.Second - time.Since(heldAt); left > time.Second {
+		ackHeld(t, c, held)
+		t.Logf("a batch of %d leased %v before the kill acked on the new primary with its lease (%v of it left)",
+			len(held), kill.Sub(heldAt).Round(time.Millisecond), left.Round(time.Millisecond))
+	} else {
+		t.Logf("the held batch's lease ends before it could be acked; not checked")
+	}
 
 	rep := w.Check(fs.name, CheckOptions{})
 	if rep.PushRetries == 0 && rep.PopErrors == 0 && rep.AckUnknown == 0 {
@@ -247,6 +258,51 @@ func auditQueue(t *testing.T, c *Cluster, w *Workload) {
 		}
 	}
 	t.Logf("audit group read %d messages from the promoted standby (%d pushed, %d missing)", len(got), len(w.rec.pushes), missing)
+}
+
+// holdBatch pops one batch for the group "holder" (it starts at the
+// oldest message) and returns it with the time the pop was sent.
+func holdBatch(t *testing.T, c *Cluster, queue string) ([]popMsg, time.Time) {
+	t.Helper()
+	q := url.Values{"batch": {"10"}, "wait": {"false"}, "consumerGroup": {"holder"}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	t0 := time.Now()
+	code, body, err := c.do(ctx, 0, "GET", "/api/v1/pop/queue/"+url.PathEscape(queue)+"?"+q.Encode(), nil)
+	var res struct {
+		Messages []popMsg `json:"messages"`
+	}
+	if err != nil || code != 200 || json.Unmarshal(body, &res) != nil || len(res.Messages) == 0 {
+		t.Fatalf("holder pop: %d %s %v", code, body, err)
+	}
+	return res.Messages, t0
+}
+
+// ackHeld acks the held batch with its lease and requires success for
+// every message.
+func ackHeld(t *testing.T, c *Cluster, msgs []popMsg) {
+	t.Helper()
+	acks := make([]map[string]any, len(msgs))
+	for i, m := range msgs {
+		acks[i] = map[string]any{"transactionId": m.TransactionID, "partitionId": m.PartitionID,
+			"leaseId": m.LeaseID, "status": "completed"}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	code, body, err := c.do(ctx, 1, "POST", "/api/v1/ack/batch", map[string]any{"consumerGroup": "holder", "acknowledgments": acks})
+	var res []struct {
+		Success bool    `json:"success"`
+		Error   *string `json:"error"`
+	}
+	if err != nil || code != 200 || json.Unmarshal(body, &res) != nil || len(res) != len(msgs) {
+		t.Fatalf("ack of the held batch: %d %s %v", code, body, err)
+	}
+	for i, r := range res {
+		if !r.Success {
+			t.Errorf("ack of held message %d after the failover refused: %s", i, body)
+			break
+		}
+	}
 }
 
 // reqObs is one request through the cluster's client.
