@@ -203,9 +203,12 @@ func (r *Recorder) pushedBefore(t time.Time, g string) (n, firstAfter int) {
 func auditQueue(t *testing.T, c *Cluster, w *Workload) {
 	t.Helper()
 	got := map[key]bool{}
+	want := w.rec.pushedCount()
+	// Until everything pushed was read, or a minute: a 204 only means
+	// nothing arrived within the long-poll, so it does not end the audit.
 	deadline := time.Now().Add(time.Minute)
-	for time.Now().Before(deadline) {
-		q := url.Values{"batch": {"1000"}, "wait": {"false"}, "consumerGroup": {"audit"}}
+	for len(got) < want && time.Now().Before(deadline) {
+		q := url.Values{"batch": {"1000"}, "wait": {"true"}, "timeout": {"1000"}, "consumerGroup": {"audit"}}
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		code, body, err := c.do(ctx, 0, "GET", "/api/v1/pop/queue/"+url.PathEscape(w.spec.Queue)+"?"+q.Encode(), nil)
 		cancel()
@@ -213,7 +216,7 @@ func auditQueue(t *testing.T, c *Cluster, w *Workload) {
 			t.Fatalf("audit pop: %d %s %v", code, body, err)
 		}
 		if code == 204 {
-			break
+			continue
 		}
 		var res struct {
 			Messages []popMsg `json:"messages"`
@@ -241,6 +244,14 @@ func auditQueue(t *testing.T, c *Cluster, w *Workload) {
 		if err != nil || code != 200 {
 			t.Fatalf("audit ack: %d %s %v", code, body, err)
 		}
+	}
+	// Nothing beyond the pushed set (a retried push stored twice would be).
+	q := url.Values{"batch": {"10"}, "wait": {"false"}, "consumerGroup": {"audit"}}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	code, body, err := c.do(ctx, 0, "GET", "/api/v1/pop/queue/"+url.PathEscape(w.spec.Queue)+"?"+q.Encode(), nil)
+	cancel()
+	if err != nil || code != 204 {
+		t.Errorf("audit: after the %d pushed messages the queue answered %d %.300s %v (want 204)", want, code, body, err)
 	}
 	w.rec.mu.Lock()
 	defer w.rec.mu.Unlock()
