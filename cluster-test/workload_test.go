@@ -193,6 +193,15 @@ type WorkloadSpec struct {
 	ConsumerNodes     func() []int // default: the running nodes
 	Timeout           time.Duration
 	ConfigureOn       int // node index that configures the queue
+
+	// RetryUnknownAcks sends an ack whose outcome is unknown (5xx or
+	// transport error) again, through any node, until a definite answer,
+	// as a client should: a completed ack of a resolved message answers
+	// success (docs/api.md, "Acks", rule 5). Without it such an ack is
+	// left to lease expiry, which stalls the workload when the ack did
+	// apply (the message is never redelivered, so never acked "for sure"),
+	// as a statement cut by a killed primary can.
+	RetryUnknownAcks bool
 }
 
 func (s *WorkloadSpec) defaults() {
@@ -482,9 +491,17 @@ func (w *Workload) ack(g string, msgs []popMsg, keys []key) {
 	if len(acks) == 0 {
 		return
 	}
+	for !w.ackOnce(g, acks, ks) && w.spec.RetryUnknownAcks && w.ctx.Err() == nil {
+		time.Sleep(time.Duration(100+rand.IntN(150)) * time.Millisecond)
+	}
+}
+
+// ackOnce sends one batch ack and records its outcome per message; it
+// tells whether the answer was definite (200 with a result per item).
+func (w *Workload) ackOnce(g string, acks []map[string]any, ks []key) bool {
 	node := w.consumerNode()
 	if node < 0 {
-		return
+		return false
 	}
 	ctx, cancel := context.WithTimeout(w.ctx, 20*time.Second)
 	start := time.Now()
@@ -517,6 +534,7 @@ func (w *Workload) ack(g string, msgs []popMsg, keys []key) {
 		}
 		w.rec.ackResult(a)
 	}
+	return res != nil
 }
 
 // Wait waits for the consumers (every group acked everything, or the

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sync/atomic"
 	"time"
@@ -131,6 +132,17 @@ func IsUnavailable(err error) bool {
 	}
 	var connErr *pgconn.ConnectError
 	if errors.As(err, &connErr) {
+		return true
+	}
+	// The server closed the connection under a statement: a killed or
+	// crashed primary (a failover, docs/operations.md "Running on a highly
+	// available PostgreSQL") ends the socket without an error message, and
+	// pgx reports that end of file as io.ErrUnexpectedEOF (never io.EOF, which
+	// other packages use for ordinary ends); a later use of that connection
+	// says it is closed. Whether the statement committed is unknown, which
+	// is what a 503 tells the client (retry pushes with the same
+	// transaction ids).
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, pgconn.ErrConnClosed) {
 		return true
 	}
 	var netErr net.Error

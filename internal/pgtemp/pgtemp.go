@@ -6,6 +6,9 @@
 // TCP on 127.0.0.1 only and the unix socket inside the directory. The
 // cluster can be stopped or killed and started again on the same port with
 // the same data, which cluster tests use to simulate database outages.
+// StartStandby (standby.go) adds a streaming standby of a running server,
+// RequireSyncStandby makes the primary's commits wait for it, and Promote
+// turns it into the primary, for failover tests.
 package pgtemp
 
 import (
