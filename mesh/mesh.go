@@ -123,7 +123,8 @@ type Mesh struct {
 	heartbeatsSent, heartbeatsRecv atomic.Uint64
 	gapsSeen, overflowSeen         atomic.Uint64
 	overflowSent                   atomic.Uint64
-	coalDropped                    uint64 // coalescer drops already reported to peers (flush goroutine only)
+	coalDropped                    uint64                      // coalescer drops already reported to peers (flush goroutine only)
+	dropHook                       atomic.Pointer[func(kind byte) bool] // tests: drop chosen frames, as the chaos knob does
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -405,7 +406,11 @@ func (m *Mesh) flush() {
 
 // chaosDrop tells whether the chaos knob (QUEEN_MESH_DROP_RATE) drops the
 // frame about to be written.
-func (m *Mesh) chaosDrop() bool {
+func (m *Mesh) chaosDrop(kind byte) bool {
+	if h := m.dropHook.Load(); h != nil && (*h)(kind) {
+		m.framesDropped.Add(1)
+		return true
+	}
 	if m.cfg.DropRate > 0 && rand.Float64() < m.cfg.DropRate {
 		m.framesDropped.Add(1)
 		return true

@@ -291,7 +291,7 @@ func (p *peer) writeHints(conn net.Conn, w *bufio.Writer, st *stream, stamped *u
 	st.seq++
 	s := Stream{Kind: KindHints, Incarnation: p.m.incarnation, Epoch: st.epoch, Seq: st.seq, Prev: st.prev,
 		Overflow: p.stampLost(stamped)}
-	if p.m.chaosDrop() {
+	if p.m.chaosDrop(KindHints) {
 		return nil
 	}
 	frame := make([]byte, len(f.body))
@@ -314,7 +314,7 @@ func (p *peer) writeHeartbeat(conn net.Conn, w *bufio.Writer, st stream, stamped
 	if err != nil {
 		return err
 	}
-	if p.m.chaosDrop() {
+	if p.m.chaosDrop(KindHeartbeat) {
 		return nil
 	}
 	if err := p.write(conn, w, frame); err != nil {
