@@ -557,6 +557,15 @@ type Report struct {
 	AckRefused    int
 	AckUnknown    int
 	Violations    []string
+
+	// Cross-node delivery (issue 13): messages first delivered through a
+	// node other than the one they were pushed to, leaving out those whose
+	// partition was held meanwhile by a lease that was never acked (it
+	// expired and the batch was redelivered): their wait is the lease, not
+	// the hint path.
+	Cross                        int
+	CrossLeaseHeld               int
+	CrossP50, CrossP99, CrossMax time.Duration
 }
 
 // Check waits for the workload and proves, for every group: delivered set
@@ -619,6 +628,9 @@ func logReport(t *testing.T, r *Report) {
 	row("push retries (5xx/transport)", r.PushRetries)
 	row("pop errors (5xx/transport)", r.PopErrors)
 	row("acks refused / unknown", fmt.Sprintf("%d / %d", r.AckRefused, r.AckUnknown))
+	row("cross-node first deliveries (not behind an expired lease)", fmt.Sprintf("%d (%d more were behind one)", r.Cross, r.CrossLeaseHeld))
+	row("cross-node latency p50 / p99 / max", fmt.Sprintf("%v / %v / %v", r.CrossP50.Round(100*time.Microsecond),
+		r.CrossP99.Round(100*time.Microsecond), r.CrossMax.Round(100*time.Microsecond)))
 	row("violations", len(r.Violations))
 	t.Log(b.String())
 }
@@ -652,9 +664,11 @@ func (r *Recorder) check(c *Cluster, groups []string, lease time.Duration, o Che
 			}
 		}
 	}
-	var lat []time.Duration
+	var lat, cross []time.Duration
 	for _, g := range groups {
 		rep.Pops += r.pops[g]
+		firstNode := map[key]int{}
+		held := map[int][][2]time.Time{} // per partition: leases that expired unacked
 		// Acks of this group, per partition.
 		type okAck struct {
 			seq int
@@ -746,6 +760,7 @@ func (r *Recorder) check(c *Cluster, groups []string, lease time.Duration, o Che
 				}
 				if prev, ok := last[k]; ok {
 					rep.Redeliveries++
+					held[d.part] = append(held[d.part], [2]time.Time{prev.t0, prev.t0.Add(lease)})
 					expiry := prev.t0.Add(lease)
 					early := d.t1.Add(o.ClockMargin).Before(expiry)
 					if early && o.DeadNodeReleases && c.Node(prev.node).DownBetween(prev.t0, d.t1) {
@@ -757,6 +772,7 @@ func (r *Recorder) check(c *Cluster, groups []string, lease time.Duration, o Che
 					}
 				} else {
 					first[k] = d.t1
+					firstNode[k] = d.node
 					if s != maxFirst[d.part]+1 {
 						violate("group %s partition %d: first delivery of %d came after first deliveries up to %d (out of order)",
 							g, d.part, s, maxFirst[d.part])
@@ -782,6 +798,17 @@ func (r *Recorder) check(c *Cluster, groups []string, lease time.Duration, o Che
 				l = 0
 			}
 			lat = append(lat, l)
+			if firstNode[k] != p.node {
+				blocked := false
+				for _, iv := range held[k.p] {
+					blocked = blocked || (iv[0].Before(ft) && iv[1].After(p.start))
+				}
+				if blocked {
+					rep.CrossLeaseHeld++
+				} else {
+					cross = append(cross, l)
+				}
+			}
 			if o.MaxLatency > 0 && l > o.MaxLatency {
 				violate("group %s %v: first delivered %v after its push (bound %v)", g, k, l.Round(time.Millisecond), o.MaxLatency)
 			}
@@ -792,6 +819,10 @@ func (r *Recorder) check(c *Cluster, groups []string, lease time.Duration, o Che
 		if missing > 10 {
 			violate("group %s: %d pushed messages never delivered in all", g, missing)
 		}
+	}
+	sort.Slice(cross, func(i, j int) bool { return cross[i] < cross[j] })
+	if n := len(cross); n > 0 {
+		rep.Cross, rep.CrossP50, rep.CrossP99, rep.CrossMax = n, cross[n*50/100], cross[min(n-1, n*99/100)], cross[n-1]
 	}
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	if n := len(lat); n > 0 {
