@@ -123,7 +123,7 @@ type Mesh struct {
 	heartbeatsSent, heartbeatsRecv atomic.Uint64
 	gapsSeen, overflowSeen         atomic.Uint64
 	overflowSent                   atomic.Uint64
-	coalDropped                    uint64                      // coalescer drops already reported to peers (flush goroutine only)
+	coalDropped                    uint64                               // coalescer drops already reported to peers (flush goroutine only)
 	dropHook                       atomic.Pointer[func(kind byte) bool] // tests: drop chosen frames, as the chaos knob does
 
 	stop chan struct{}

@@ -194,6 +194,10 @@ func (p *peer) run() {
 		beat      = time.NewTicker(max(p.m.cfg.HeartbeatInterval, time.Millisecond))
 		lastWrite time.Time
 		stamped   uint64 // p.lost as last written in a frame header
+		// verify: a stream broke with frames possibly in flight; a
+		// heartbeat on the next stream lets the peer check what arrived
+		// (Stream.Prev) even if no hint follows.
+		verify bool
 	)
 	defer idle.Stop()
 	defer beat.Stop()
@@ -227,6 +231,7 @@ func (p *peer) run() {
 		conn.Close()
 		conn, w = nil, nil
 		retryAt = time.Now().Add(backoff)
+		verify = true
 	}
 	for {
 		var frame outFrame
@@ -236,7 +241,10 @@ func (p *peer) run() {
 		case <-p.m.stop:
 			return
 		case <-idle.C:
-			if conn != nil && p.lost.Load() == stamped {
+			if conn != nil && p.lost.Load() != stamped {
+				// An overflow not yet reported: the next heartbeat carries it.
+				idle.Reset(2 * p.m.cfg.HeartbeatInterval)
+			} else if conn != nil {
 				conn.Close()
 				conn, w = nil, nil
 			}
@@ -245,7 +253,7 @@ func (p *peer) run() {
 			// Idle: tell the peer the last number sent, so a lost last frame
 			// is learned without waiting for a later one. With no stream,
 			// dial only to report lost hints.
-			if time.Since(lastWrite) < p.m.cfg.HeartbeatInterval/2 || (conn == nil && p.lost.Load() == stamped) {
+			if time.Since(lastWrite) < p.m.cfg.HeartbeatInterval/2 || (conn == nil && p.lost.Load() == stamped && !verify) {
 				continue
 			}
 			if !connect() {
@@ -259,7 +267,7 @@ func (p *peer) run() {
 				broken(err)
 				continue
 			}
-			lastWrite = time.Now()
+			lastWrite, verify = time.Now(), false
 			continue
 		case frame = <-p.ch:
 		}
@@ -278,6 +286,8 @@ func (p *peer) run() {
 		}
 		if err != nil {
 			broken(err)
+		} else {
+			verify = false
 		}
 		lastWrite = time.Now()
 		idle.Reset(idleAfter)
