@@ -21,7 +21,8 @@ import (
 // early is the node-wide state of early reseeds.
 type early struct {
 	lossAt  atomic.Int64 // unix nanos of the latest loss signal, 0 = none yet
-	pending atomic.Bool  // a tick has work: a new loss, or rings deferred by a limit
+	pending atomic.Bool  // a new loss signal since the last pass
+	wakeAt  atomic.Int64 // unix nanos when a deferred ring may run, 0 = none
 
 	mu     sync.Mutex // the node-wide token bucket
 	tokens float64
@@ -93,16 +94,35 @@ func (h *Hotlist) earlyDue(r *Ring, n int64) bool {
 // node-wide budget allows (EarlyReseedRate a second, a burst of one
 // second's worth). The caller runs each as after BeginReseed. Empty rings
 // without a parked consumer are not claimed: their next pop reseeds them.
-// With no loss signal since the last pass it costs one atomic load.
+// With no loss signal since the last pass and no deferred ring due, it
+// costs two atomic loads; otherwise one pass over the rings.
 func (h *Hotlist) EarlyReseeds(now time.Time, parked func(key string) bool) []*Ring {
-	if !h.early.pending.Swap(false) {
-		return nil
-	}
 	n := now.UnixNano()
+	if !h.early.pending.Swap(false) {
+		if w := h.early.wakeAt.Load(); w == 0 || n < w {
+			return nil
+		}
+	}
+	h.early.wakeAt.Store(0)
+	wake := int64(0) // earliest time a ring deferred by this pass may run
+	defer func() {
+		if wake > 0 {
+			for {
+				old := h.early.wakeAt.Load()
+				if (old != 0 && old <= wake) || h.early.wakeAt.CompareAndSwap(old, wake) {
+					break
+				}
+			}
+		}
+	}()
+	defer1 := func(at int64) {
+		if wake == 0 || at < wake {
+			wake = at
+		}
+	}
 	loss := h.early.lossAt.Load()
 	minIv := int64(h.cfg.EarlyReseedMin)
 	var hot, busy []*Ring
-	again := false
 	for _, q := range h.snapshot() {
 		q.mu.RLock()
 		isParked := -1
@@ -119,8 +139,10 @@ func (h *Hotlist) EarlyReseeds(now time.Time, parked func(key string) bool) []*R
 			switch {
 			case r.earlyReq <= r.covered || r.cold:
 				// Nothing pending (a cold ring reseeds on its first pop).
-			case r.reseeding || !h.earlyDue(r, n):
-				again = true
+			case r.reseeding:
+				defer1(n) // look again on the next pass
+			case !h.earlyDue(r, n):
+				defer1(max(r.earlyReq, r.lastEarly+minIv))
 			default:
 				if isParked < 0 {
 					isParked = 0
@@ -140,14 +162,12 @@ func (h *Hotlist) EarlyReseeds(now time.Time, parked func(key string) bool) []*R
 	}
 	cands := append(hot, busy...)
 	if len(cands) == 0 {
-		if again {
-			h.early.pending.Store(true)
-		}
 		return nil
 	}
 	allowed := h.takeTokens(len(cands), n)
 	if allowed < len(cands) {
-		again = true
+		// The rest wait for the bucket to refill by one token.
+		defer1(n + int64(time.Second)/int64(h.cfg.EarlyReseedRate))
 		h.early.suppressed.Add(int64(len(cands) - allowed))
 	}
 	out := cands[:0]
@@ -164,9 +184,6 @@ func (h *Hotlist) EarlyReseeds(now time.Time, parked func(key string) bool) []*R
 			out = append(out, r)
 		}
 		r.resMu.Unlock()
-	}
-	if again {
-		h.early.pending.Store(true)
 	}
 	return out
 }
