@@ -11,10 +11,11 @@ import (
 type Kind int
 
 const (
-	Counter Kind = iota // only grows while the process lives
-	Gauge               // a level that goes up and down; booleans export as 0 or 1
-	Info                // a text field: a gauge of 1 whose Label carries the text (queen_build_info)
-	Doc                 // /status only: text and lists, which are not numbers
+	Counter   Kind = iota // only grows while the process lives
+	Gauge                 // a level that goes up and down; booleans export as 0 or 1
+	Info                  // a text field: a gauge of 1 whose Label carries the text (queen_build_info)
+	Doc                   // /status only: text and lists, which are not numbers
+	Histogram             // an object in /status (histJSON), a Prometheus histogram on /metrics
 )
 
 // Row defines one figure of the node once, for both outputs: its place in
@@ -134,6 +135,52 @@ func (f rings) set(s *Snapshot, raw json.RawMessage) error {
 func (f rings) number(s *Snapshot) float64 { return float64(len(*f(s))) }
 func (f rings) text(*Snapshot) string      { return "" }
 
+// hist is a histogram field (hotlist.Histogram, in milliseconds). /status
+// shows its bounds and per-bucket counts; /metrics a histogram in seconds.
+type hist func(*Snapshot) *hotlist.Histogram
+
+type histJSON struct {
+	BoundsMs []int64  `json:"bounds_ms"` // upper bounds; counts has one more bucket, above the last bound
+	Counts   []uint64 `json:"counts"`    // per bucket, not cumulative
+	Count    uint64   `json:"count"`
+	SumMs    int64    `json:"sum_ms"`
+}
+
+func (f hist) get(s *Snapshot) any {
+	h := *f(s)
+	counts := h.Buckets
+	if len(counts) != len(hotlist.DarkBoundsMs)+1 {
+		counts = make([]uint64, len(hotlist.DarkBoundsMs)+1)
+	}
+	return histJSON{BoundsMs: hotlist.DarkBoundsMs, Counts: counts, Count: h.Count, SumMs: h.SumMs}
+}
+
+func (f hist) set(s *Snapshot, raw json.RawMessage) error {
+	var in histJSON
+	if err := json.Unmarshal(raw, &in); err != nil {
+		return err
+	}
+	*f(s) = hotlist.Histogram{Buckets: in.Counts, Count: in.Count, SumMs: in.SumMs}
+	return nil
+}
+func (f hist) number(s *Snapshot) float64 { return float64(f(s).Count) }
+func (f hist) text(*Snapshot) string      { return "" }
+
+// prometheus returns the count, the sum in seconds and the cumulative
+// buckets by upper bound in seconds.
+func (f hist) prometheus(s *Snapshot) (uint64, float64, map[float64]uint64) {
+	h := *f(s)
+	buckets := make(map[float64]uint64, len(hotlist.DarkBoundsMs))
+	var cum uint64
+	for i, b := range hotlist.DarkBoundsMs {
+		if i < len(h.Buckets) {
+			cum += h.Buckets[i]
+		}
+		buckets[float64(b)/1000] = cum
+	}
+	return h.Count, float64(h.SumMs) / 1000, buckets
+}
+
 // Help of the families several rows share.
 const (
 	helpMarks  = "Partition marks by source: local push, remote (peer hint), commit (transaction commit or DLQ move)."
@@ -213,6 +260,18 @@ var Table = []Row{
 	{Status: "hotlist.pruned", Metric: "queen_hotlist_pruned_total", Kind: Counter,
 		Help: "Unconfirmed entries a complete reseed dropped in bulk (fake or stale hints).", Field: num[int64](func(s *Snapshot) *int64 { return &s.Hotlist.Pruned })},
 
+	// early reseeds after lost hints (docs/hotlist.md, "Early reseeds after lost hints")
+	{Status: "hotlist.loss_signals", Metric: "queen_hotlist_loss_signals_total", Kind: Counter,
+		Help: "Loss signals from peers (a gap, a reconnect without continuity, a restart, an overflow signal), each making every ring a candidate for an early reseed.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Hotlist.LossSignals })},
+	{Status: "hotlist.early_reseeds", Metric: "queen_hotlist_early_reseeds_total", Kind: Counter,
+		Help: "Reseeds run ahead of the floor because a peer's hints were lost.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Hotlist.EarlyReseeds })},
+	{Status: "hotlist.early_reseeds_suppressed", Metric: "queen_hotlist_early_reseeds_suppressed_total", Kind: Counter,
+		Help: "Per ring, loss signals folded into a later early reseed by the per-ring interval (QUEEN_HOTLIST_EARLY_RESEED_MS) or the node budget (QUEEN_HOTLIST_EARLY_RESEED_RATE).", Field: num[int64](func(s *Snapshot) *int64 { return &s.Hotlist.EarlySuppressed })},
+	// /status in milliseconds like the other durations it shows; Prometheus
+	// spells the unit out in seconds.
+	{Status: "hotlist.early_reseed_dark_ms", Metric: "queen_hotlist_early_reseed_dark_seconds", Kind: Histogram,
+		Help: "Partitions an early reseed found missing from their ring, by the time since their last write: the dark time saved against the reseed floor.", Field: hist(func(s *Snapshot) *hotlist.Histogram { return &s.Hotlist.DarkTime })},
+
 	// mesh
 	{Status: "mesh.enabled", Metric: "queen_mesh_enabled", Kind: Gauge,
 		Help: "1 when membership and hints are on.", Field: flag(func(s *Snapshot) *bool { return &s.Mesh.Enabled })},
@@ -261,6 +320,16 @@ var Table = []Row{
 		Help: helpInRef, Field: num[uint64](func(s *Snapshot) *uint64 { return &s.Mesh.InboundRefusedNotMember })},
 	{Status: "mesh.hints_rate_limited", Metric: "queen_mesh_hints_rate_limited_total", Kind: Counter,
 		Help: "Received hints dropped because their peer exceeded its rate (QUEEN_MESH_HINT_RATE).", Field: num[uint64](func(s *Snapshot) *uint64 { return &s.Mesh.HintsRateLimited })},
+	{Status: "mesh.heartbeats_sent", Metric: "queen_mesh_heartbeats_sent_total", Kind: Counter,
+		Help: "Heartbeat frames sent on idle hint streams (they carry the last frame number, so a lost last frame is noticed).", Field: num[uint64](func(s *Snapshot) *uint64 { return &s.Mesh.HeartbeatsSent })},
+	{Status: "mesh.heartbeats_received", Metric: "queen_mesh_heartbeats_received_total", Kind: Counter,
+		Help: "Heartbeat frames received.", Field: num[uint64](func(s *Snapshot) *uint64 { return &s.Mesh.HeartbeatsReceived })},
+	{Status: "mesh.gaps_seen", Metric: "queen_mesh_gaps_seen_total", Kind: Counter,
+		Help: "Received frames whose numbers showed missed frames: a gap, a reconnect without continuity, or a sender restart.", Field: num[uint64](func(s *Snapshot) *uint64 { return &s.Mesh.GapsSeen })},
+	{Status: "mesh.overflow_signals_sent", Metric: "queen_mesh_overflow_signals_sent_total", Kind: Counter,
+		Help: "Frames that told a peer this node dropped hints for it before numbering (full send queue, unreachable peer, full coalescing set).", Field: num[uint64](func(s *Snapshot) *uint64 { return &s.Mesh.OverflowSignalsSent })},
+	{Status: "mesh.overflow_signals_seen", Metric: "queen_mesh_overflow_signals_seen_total", Kind: Counter,
+		Help: "Received frames whose sender reported hints it dropped for this node.", Field: num[uint64](func(s *Snapshot) *uint64 { return &s.Mesh.OverflowSignalsSeen })},
 	{Status: "mesh.gossip_errors", Metric: "queen_mesh_gossip_errors_total", Kind: Counter,
 		Help: "Error lines memberlist logged: garbage, undecodable or unauthenticated gossip packets and streams, failed probes or state exchanges.", Field: num[uint64](func(s *Snapshot) *uint64 { return &s.Mesh.GossipErrors })},
 

@@ -36,8 +36,9 @@ func TestTableMatchesStatusAndMetrics(t *testing.T) {
 	doc := r.Obj(t)
 	fams := scrape(t, n, "/metrics")
 
-	wantJSON := map[api.Kind]string{api.Counter: "number", api.Gauge: "number", api.Info: "string"}
-	wantType := map[api.Kind]dto.MetricType{api.Counter: dto.MetricType_COUNTER, api.Gauge: dto.MetricType_GAUGE, api.Info: dto.MetricType_GAUGE}
+	wantJSON := map[api.Kind]string{api.Counter: "number", api.Gauge: "number", api.Info: "string", api.Histogram: "object"}
+	wantType := map[api.Kind]dto.MetricType{api.Counter: dto.MetricType_COUNTER, api.Gauge: dto.MetricType_GAUGE, api.Info: dto.MetricType_GAUGE,
+		api.Histogram: dto.MetricType_HISTOGRAM}
 	leaves := map[string]bool{}
 	families := map[string]bool{}
 	for _, row := range api.Table {
@@ -87,7 +88,7 @@ func TestTableMatchesStatusAndMetrics(t *testing.T) {
 
 	// Nothing outside the table.
 	var extra []string
-	walk(doc, "", func(path string) {
+	walk(doc, "", leaves, func(path string) {
 		if !leaves[path] {
 			extra = append(extra, "/status "+path)
 		}
@@ -117,11 +118,12 @@ func at(obj map[string]any, path string) (any, bool) {
 	return at(inner, rest)
 }
 
-// walk calls leaf with the dotted path of every value that is not an object.
-func walk(obj map[string]any, prefix string, leaf func(string)) {
+// walk calls leaf with the dotted path of every value that is not an object
+// or is a row's own object (a histogram).
+func walk(obj map[string]any, prefix string, rows map[string]bool, leaf func(string)) {
 	for k, v := range obj {
-		if inner, ok := v.(map[string]any); ok {
-			walk(inner, prefix+k+".", leaf)
+		if inner, ok := v.(map[string]any); ok && !rows[prefix+k] {
+			walk(inner, prefix+k+".", rows, leaf)
 			continue
 		}
 		leaf(prefix + k)

@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -57,6 +58,13 @@ func TestStatusRoundTrip(t *testing.T) {
 	// A distinct value in every number and flag.
 	for i, r := range Table {
 		if r.Field == nil || r.Kind == Doc || r.Kind == Info {
+			continue
+		}
+		if r.Kind == Histogram {
+			raw := fmt.Appendf(nil, `{"counts":[%d,0,0,0,0,0,0,0,0,0,0,0,0],"count":%d,"sum_ms":%d}`, i, i, 2*i)
+			if err := r.Field.set(s, raw); err != nil {
+				t.Fatalf("%s: %v", r.Status, err)
+			}
 			continue
 		}
 		if err := r.Field.set(s, json.RawMessage(strconv.Itoa(i+1))); err != nil {

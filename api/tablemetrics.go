@@ -74,6 +74,11 @@ func (c *tableCollector) Collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		f := families[r.Metric]
+		if h, ok := r.Field.(hist); ok {
+			count, sum, buckets := h.prometheus(snap)
+			ch <- prometheus.MustNewConstHistogram(f.desc, count, sum, buckets)
+			continue
+		}
 		var v float64
 		var labels []string
 		switch {

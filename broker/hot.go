@@ -49,6 +49,7 @@ func (b *Broker) startHotLoops() {
 			b.runReseed(r)
 		}
 	})
+	b.startEarlyLoop()
 	if b.cfg.Hotlist.IdleSweep > 0 {
 		b.every(b.cfg.Hotlist.IdleSweep, func(now time.Time) {
 			if n := b.hot.Sweep(now); n > 0 {
@@ -102,6 +103,9 @@ func (b *Broker) reseed(ctx context.Context, r *hotlist.Ring) error {
 		hr := make([]hotlist.ReseedRow, len(rows))
 		for i, row := range rows {
 			hr[i] = hotlist.ReseedRow{Name: row.Name, PartitionID: row.PartitionID}
+			if row.AgeMs != nil {
+				hr[i].Age, hr[i].AgeKnown = time.Duration(*row.AgeMs)*time.Millisecond, true
+			}
 		}
 		added += b.hot.Reseed(r, hr, time.Now())
 		if len(rows) < reseedPageSize {

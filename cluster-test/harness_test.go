@@ -451,6 +451,13 @@ type Status struct {
 		Reseeds     int64 `json:"reseeds"`
 		ReseedAdded int64 `json:"reseed_added"`
 		Swept       int64 `json:"swept"`
+
+		EarlyReseeds    int64 `json:"early_reseeds"`
+		EarlySuppressed int64 `json:"early_reseeds_suppressed"`
+		DarkMs          struct {
+			Count uint64 `json:"count"`
+			SumMs int64  `json:"sum_ms"`
+		} `json:"early_reseed_dark_ms"`
 	} `json:"hotlist"`
 	Mesh struct {
 		Enabled        bool     `json:"enabled"`
@@ -461,6 +468,9 @@ type Status struct {
 		HintsReceived  uint64   `json:"hints_received"`
 		FramesDropped  uint64   `json:"frames_dropped"`
 		FramesRejected uint64   `json:"frames_rejected"`
+		GapsSeen       uint64   `json:"gaps_seen"`
+		OverflowSeen   uint64   `json:"overflow_signals_seen"`
+		HeartbeatsSent uint64   `json:"heartbeats_sent"`
 		Coalescer      struct {
 			Size    int    `json:"size"`
 			Cap     int    `json:"cap"`

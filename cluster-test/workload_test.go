@@ -575,6 +575,23 @@ type Report struct {
 	AckRefused    int
 	AckUnknown    int
 	Violations    []string
+
+	// Cross-node delivery (issue 13): messages first delivered through a
+	// node other than the one they were pushed to, leaving out those whose
+	// partition was held meanwhile by a lease that was never acked (it
+	// expired and the batch was redelivered): their wait is the lease, not
+	// the hint path.
+	Cross                        int
+	CrossLeaseHeld               int
+	CrossP50, CrossP99, CrossMax time.Duration
+	// The same for messages first delivered through the node they were
+	// pushed to (no hint involved: the local mark), to tell the hint
+	// path's tail from the load's.
+	Same                      int
+	SameP50, SameP99, SameMax time.Duration
+	// Cross-node p99 / max per 30 s of push time: a tail that grows with
+	// time is a backlog, not lost hints.
+	CrossWindows []string
 }
 
 // Check waits for the workload and proves, for every group: delivered set
@@ -637,6 +654,15 @@ func logReport(t *testing.T, r *Report) {
 	row("push retries (5xx/transport)", r.PushRetries)
 	row("pop errors (5xx/transport)", r.PopErrors)
 	row("acks refused / unknown", fmt.Sprintf("%d / %d", r.AckRefused, r.AckUnknown))
+	row("cross-node first deliveries (not behind an expired lease)", fmt.Sprintf("%d (%d more were behind one)", r.Cross, r.CrossLeaseHeld))
+	row("cross-node latency p50 / p99 / max", fmt.Sprintf("%v / %v / %v", r.CrossP50.Round(100*time.Microsecond),
+		r.CrossP99.Round(100*time.Microsecond), r.CrossMax.Round(100*time.Microsecond)))
+	row("same-node first deliveries (not behind an expired lease)", r.Same)
+	row("same-node latency p50 / p99 / max", fmt.Sprintf("%v / %v / %v", r.SameP50.Round(100*time.Microsecond),
+		r.SameP99.Round(100*time.Microsecond), r.SameMax.Round(100*time.Microsecond)))
+	if len(r.CrossWindows) > 0 {
+		row("cross-node p99 / max per 30 s of push time", strings.Join(r.CrossWindows, ", "))
+	}
 	row("violations", len(r.Violations))
 	t.Log(b.String())
 }
@@ -670,9 +696,18 @@ func (r *Recorder) check(c *Cluster, groups []string, lease time.Duration, o Che
 			}
 		}
 	}
-	var lat []time.Duration
+	var lat, cross, same []time.Duration
+	var t0 time.Time
+	for _, p := range r.pushes {
+		if t0.IsZero() || p.start.Before(t0) {
+			t0 = p.start
+		}
+	}
+	windows := map[int][]time.Duration{}
 	for _, g := range groups {
 		rep.Pops += r.pops[g]
+		firstNode := map[key]int{}
+		held := map[int][][2]time.Time{} // per partition: leases that expired unacked
 		// Acks of this group, per partition.
 		type okAck struct {
 			seq int
@@ -764,6 +799,7 @@ func (r *Recorder) check(c *Cluster, groups []string, lease time.Duration, o Che
 				}
 				if prev, ok := last[k]; ok {
 					rep.Redeliveries++
+					held[d.part] = append(held[d.part], [2]time.Time{prev.t0, prev.t0.Add(lease)})
 					expiry := prev.t0.Add(lease)
 					early := d.t1.Add(o.ClockMargin).Before(expiry)
 					if early && o.DeadNodeReleases && c.Node(prev.node).DownBetween(prev.t0, d.t1) {
@@ -775,6 +811,7 @@ func (r *Recorder) check(c *Cluster, groups []string, lease time.Duration, o Che
 					}
 				} else {
 					first[k] = d.t1
+					firstNode[k] = d.node
 					if s != maxFirst[d.part]+1 {
 						violate("group %s partition %d: first delivery of %d came after first deliveries up to %d (out of order)",
 							g, d.part, s, maxFirst[d.part])
@@ -800,6 +837,20 @@ func (r *Recorder) check(c *Cluster, groups []string, lease time.Duration, o Che
 				l = 0
 			}
 			lat = append(lat, l)
+			blocked := false
+			for _, iv := range held[k.p] {
+				blocked = blocked || (iv[0].Before(ft) && iv[1].After(p.start))
+			}
+			switch {
+			case firstNode[k] != p.node && blocked:
+				rep.CrossLeaseHeld++
+			case firstNode[k] != p.node:
+				cross = append(cross, l)
+				wi := int(p.start.Sub(t0) / (30 * time.Second))
+				windows[wi] = append(windows[wi], l)
+			case !blocked:
+				same = append(same, l)
+			}
 			if o.MaxLatency > 0 && l > o.MaxLatency {
 				violate("group %s %v: first delivered %v after its push (bound %v)", g, k, l.Round(time.Millisecond), o.MaxLatency)
 			}
@@ -810,6 +861,23 @@ func (r *Recorder) check(c *Cluster, groups []string, lease time.Duration, o Che
 		if missing > 10 {
 			violate("group %s: %d pushed messages never delivered in all", g, missing)
 		}
+	}
+	sort.Slice(same, func(i, j int) bool { return same[i] < same[j] })
+	if n := len(same); n > 0 {
+		rep.Same, rep.SameP50, rep.SameP99, rep.SameMax = n, same[n*50/100], same[min(n-1, n*99/100)], same[n-1]
+	}
+	for wi := 0; len(windows) > 1 && wi <= len(windows); wi++ {
+		ws := windows[wi]
+		if len(ws) == 0 {
+			continue
+		}
+		sort.Slice(ws, func(i, j int) bool { return ws[i] < ws[j] })
+		rep.CrossWindows = append(rep.CrossWindows, fmt.Sprintf("%ds: %v / %v", wi*30,
+			ws[min(len(ws)-1, len(ws)*99/100)].Round(time.Millisecond), ws[len(ws)-1].Round(time.Millisecond)))
+	}
+	sort.Slice(cross, func(i, j int) bool { return cross[i] < cross[j] })
+	if n := len(cross); n > 0 {
+		rep.Cross, rep.CrossP50, rep.CrossP99, rep.CrossMax = n, cross[n*50/100], cross[min(n-1, n*99/100)], cross[n-1]
 	}
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	if n := len(lat); n > 0 {

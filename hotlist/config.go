@@ -15,6 +15,17 @@ const (
 	DefaultSuspectUnconf  = 1024             // unconfirmed remote-marked entries that make a ring suspect
 	DefaultPruneEvery     = time.Second      // at most one early (pruning) reseed per ring per interval
 
+	// DefaultEarlyReseedMin (QUEEN_HOTLIST_EARLY_RESEED_MS): at most one
+	// early reseed (after lost hints) per ring per 200 ms, so a lossy or
+	// flapping link costs a ring at most five extra keyset walks a second
+	// while a lost hint still surfaces in well under a second.
+	DefaultEarlyReseedMin = 200 * time.Millisecond
+	// DefaultEarlyReseedRate (QUEEN_HOTLIST_EARLY_RESEED_RATE): early
+	// reseeds a node runs per second over all rings (burst: one second's
+	// worth), so a loss storm over thousands of rings costs PostgreSQL a
+	// bounded rate; rings past it wait for the next tick.
+	DefaultEarlyReseedRate = 100
+
 	// DelayPad is added to a delayedProcessing deadline: the broker clock only
 	// schedules the retry, PostgreSQL enforces the exact cut.
 	DelayPad = 300 * time.Millisecond
@@ -41,6 +52,8 @@ type Config struct {
 	// probes cost more than one walk of the partitions that have work.
 	SuspectUnconfirmed int
 	PruneEvery         time.Duration                         // at most one BeginPrune reseed per ring per interval, default 1 s
+	EarlyReseedMin     time.Duration                         // at most one early reseed (lost hints) per ring per interval, default 200 ms
+	EarlyReseedRate    int                                   // early reseeds per second over all rings, default 100
 	Jitter             func(max time.Duration) time.Duration // random phase in [0, max); default math/rand
 	TracePrefix        string                                // queue-name prefix that emits trace breadcrumbs; "" = off
 	Trace              func(key, event string, kv ...any)    // breadcrumb sink; nil = off
@@ -58,6 +71,8 @@ func DefaultConfig() Config {
 
 		SuspectUnconfirmed: DefaultSuspectUnconf,
 		PruneEvery:         DefaultPruneEvery,
+		EarlyReseedMin:     DefaultEarlyReseedMin,
+		EarlyReseedRate:    DefaultEarlyReseedRate,
 	}
 }
 
@@ -93,6 +108,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.PruneEvery <= 0 {
 		c.PruneEvery = d.PruneEvery
+	}
+	if c.EarlyReseedMin <= 0 {
+		c.EarlyReseedMin = d.EarlyReseedMin
+	}
+	if c.EarlyReseedRate <= 0 {
+		c.EarlyReseedRate = d.EarlyReseedRate
 	}
 	return c
 }

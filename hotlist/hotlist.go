@@ -35,6 +35,8 @@ type Hotlist struct {
 	marksLocal, marksRemote, marksCommit atomic.Int64
 	reseeds, reseedAdded, reclaimed      atomic.Int64
 	swept, dropped, pruned               atomic.Int64
+
+	early early
 }
 
 // queue is one tenant queue's state: the interning table and its rings.
@@ -66,6 +68,13 @@ type Ring struct {
 	cold       bool  // never reseeded: the pop path reseeds before trusting it
 	reseeding  bool
 	lastPrune  int64 // unix nanos of the last reseed claimed by BeginPrune
+	beganAt    int64 // unix nanos the reseed in progress (or the last one) began
+
+	// Early reseeds (early.go), unix nanos: the latest loss signal applied
+	// to this ring, the start of the last reseed that completed (it covers
+	// every loss before it), and the start of the last early reseed.
+	earlyReq, covered, lastEarly int64
+	earlyRun                     atomic.Bool // the reseed in progress is an early one (dark-time histogram)
 
 	// gen counts reseeds begun. A remote mark stamps it on its entry; a
 	// complete reseed that began later drops the entries it did not list and

@@ -1004,7 +1004,7 @@ func TestReseedAddsMissingAndOverIncludes(t *testing.T) {
 	for _, n := range []string{"ready", "parked", "flying"} {
 		before[n] = slotOf(h, r, n).epoch
 	}
-	rows := []ReseedRow{{"ready", "1"}, {"parked", "2"}, {"flying", "3"}, {"lost", "4"}, {"leased-elsewhere", "5"}}
+	rows := []ReseedRow{{Name: "ready", PartitionID: "1"}, {Name: "parked", PartitionID: "2"}, {Name: "flying", PartitionID: "3"}, {Name: "lost", PartitionID: "4"}, {Name: "leased-elsewhere", PartitionID: "5"}}
 	if got := h.Reseed(r, rows, at(time.Second)); got != 2 {
 		t.Fatalf("Reseed added %d, want 2 (only the missing ones)", got)
 	}

@@ -8,6 +8,8 @@ import (
 type ReseedRow struct {
 	Name        string
 	PartitionID string
+	Age         time.Duration // since the partition's last write, when AgeKnown
+	AgeKnown    bool
 }
 
 // Cold tells whether the ring was never reseeded; the pop path reseeds it
@@ -24,17 +26,31 @@ func (r *Ring) Cold() bool {
 func (h *Hotlist) BeginReseed(r *Ring, now time.Time, force bool) bool {
 	r.resMu.Lock()
 	defer r.resMu.Unlock()
-	if r.reseeding || !(force || r.cold || r.nextReseed <= now.UnixNano()) {
+	n := now.UnixNano()
+	if r.reseeding {
 		return false
 	}
-	r.begin()
+	if h.earlyDue(r, n) {
+		// A pending early reseed (lost hints) runs on this pop: the ring is
+		// empty or its floor is due anyway.
+		r.begin(n)
+		r.lastEarly = n
+		r.earlyRun.Store(true)
+		h.early.runs.Add(1)
+		return true
+	}
+	if !(force || r.cold || r.nextReseed <= n) {
+		return false
+	}
+	r.begin(n)
 	return true
 }
 
-// begin marks a reseed in progress and opens a new generation: remote marks
-// from here on are not pruned by it. r.resMu is held.
-func (r *Ring) begin() {
+// begin marks a reseed in progress begun at n and opens a new generation:
+// remote marks from here on are not pruned by it. r.resMu is held.
+func (r *Ring) begin(n int64) {
 	r.reseeding = true
+	r.beganAt = n
 	r.beginGen = r.gen.Add(1)
 }
 
@@ -65,7 +81,7 @@ func (h *Hotlist) BeginPrune(r *Ring, now time.Time) bool {
 		return false
 	}
 	r.lastPrune = n
-	r.begin()
+	r.begin(n)
 	return true
 }
 
@@ -75,9 +91,14 @@ func (h *Hotlist) DueReseeds(now time.Time) []*Ring {
 	for _, q := range h.snapshot() {
 		q.mu.RLock()
 		for _, r := range q.rings {
-			if h.BeginReseed(r, now, false) {
+			// The floor only: a pending early reseed is EarlyReseeds' to
+			// rate-limit, or the ring's next pop's.
+			r.resMu.Lock()
+			if !r.reseeding && (r.cold || r.nextReseed <= now.UnixNano()) {
+				r.begin(now.UnixNano())
 				out = append(out, r)
 			}
+			r.resMu.Unlock()
 		}
 		q.mu.RUnlock()
 	}
@@ -98,8 +119,9 @@ func (h *Hotlist) Reseed(r *Ring, rows []ReseedRow, now time.Time) int {
 		q.learn(idx[i], row.PartitionID)
 	}
 	added := 0
+	early := r.earlyRun.Load()
 	stranded := now.Add(-h.cfg.StrandedAfter).UnixNano()
-	for _, i := range idx {
+	for k, i := range idx {
 		s, pos := h.sub(r, i)
 		s.mu.Lock()
 		sl := s.slot(pos)
@@ -115,6 +137,11 @@ func (h *Hotlist) Reseed(r *Ring, rows []ReseedRow, now time.Time) int {
 			sl.epoch++
 			sl.batch++
 			s.set(pos, Ready, 0, &h.c)
+			if early && rows[k].AgeKnown {
+				// Found by an early reseed, missing from the ring: without
+				// it the partition would have stayed dark until the floor.
+				h.early.dark.observe(rows[k].Age.Milliseconds())
+			}
 		case Inflight:
 			sl.epoch++
 			if sl.takenAt <= stranded {
@@ -148,9 +175,12 @@ func (h *Hotlist) EndReseedWalk(r *Ring, ok, complete bool, now time.Time) {
 	r.resMu.Lock()
 	defer r.resMu.Unlock()
 	r.reseeding = false
+	r.earlyRun.Store(false)
 	if !ok {
 		return
 	}
+	// Every loss signalled before this walk began is covered by it.
+	r.covered = max(r.covered, r.beganAt)
 	if complete {
 		h.prune(r, r.beginGen)
 	}

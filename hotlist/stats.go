@@ -12,6 +12,12 @@ type Stats struct {
 	Reclaimed, Swept, RingsDrop int64
 	Unconfirmed                 int64 // entries only remote marks track
 	Pruned                      int64 // unconfirmed entries a reseed dropped
+
+	// Early reseeds after lost hints (early.go).
+	LossSignals     int64     // HintsLost calls (gaps and overflow signals from peers)
+	EarlyReseeds    int64     // early reseeds begun
+	EarlySuppressed int64     // per ring: loss signals folded into a later early reseed by the per-ring interval or the node budget
+	DarkTime        Histogram // age of the last write of partitions an early reseed found missing from their ring
 }
 
 // Stats returns the counters; it takes only the registry read lock.
@@ -26,6 +32,8 @@ func (h *Hotlist) Stats() Stats {
 		Reseeds: h.reseeds.Load(), ReseedAdded: h.reseedAdded.Load(),
 		Reclaimed: h.reclaimed.Load(), Swept: h.swept.Load(), RingsDrop: h.dropped.Load(),
 		Unconfirmed: h.c.remote.Load(), Pruned: h.pruned.Load(),
+		LossSignals: h.early.signals.Load(), EarlyReseeds: h.early.runs.Load(),
+		EarlySuppressed: h.early.suppressed.Load(), DarkTime: h.early.dark.snapshot(),
 	}
 }
 

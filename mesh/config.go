@@ -21,6 +21,13 @@ const (
 
 	DefaultHintFrameTimeout = 5 * time.Second // QUEEN_MESH_HINT_FRAME_TIMEOUT_MS
 	DefaultHintIdleTimeout  = 2 * time.Minute // QUEEN_MESH_HINT_IDLE_TIMEOUT_MS
+
+	// DefaultHeartbeatInterval (QUEEN_MESH_HEARTBEAT_MS): an open stream
+	// that wrote nothing for this long sends a heartbeat with its last
+	// number, so a lost last frame is learned within about one interval.
+	// 250 ms keeps that well under the 1 s cross-node goal for a few dozen
+	// bytes a second per peer.
+	DefaultHeartbeatInterval = 250 * time.Millisecond
 )
 
 // Timings are memberlist's gossip and failure-detection cadences.
@@ -71,10 +78,14 @@ type Config struct {
 	// have applied per second, with a burst of one second's worth; the
 	// excess is dropped and counted. Default 100,000 (DefaultHintRate).
 	HintRate int
-	HTTPAddr string       // advertised in metadata for `queen-node status --cluster`
-	Version  string       // advertised in metadata
-	Timings  Timings      // default LANTimings()
-	Logger   hclog.Logger // default: discard
+	// HeartbeatInterval is how long an open hint stream may stay silent
+	// before it sends a heartbeat carrying its last frame number (docs/mesh.md,
+	// "Loss detection"); default 250 ms.
+	HeartbeatInterval time.Duration
+	HTTPAddr          string       // advertised in metadata for `queen-node status --cluster`
+	Version           string       // advertised in metadata
+	Timings           Timings      // default LANTimings()
+	Logger            hclog.Logger // default: discard
 }
 
 // DefaultConfig returns a Config with every default filled in.
@@ -88,6 +99,8 @@ func DefaultConfig() Config {
 		HintFrameTimeout: DefaultHintFrameTimeout,
 		HintIdleTimeout:  DefaultHintIdleTimeout,
 		HintRate:         DefaultHintRate,
-		Logger:           hclog.NewNullLogger(),
+
+		HeartbeatInterval: DefaultHeartbeatInterval,
+		Logger:            hclog.NewNullLogger(),
 	}
 }

@@ -2,6 +2,7 @@ package mesh
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"unicode/utf8"
@@ -12,18 +13,28 @@ import (
 	"queen-node/coalesce"
 )
 
-// Hint frame wire format, version 1:
+// Hint frame wire format, version 2 (docs/mesh.md, "Frames"):
 //
-//	byte 0   FrameHints
-//	byte 1   FrameVersion
-//	body     msgpack [sender, [[tenant, queue, [partition, ...]], ...]]
+//	byte 0       FrameHints
+//	byte 1       FrameVersion (2)
+//	bytes 2..34  stream header, big-endian: kind u8, incarnation u64,
+//	             epoch u32, seq u64, prev u64, overflow u32
+//	body         msgpack [sender, [[tenant, queue, [partition, ...]], ...]]
 //
 // Arrays and strings, no maps, no field names: a frame is mostly partition
-// names. A frame carries at least one batch and every batch at least one
-// partition; every name is 1..MaxNameBytes bytes of valid UTF-8.
+// names. A hints frame carries at least one batch and every batch at least
+// one partition; a heartbeat carries none. Every name is 1..MaxNameBytes
+// bytes of valid UTF-8. The stream header is fixed-size so the flusher
+// encodes a body once and stamps each peer's numbers into a copy.
+//
+// Version 1 (no stream header, always hints) is still decoded, so a node
+// applies the hints of a not yet upgraded peer during a rolling upgrade; it
+// carries no numbers, so losses on such a stream are left to the reseed
+// floor. Nodes send only version 2.
 const (
 	FrameHints         byte = 1
-	FrameVersion       byte = 1
+	FrameVersion       byte = 2
+	FrameVersion1      byte = 1
 	MaxFrameBytes           = 64 << 10 // a frame never exceeds this, header included
 	MaxHintsPerFrame        = 8192
 	MaxBatchesPerFrame      = 1024
@@ -34,14 +45,73 @@ const (
 // Sealer.Open, so receivers count rejections with one errors.Is.
 var ErrBadFrame = errors.New("mesh: bad hint frame")
 
+// Frame kinds of the stream header.
+const (
+	KindHints     byte = 0 // dirty hints; Seq numbers it
+	KindHeartbeat byte = 1 // no hints; Seq repeats the last hints frame's number
+)
+
+// Stream numbers a frame within its sender's stream to one peer, so the
+// receiver can tell that frames went missing (docs/mesh.md, "Loss
+// detection"). Every value is accepted by the decoder; their meaning is
+// the receiver's business.
+type Stream struct {
+	Kind        byte   // KindHints or KindHeartbeat
+	Incarnation uint64 // random, chosen when the sender started: a new one is a restart
+	Epoch       uint32 // the sender's connection count to this peer, from 1: a new one is a reconnect
+	Seq         uint64 // hints frames numbered from 1 per epoch; a heartbeat repeats the last
+	Prev        uint64 // the last Seq of the previous epoch (0 in epoch 1)
+	Overflow    uint32 // hints the sender dropped for this peer before numbering since its last frame
+}
+
 // Frame is one decoded hint frame.
 type Frame struct {
 	Sender  string
 	Batches []coalesce.Batch
+	Version byte   // FrameVersion, or FrameVersion1 from an old sender (Stream is zero)
+	Stream  Stream // version 2 only
 }
 
-// frameHeaderBytes is the type and version bytes before the msgpack body.
-const frameHeaderBytes = 2
+// frameHeaderBytes is the type and version bytes before the stream header
+// (version 2) or the msgpack body (version 1); streamHeaderBytes is the
+// stream header.
+const (
+	frameHeaderBytes  = 2
+	streamHeaderBytes = 1 + 8 + 4 + 8 + 8 + 4
+	frameV2Header     = frameHeaderBytes + streamHeaderBytes
+)
+
+// StampStream writes s into the stream header of a version 2 frame made by
+// EncodeFrames or EncodeHeartbeat.
+func StampStream(frame []byte, s Stream) {
+	h := frame[frameHeaderBytes:frameV2Header]
+	h[0] = s.Kind
+	binary.BigEndian.PutUint64(h[1:], s.Incarnation)
+	binary.BigEndian.PutUint32(h[9:], s.Epoch)
+	binary.BigEndian.PutUint64(h[13:], s.Seq)
+	binary.BigEndian.PutUint64(h[21:], s.Prev)
+	binary.BigEndian.PutUint32(h[29:], s.Overflow)
+}
+
+func readStream(h []byte) Stream {
+	return Stream{Kind: h[0], Incarnation: binary.BigEndian.Uint64(h[1:]), Epoch: binary.BigEndian.Uint32(h[9:]),
+		Seq: binary.BigEndian.Uint64(h[13:]), Prev: binary.BigEndian.Uint64(h[21:]), Overflow: binary.BigEndian.Uint32(h[29:])}
+}
+
+// EncodeHeartbeat encodes a heartbeat frame (no hints) stamped with s
+// (whose Kind it sets).
+func EncodeHeartbeat(sender string, s Stream) ([]byte, error) {
+	if err := frameCheckName("sender", sender); err != nil {
+		return nil, err
+	}
+	f, err := frameEncode(sender, framePlan{size: frameV2Header + frameArrSize(2) + frameStrSize(len(sender)) + frameArrSize(0)})
+	if err != nil {
+		return nil, err
+	}
+	s.Kind = KindHeartbeat
+	StampStream(f, s)
+	return f, nil
+}
 
 func frameErrorf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrBadFrame}, args...)...)
@@ -93,6 +163,8 @@ type framePlan struct {
 // no batches give no frames. An invalid name (empty, over MaxNameBytes, not
 // UTF-8) fails the whole call with an error wrapping ErrBadFrame: peers would
 // reject the frame anyway, and callers validate names long before this.
+// The frames' stream headers are zero (kind hints): the sender stamps each
+// copy with StampStream.
 func EncodeFrames(sender string, batches []coalesce.Batch) ([][]byte, error) {
 	frames, _, err := encodeFramesCounted(sender, batches)
 	return frames, err
@@ -106,7 +178,7 @@ func encodeFramesCounted(sender string, batches []coalesce.Batch) ([][]byte, []i
 	}
 	// Sizes are computed exactly, not estimated, so that a frame right at
 	// the limit is still one frame (the fuzz target relies on it).
-	base := frameHeaderBytes + frameArrSize(2) + frameStrSize(len(sender))
+	base := frameV2Header + frameArrSize(2) + frameStrSize(len(sender))
 	var plans []framePlan
 	cur := framePlan{size: base + frameArrSize(0)}
 	for _, b := range batches {
@@ -172,6 +244,8 @@ func frameEncode(sender string, p framePlan) ([]byte, error) {
 	buf.Grow(p.size)
 	buf.WriteByte(FrameHints)
 	buf.WriteByte(FrameVersion)
+	var zero [streamHeaderBytes]byte
+	buf.Write(zero[:])
 	enc := msgpack.NewEncoder(&buf)
 	// Writes to a bytes.Buffer cannot fail; the size check below catches
 	// any drift between the plan and the encoder.
@@ -273,10 +347,29 @@ func DecodeFrame(b []byte) (Frame, error) {
 	if b[0] != FrameHints {
 		return Frame{}, frameErrorf("unknown frame type %d", b[0])
 	}
-	if b[1] != FrameVersion {
+	var st Stream
+	body := b[frameHeaderBytes:]
+	switch b[1] {
+	case FrameVersion:
+		if len(b) < frameV2Header {
+			return Frame{}, frameErrorf("truncated stream header (%d bytes)", len(b))
+		}
+		st = readStream(b[frameHeaderBytes:frameV2Header])
+		if st.Kind != KindHints && st.Kind != KindHeartbeat {
+			return Frame{}, frameErrorf("unknown frame kind %d", st.Kind)
+		}
+		body = b[frameV2Header:]
+	case FrameVersion1:
+	default:
 		return Frame{}, frameErrorf("unsupported frame version %d", b[1])
 	}
-	fd := &frameDecoder{r: bytes.NewReader(b[frameHeaderBytes:])}
+	// A heartbeat has no batches; a hints frame (and every version 1 frame)
+	// at least one.
+	minBatches, maxBatches := 1, MaxBatchesPerFrame
+	if b[1] == FrameVersion && st.Kind == KindHeartbeat {
+		minBatches, maxBatches = 0, 0
+	}
+	fd := &frameDecoder{r: bytes.NewReader(body)}
 	fd.d = msgpack.NewDecoder(fd.r)
 
 	if _, err := fd.arrayLen("frame", 2, 2); err != nil {
@@ -286,7 +379,7 @@ func DecodeFrame(b []byte) (Frame, error) {
 	if err != nil {
 		return Frame{}, err
 	}
-	nb, err := fd.arrayLen("batches", 1, MaxBatchesPerFrame)
+	nb, err := fd.arrayLen("batches", minBatches, maxBatches)
 	if err != nil {
 		return Frame{}, err
 	}
@@ -322,5 +415,5 @@ func DecodeFrame(b []byte) (Frame, error) {
 	if n := fd.r.Len(); n != 0 {
 		return Frame{}, frameErrorf("%d trailing bytes", n)
 	}
-	return Frame{Sender: sender, Batches: batches}, nil
+	return Frame{Sender: sender, Batches: batches, Version: b[1], Stream: st}, nil
 }

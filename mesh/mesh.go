@@ -51,6 +51,13 @@ type Stats struct {
 	CoalescerCap               int
 	CoalescerDropped           uint64
 	LivePeers                  int
+
+	// Loss detection (docs/mesh.md, "Loss detection").
+	HeartbeatsSent      uint64 // heartbeat frames written
+	HeartbeatsReceived  uint64 // heartbeat frames accepted
+	GapsSeen            uint64 // received frames whose numbers show missed frames (gap, reconnect without continuity, sender restart)
+	OverflowSignalsSent uint64 // frames that told a peer about hints dropped before numbering (new overflow count)
+	OverflowSignalsSeen uint64 // received frames whose sender reported hints dropped for us
 }
 
 // Member is one member this node knows, itself included.
@@ -110,6 +117,15 @@ type Mesh struct {
 	framesSent, framesRecv, hintsSent, hintsRecv atomic.Uint64
 	framesDropped, framesRejected, queueDropped  atomic.Uint64
 
+	incarnation                    uint64 // random, fixed for the process: peers see a restart as a new one
+	gaps                           *gapTracker
+	lossRecv                       LossReceiver // recv, when it wants loss signals
+	heartbeatsSent, heartbeatsRecv atomic.Uint64
+	gapsSeen, overflowSeen         atomic.Uint64
+	overflowSent                   atomic.Uint64
+	coalDropped                    uint64                               // coalescer drops already reported to peers (flush goroutine only)
+	dropHook                       atomic.Pointer[func(kind byte) bool] // tests: drop chosen frames, as the chaos knob does
+
 	stop chan struct{}
 	wg   sync.WaitGroup
 	once sync.Once
@@ -139,6 +155,9 @@ func New(cfg Config, recv Receiver) (*Mesh, error) {
 	if cfg.HintRate <= 0 {
 		cfg.HintRate = DefaultHintRate
 	}
+	if cfg.HeartbeatInterval <= 0 {
+		cfg.HeartbeatInterval = DefaultHeartbeatInterval
+	}
 	sealer, err := NewSealer(cfg.Secret)
 	if err != nil {
 		return nil, fmt.Errorf("mesh: %w", err)
@@ -155,7 +174,11 @@ func New(cfg Config, recv Receiver) (*Mesh, error) {
 		logs:    newLogLimiter(DefaultLogEvery),
 		limiter: newHintLimiter(cfg.HintRate),
 		stop:    make(chan struct{}),
+
+		incarnation: rand.Uint64() | 1, // never 0
+		gaps:        newGapTracker(),
 	}
+	m.lossRecv, _ = recv.(LossReceiver)
 	bindHost, bindPort, err := splitHostPort(cfg.Bind)
 	if err != nil {
 		return nil, fmt.Errorf("mesh: bind %q: %w", cfg.Bind, err)
@@ -269,7 +292,9 @@ func (m *Mesh) Stats() Stats {
 		InboundRefusedNotMember: m.inRefusedNotMember.Load(), HintsRateLimited: m.hintsLimited.Load(),
 		GossipErrors:  m.gossipErrors.Load(),
 		CoalescerSize: size, CoalescerCap: capacity, CoalescerDropped: dropped,
-		LivePeers: int(m.live.Load()),
+		LivePeers:      int(m.live.Load()),
+		HeartbeatsSent: m.heartbeatsSent.Load(), HeartbeatsReceived: m.heartbeatsRecv.Load(),
+		GapsSeen: m.gapsSeen.Load(), OverflowSignalsSent: m.overflowSent.Load(), OverflowSignalsSeen: m.overflowSeen.Load(),
 	}
 }
 
@@ -349,7 +374,16 @@ func (m *Mesh) flushLoop() {
 func (m *Mesh) flush() {
 	m.setMu.Lock()
 	batches := m.set.Drain(DefaultMaxFlushHints, MaxFrameBytes/2)
+	dropped := m.set.Dropped()
 	m.setMu.Unlock()
+	if dropped != m.coalDropped {
+		// The coalescing set overflowed since the last flush: those hints
+		// were meant for every peer, so every peer's next frame says so.
+		m.coalDropped = dropped
+		for _, p := range m.syncPeers() {
+			p.lost.Add(1)
+		}
+	}
 	if len(batches) == 0 {
 		return
 	}
@@ -358,20 +392,30 @@ func (m *Mesh) flush() {
 		m.log.Warn("encode hint frames", "error", err)
 		return
 	}
+	// Each peer's goroutine numbers, stamps and seals its own copy; the
+	// chaos knob drops there, after numbering (peer.writeHints).
 	peers := m.syncPeers()
 	for _, p := range peers {
 		for i, f := range frames {
-			if m.cfg.DropRate > 0 && rand.Float64() < m.cfg.DropRate {
-				m.framesDropped.Add(1)
-				continue
-			}
-			if p.send(m.sealer.Seal(f)) {
-				m.hintsSent.Add(uint64(counts[i]))
-			} else {
+			if !p.send(outFrame{body: f, hints: counts[i]}) {
 				m.queueDropped.Add(1)
 			}
 		}
 	}
+}
+
+// chaosDrop tells whether the chaos knob (QUEEN_MESH_DROP_RATE) drops the
+// frame about to be written.
+func (m *Mesh) chaosDrop(kind byte) bool {
+	if h := m.dropHook.Load(); h != nil && (*h)(kind) {
+		m.framesDropped.Add(1)
+		return true
+	}
+	if m.cfg.DropRate > 0 && rand.Float64() < m.cfg.DropRate {
+		m.framesDropped.Add(1)
+		return true
+	}
+	return false
 }
 
 // syncPeers makes the sender set match the live membership and returns it.

@@ -1,7 +1,9 @@
 package mesh
 
 import (
+	"encoding/binary"
 	"fmt"
+	"net"
 	"sort"
 	"strings"
 	"sync"
@@ -229,11 +231,18 @@ func TestWrongKeyFramesRejectedAndNeverApplied(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &peer{m: a.m, name: "b", addr: b.m.self.Hint, ch: make(chan []byte, 4), done: make(chan struct{})}
-	a.m.wg.Add(1)
-	go p.run()
-	defer p.close()
-	p.send(other.Seal(f[0]))
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.9")}, Timeout: 2 * time.Second}
+	conn, err := d.Dial("tcp", b.m.self.Hint)
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	defer conn.Close()
+	sealed := other.Seal(f[0])
+	var hdr [lengthPrefix]byte
+	binary.BigEndian.PutUint32(hdr[:], uint32(len(sealed)))
+	if _, err := conn.Write(append(hdr[:], sealed...)); err != nil {
+		t.Fatalf("write: %v", err)
+	}
 	eventually(t, 5*time.Second, "the forged frame to be rejected", func() bool { return b.m.Stats().FramesRejected == 1 })
 	if b.rec.total() != 0 {
 		t.Fatal("a frame sealed with another key was applied")

@@ -120,23 +120,40 @@ type peer struct {
 	m    *Mesh
 	name string
 	addr string
-	ch   chan []byte
+	ch   chan outFrame
 	done chan struct{}
+
+	// lost counts, since the process started, the times hints for this
+	// peer were dropped before numbering (its queue was full, it was
+	// unreachable, the coalescing set overflowed). Every frame carries it
+	// (Stream.Overflow): cumulative, so any later frame that arrives
+	// reveals an overflow even when the frame that first carried it was
+	// lost.
+	lost atomic.Uint64
+}
+
+// outFrame is a frame body shared by every peer (zero stream header, not
+// sealed) and its hint count.
+type outFrame struct {
+	body  []byte
+	hints int
 }
 
 func newPeer(m *Mesh, name, addr string) *peer {
-	p := &peer{m: m, name: name, addr: addr, ch: make(chan []byte, DefaultPeerQueue), done: make(chan struct{})}
+	p := &peer{m: m, name: name, addr: addr, ch: make(chan outFrame, DefaultPeerQueue), done: make(chan struct{})}
 	m.wg.Add(1)
 	go p.run()
 	return p
 }
 
-// send queues a frame without blocking; false when the queue is full.
-func (p *peer) send(frame []byte) bool {
+// send queues a frame without blocking; false (and an overflow recorded
+// for this peer) when the queue is full.
+func (p *peer) send(f outFrame) bool {
 	select {
-	case p.ch <- frame:
+	case p.ch <- f:
 		return true
 	default:
+		p.lost.Add(1)
 		return false
 	}
 }
@@ -149,88 +166,197 @@ func (p *peer) close() {
 	}
 }
 
+// stream is the numbering state of one peer's stream (docs/mesh.md, "Loss
+// detection"), owned by the peer's goroutine.
+type stream struct {
+	epoch uint32 // connections made so far; the current one's number
+	seq   uint64 // last hints frame numbered in this epoch
+	prev  uint64 // last seq of the previous epoch
+}
+
 // run owns the connection: dial on demand, reconnect with back-off, drop
-// (and count) frames while the peer is unreachable rather than block.
+// (and count) frames while the peer is unreachable rather than block, and
+// send a heartbeat every HeartbeatInterval while the stream is open.
 func (p *peer) run() {
 	defer p.m.wg.Done()
 	var (
 		conn    net.Conn
 		w       *bufio.Writer
+		st      stream
 		backoff = 100 * time.Millisecond
 		retryAt time.Time
 		// An idle stream is closed by its sender well before the receiver's
 		// idle deadline would cut it (half of it), so the receiver never
 		// closes a healthy stream under a frame about to be written; the next
-		// frame redials.
+		// frame redials. Heartbeats do not count as activity.
 		idleAfter = p.m.cfg.HintIdleTimeout / 2
 		idle      = time.NewTimer(idleAfter)
+		beat      = time.NewTicker(max(p.m.cfg.HeartbeatInterval, time.Millisecond))
+		lastWrite time.Time
+		stamped   uint64 // p.lost as last written in a frame header
+		// verify: a stream broke with frames possibly in flight; a
+		// heartbeat on the next stream lets the peer check what arrived
+		// (Stream.Prev) even if no hint follows.
+		verify bool
 	)
 	defer idle.Stop()
+	defer beat.Stop()
 	defer func() {
 		if conn != nil {
 			conn.Close()
 		}
 	}()
+	// connect dials when there is no stream; a new stream is a new epoch.
+	connect := func() bool {
+		if conn != nil {
+			return true
+		}
+		if time.Now().Before(retryAt) {
+			return false
+		}
+		c, err := p.m.dialer.Dial("tcp", p.addr)
+		if err != nil {
+			retryAt = time.Now().Add(backoff)
+			backoff = min(backoff*2, 5*time.Second)
+			p.m.log.Debug("hint peer unreachable", "peer", p.name, "addr", p.addr, "error", err)
+			return false
+		}
+		conn, w, backoff = c, bufio.NewWriterSize(c, 64<<10), 100*time.Millisecond
+		st.prev, st.seq = st.seq, 0
+		st.epoch++
+		return true
+	}
+	broken := func(err error) {
+		p.m.log.Debug("hint stream broken", "peer", p.name, "error", err)
+		conn.Close()
+		conn, w = nil, nil
+		retryAt = time.Now().Add(backoff)
+		verify = true
+	}
 	for {
-		var frame []byte
+		var frame outFrame
 		select {
 		case <-p.done:
 			return
 		case <-p.m.stop:
 			return
 		case <-idle.C:
-			if conn != nil {
+			if conn != nil && p.lost.Load() != stamped {
+				// An overflow not yet reported: the next heartbeat carries it.
+				idle.Reset(2 * p.m.cfg.HeartbeatInterval)
+			} else if conn != nil {
 				conn.Close()
 				conn, w = nil, nil
 			}
 			continue
+		case <-beat.C:
+			// Idle: tell the peer the last number sent, so a lost last frame
+			// is learned without waiting for a later one. With no stream,
+			// dial only to report lost hints.
+			if time.Since(lastWrite) < p.m.cfg.HeartbeatInterval/2 || (conn == nil && p.lost.Load() == stamped && !verify) {
+				continue
+			}
+			if !connect() {
+				continue
+			}
+			if err := p.writeHeartbeat(conn, w, st, &stamped); err != nil {
+				broken(err)
+				continue
+			}
+			if err := w.Flush(); err != nil {
+				broken(err)
+				continue
+			}
+			lastWrite, verify = time.Now(), false
+			continue
 		case frame = <-p.ch:
 		}
-		if conn == nil {
-			if time.Now().Before(retryAt) {
-				p.m.queueDropped.Add(1)
-				continue
-			}
-			c, err := p.m.dialer.Dial("tcp", p.addr)
-			if err != nil {
-				p.m.queueDropped.Add(1)
-				retryAt = time.Now().Add(backoff)
-				backoff = min(backoff*2, 5*time.Second)
-				p.m.log.Debug("hint peer unreachable", "peer", p.name, "addr", p.addr, "error", err)
-				continue
-			}
-			conn, w, backoff = c, bufio.NewWriterSize(c, 64<<10), 100*time.Millisecond
+		if !connect() {
+			p.lost.Add(1)
+			p.m.queueDropped.Add(1)
+			continue
 		}
 		// Write this frame and whatever else is queued, then flush once.
-		err := p.write(conn, w, frame)
+		err := p.writeHints(conn, w, &st, &stamped, frame)
 		for err == nil && len(p.ch) > 0 {
-			err = p.write(conn, w, <-p.ch)
+			err = p.writeHints(conn, w, &st, &stamped, <-p.ch)
 		}
 		if err == nil {
 			err = w.Flush()
 		}
 		if err != nil {
-			p.m.log.Debug("hint stream broken", "peer", p.name, "error", err)
-			conn.Close()
-			conn, w = nil, nil
-			retryAt = time.Now().Add(backoff)
+			broken(err)
+		} else {
+			verify = false
 		}
+		lastWrite = time.Now()
 		idle.Reset(idleAfter)
 	}
 }
 
-func (p *peer) write(conn net.Conn, w *bufio.Writer, frame []byte) error {
+// writeHints numbers a hints frame and writes it, unless the chaos knob
+// drops it: numbering first, so a dropped frame is a gap the peer sees, as
+// on a lossy link.
+func (p *peer) writeHints(conn net.Conn, w *bufio.Writer, st *stream, stamped *uint64, f outFrame) error {
+	st.seq++
+	s := Stream{Kind: KindHints, Incarnation: p.m.incarnation, Epoch: st.epoch, Seq: st.seq, Prev: st.prev,
+		Overflow: p.stampLost(stamped)}
+	if p.m.chaosDrop(KindHints) {
+		return nil
+	}
+	frame := make([]byte, len(f.body))
+	copy(frame, f.body)
+	StampStream(frame, s)
+	if err := p.write(conn, w, frame); err != nil {
+		return err
+	}
+	p.m.framesSent.Add(1)
+	p.m.hintsSent.Add(uint64(f.hints))
+	return nil
+}
+
+// writeHeartbeat writes a heartbeat carrying the stream's last number (and
+// any lost-hint count), subject to the chaos knob like any frame.
+func (p *peer) writeHeartbeat(conn net.Conn, w *bufio.Writer, st stream, stamped *uint64) error {
+	s := Stream{Kind: KindHeartbeat, Incarnation: p.m.incarnation, Epoch: st.epoch, Seq: st.seq, Prev: st.prev,
+		Overflow: p.stampLost(stamped)}
+	frame, err := EncodeHeartbeat(p.m.cfg.Name, s)
+	if err != nil {
+		return err
+	}
+	if p.m.chaosDrop(KindHeartbeat) {
+		return nil
+	}
+	if err := p.write(conn, w, frame); err != nil {
+		return err
+	}
+	p.m.heartbeatsSent.Add(1)
+	return nil
+}
+
+// stampLost returns the overflow count for a frame header (its low 32
+// bits: the receiver compares values, so wrapping is harmless) and counts
+// an overflow signal when it changed since the last frame.
+func (p *peer) stampLost(stamped *uint64) uint32 {
+	n := p.lost.Load()
+	if n != *stamped {
+		p.m.overflowSent.Add(1)
+		*stamped = n
+	}
+	return uint32(n)
+}
+
+// write seals a stamped frame and writes it with its length prefix.
+func (p *peer) write(conn net.Conn, w *bufio.Writer, plain []byte) error {
+	frame := p.m.sealer.Seal(plain)
 	_ = conn.SetWriteDeadline(time.Now().Add(DefaultWriteTimeout))
 	var hdr [lengthPrefix]byte
 	binary.BigEndian.PutUint32(hdr[:], uint32(len(frame)))
 	if _, err := w.Write(hdr[:]); err != nil {
 		return err
 	}
-	if _, err := w.Write(frame); err != nil {
-		return err
-	}
-	p.m.framesSent.Add(1)
-	return nil
+	_, err := w.Write(frame)
+	return err
 }
 
 // acceptLoop serves inbound hint streams, at most DefaultMaxInbound at once
@@ -366,6 +492,25 @@ func (m *Mesh) apply(frame []byte, from string) error {
 	f, err := DecodeFrame(frame)
 	if err != nil {
 		return err
+	}
+	var gap, overflow bool
+	if f.Version == FrameVersion {
+		gap, overflow = m.gaps.observe(f.Sender, f.Stream)
+		if gap {
+			m.gapsSeen.Add(1)
+		}
+		if overflow {
+			m.overflowSeen.Add(1)
+		}
+	}
+	if (gap || overflow) && m.lossRecv != nil {
+		// Before the hints of this frame: they are applied as remote marks
+		// either way, and the early reseed runs from another goroutine.
+		m.lossRecv.HintsLost(f.Sender)
+	}
+	if f.Version == FrameVersion && f.Stream.Kind == KindHeartbeat {
+		m.heartbeatsRecv.Add(1)
+		return nil
 	}
 	m.framesRecv.Add(1)
 	total := 0

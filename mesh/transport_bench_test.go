@@ -132,13 +132,14 @@ func BenchmarkTransport(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.Cleanup(z.Close)
-		sender := &Mesh{log: hclog.NewNullLogger(), stop: make(chan struct{})}
+		sender := &Mesh{log: hclog.NewNullLogger(), stop: make(chan struct{}), incarnation: 1,
+			cfg: Config{Name: "s", HeartbeatInterval: DefaultHeartbeatInterval, HintIdleTimeout: DefaultHintIdleTimeout}}
 		p := newPeer(sender, "z", z.self.Hint)
 		b.Cleanup(func() { close(sender.stop); sender.wg.Wait() })
 		tw := timeWait()
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
-			for !p.send(frame) {
+			for !p.send(outFrame{body: frame, hints: 100}) {
 				time.Sleep(10 * time.Microsecond) // the benchmark waits; the product drops
 			}
 		}

@@ -145,6 +145,10 @@ func (c Config) Validate() error {
 			bad("Broker.Hotlist.WindowBatch", fmt.Errorf("%d: want 1 or more", b.Hotlist.WindowBatch))
 		}
 		positive("Broker.Hotlist.ReseedInterval", b.Hotlist.ReseedInterval)
+		positive("Broker.Hotlist.EarlyReseedMin", b.Hotlist.EarlyReseedMin)
+		if b.Hotlist.EarlyReseedRate < 1 {
+			bad("Broker.Hotlist.EarlyReseedRate", fmt.Errorf("%d: want 1 or more", b.Hotlist.EarlyReseedRate))
+		}
 		if b.Hotlist.IdleSweep < 0 {
 			bad("Broker.Hotlist.IdleSweep", fmt.Errorf("%v: want 0 (off) or more", b.Hotlist.IdleSweep))
 		}
@@ -180,6 +184,7 @@ func (c Config) Validate() error {
 		positive("Mesh.Timings.ProbeTimeout", m.Timings.ProbeTimeout)
 		positive("Mesh.HintFrameTimeout", m.HintFrameTimeout)
 		positive("Mesh.HintIdleTimeout", m.HintIdleTimeout)
+		positive("Mesh.HeartbeatInterval", m.HeartbeatInterval)
 		if m.HintRate < 1 {
 			bad("Mesh.HintRate", fmt.Errorf("%d: want 1 or more", m.HintRate))
 		}

@@ -303,6 +303,7 @@ func derefInt(i *int32) int32 {
 // ReseedRow is one probably-pending partition.
 type ReseedRow struct {
 	PartitionID, Name string
+	AgeMs             *int64 // since its last write, on the database's clock; nil before the first push
 }
 
 // ReseedPage returns up to limit probably-pending partitions of (queue,
@@ -312,7 +313,7 @@ func (db *DB) ReseedPage(ctx context.Context, tenant, queue, group, after string
 	if after != "" {
 		afterArg = after
 	}
-	rs, err := db.pool.Query(ctx, `SELECT o_pid::text, o_name FROM queen.hotlist_reseed_v1($1, $2, $3, $4::uuid, $5)`,
+	rs, err := db.pool.Query(ctx, `SELECT o_pid::text, o_name, o_age_ms FROM queen.hotlist_reseed_v2($1, $2, $3, $4::uuid, $5)`,
 		tenant, queue, group, afterArg, limit)
 	if err != nil {
 		return nil, fmt.Errorf("reseed %s/%s: %w", queue, group, err)

@@ -173,6 +173,19 @@ func settings() []setting {
 				c.Node.Broker.Hotlist.WindowBatch, err = intIn(v, 1, 1000000)
 				return err
 			}},
+		// Early reseeds after lost hints (docs/hotlist.md, issue 13).
+		{env: "QUEEN_HOTLIST_EARLY_RESEED_MS", flag: "hotlist-early-reseed-ms", def: ms(d.Broker.Hotlist.EarlyReseedMin),
+			usage: "after lost hints: at most one early reseed per ring per this interval",
+			apply: func(c *Config, v string) error {
+				return durationMS(v, &c.Node.Broker.Hotlist.EarlyReseedMin, 10, 86400000)
+			}},
+		{env: "QUEEN_HOTLIST_EARLY_RESEED_RATE", flag: "hotlist-early-reseed-rate", def: strconv.Itoa(d.Broker.Hotlist.EarlyReseedRate),
+			usage: "after lost hints: early reseeds per second over all rings (burst: one second's worth)",
+			apply: func(c *Config, v string) error {
+				var err error
+				c.Node.Broker.Hotlist.EarlyReseedRate, err = intIn(v, 1, 1000000)
+				return err
+			}},
 		{env: "QUEEN_HOTLIST_TRACE", flag: "hotlist-trace", usage: "queue-name prefix for trace breadcrumbs (empty = off)",
 			apply: func(c *Config, v string) error {
 				c.Node.Broker.Hotlist.TracePrefix = v
@@ -350,6 +363,9 @@ func settings() []setting {
 		{env: "QUEEN_MESH_HINT_IDLE_TIMEOUT_MS", flag: "mesh-hint-idle-timeout-ms", def: ms(d.Mesh.HintIdleTimeout),
 			usage: "inbound hint stream: quiet allowed between frames (senders close idle streams at half of it; same value on every node)",
 			apply: func(c *Config, v string) error { return durationMS(v, &c.Node.Mesh.HintIdleTimeout, 1000, 86400000) }},
+		{env: "QUEEN_MESH_HEARTBEAT_MS", flag: "mesh-heartbeat-ms", def: ms(d.Mesh.HeartbeatInterval),
+			usage: "an open hint stream silent for this long sends a heartbeat with its last frame number (loss detection)",
+			apply: func(c *Config, v string) error { return durationMS(v, &c.Node.Mesh.HeartbeatInterval, 10, 60000) }},
 		{env: "QUEEN_MESH_HINT_RATE", flag: "mesh-hint-rate", def: strconv.Itoa(d.Mesh.HintRate),
 			usage: "received hints one peer may have applied per second (burst: one second's worth); the excess is dropped and counted",
 			apply: func(c *Config, v string) error {
