@@ -168,6 +168,9 @@ func (r *Runner) Register(ctx context.Context) error {
 // registration error.
 func (r *Runner) Run(ctx context.Context) error {
 	if err := r.Register(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while registering, as during the loop
+		}
 		return err
 	}
 	var wg sync.WaitGroup
