@@ -1,0 +1,298 @@
+package clustertest
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Rolling restart: every node of three is stopped gracefully (SIGTERM)
+// and started again with the same name and ports, one after another,
+// while producers and consumers run through random running nodes. A
+// client whose request fails with a transport error (refused, reset) or a
+// 5xx retries it on another node. Asserts: no client request is answered
+// 5xx (a graceful stop drains: parked long-polls answer 204, in-flight
+// requests finish), every stop completes within the grace, nothing is lost
+// (the checker), and no hint or reseed storm: during the restarts the
+// nodes send at most one hint per pushed message and peer, and reseed at
+// most a few times per ring and restart. QUEEN_SOAK=1 restarts every node
+// five times over (rolling rounds) instead of once.
+func TestRollingRestart(t *testing.T) {
+	rounds, rate := 1, 500.0
+	if os.Getenv("QUEEN_SOAK") == "1" {
+		rounds = 5
+	}
+	const n = 3
+	c := startCluster(t, n, nil)
+	obs := observeResponses(c)
+	// About 8 s of load per restart plus 8 s before and after, so the
+	// producers are still pushing when the last node comes back.
+	msgs := int(rate) * (16 + 8*n*rounds)
+	w := startWorkload(t, c, WorkloadSpec{
+		Messages: msgs, Rate: rate, Partitions: 40, Producers: 3, PushBatch: [2]int{1, 20},
+		ConsumersPerGroup: 3, PopBatches: []int{1, 10, 50}, LeaseTime: 5,
+		Timeout: time.Duration(2+rounds) * time.Minute,
+	})
+	mon := startRateMonitor(c, 200*time.Millisecond)
+	defer mon.Close()
+
+	time.Sleep(4 * time.Second) // baseline load on the full cluster
+	first := time.Now()
+	var stops, cycles []time.Duration
+	for r := 0; r < rounds; r++ {
+		for i := 0; i < n; i++ {
+			t0 := time.Now()
+			c.Stop(i)
+			stop := time.Since(t0)
+			if stop >= stopGrace {
+				t.Errorf("round %d: %s needed SIGKILL: the graceful stop took %v", r, c.Node(i).Name, stop.Round(time.Millisecond))
+			}
+			c.Restart(i) // start, /health 200, every node lists every node alive
+			cycles = append(cycles, time.Since(t0))
+			stops = append(stops, stop)
+			t.Logf("round %d: %s stopped in %v, back and alive everywhere %v after the SIGTERM", r, c.Node(i).Name,
+				stop.Round(time.Millisecond), time.Since(t0).Round(time.Millisecond))
+			time.Sleep(time.Second) // the full cluster serves for a moment before the next restart
+		}
+	}
+	last := time.Now()
+	if w.pushEnd.Load() != 0 {
+		t.Errorf("the producers finished before the last restart did: the restarts were not under load (raise Messages)")
+	}
+	time.Sleep(2 * time.Second)
+	after := time.Now()
+	rep := w.Check(fmt.Sprintf("rolling restart (3 nodes, %d round(s))", rounds), CheckOptions{})
+	if rep.Messages != msgs {
+		t.Errorf("pushed %d of %d messages", rep.Messages, msgs)
+	}
+	t.Logf("graceful stop: %s; stop to alive everywhere: %s", fmtDurations(stops), fmtDurations(cycles))
+
+	// What the clients saw.
+	reqs, fivexx, transport := obs.snapshot()
+	t.Logf("client requests %d; transport errors (retried on another node): %s; 5xx: %d", reqs, fmtClasses(transport), len(fivexx))
+	for _, s := range fivexx {
+		t.Errorf("a client got a 5xx during the rolling restart: %s", s)
+	}
+
+	// Hint and reseed rates: before, during and after the restarts.
+	mon.poll()
+	t.Logf("| window | length | pushed msg/s | hints sent/s | frames sent/s | reseeds/s | reseed rows/s | totals |")
+	t.Logf("| --- | --- | --- | --- | --- | --- | --- | --- |")
+	bd, bs, bp := mon.window(w.started, first)
+	logRates(t, "before (full cluster)", bd, bs, bp)
+	d, secs, peak := mon.window(first, last)
+	logRates(t, "during the restarts", d, secs, peak)
+	ad, as, ap := mon.window(last, after)
+	logRates(t, "after", ad, as, ap)
+	// A hint names one partition for one peer and comes only from a push
+	// (broker/push.go), so more hints than (n-1) x pushed messages would be
+	// a storm, e.g. replays to a rejoining peer.
+	if lim := int64(n-1)*d.Pushed + 50; d.HintsSent > lim {
+		t.Errorf("hint storm: %d hints sent during the restarts for %d pushed messages (at most %d)", d.HintsSent, d.Pushed, lim)
+	}
+	// Each node has one ring per group. A restart cold-starts the restarted
+	// node's rings (one reseed each); the floor reseeds each ring once per
+	// QUEEN_HOTLIST_RESEED_MS (30 s); an early reseed after a lost hint or
+	// a reconnect may add one per ring and peer. Five times that is the
+	// bound: a storm is one reseed per pop or per hint, hundreds per second.
+	rings := int64(n * len(w.spec.Groups))
+	floors := int64(secs/30) + 1
+	restarts := int64(rounds * n)
+	if lim := 5 * (rings*floors + restarts*int64(len(w.spec.Groups))*int64(n)); d.Reseeds > lim {
+		t.Errorf("reseed storm: %d reseeds in %.1f s of restarts (at most %d)", d.Reseeds, secs, lim)
+	}
+}
+
+func fmtClasses(m map[string]int) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	var parts []string
+	for _, k := range ks {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// freeze stops node i's process with SIGSTOP (it keeps its sockets, so
+// peers see a node that stopped answering, as in a long network
+// partition or a VM pause) and returns the function that resumes it.
+func (c *Cluster) freeze(i int) (resume func()) {
+	c.t.Helper()
+	nd := c.Node(i)
+	nd.mu.Lock()
+	p := nd.proc
+	nd.mu.Unlock()
+	if err := p.Signal(syscall.SIGSTOP); err != nil {
+		c.t.Fatalf("SIGSTOP %s: %v", nd.Name, err)
+	}
+	resumed := false
+	resume = func() {
+		if !resumed {
+			resumed = true
+			if err := p.Signal(syscall.SIGCONT); err != nil {
+				c.t.Errorf("SIGCONT %s: %v", nd.Name, err)
+			}
+		}
+	}
+	// Registered after the cluster's teardown, so it runs first (LIFO): a
+	// stopped process would ignore the teardown's SIGTERM.
+	c.t.Cleanup(resume)
+	return resume
+}
+
+// Long mesh partition: node C is frozen with SIGSTOP until its peers
+// declare it dead (memberlist's suspicion timeout, about 1 s with the
+// harness's 200 ms probes), messages are pushed through A and B while it is
+// away (their hints cannot reach it: a dead member gets none), and it is
+// resumed after at least 4 s. Its rings were warm before the freeze and
+// know nothing of those messages, so they must not be trusted: C's first
+// pop, a long-poll (wait=true, which parks on an empty ring with no SQL),
+// must return messages pushed while it was away within 3 s, far below the
+// 30 s reseed floor. Then everything drains through C, and once C is alive
+// in everyone's list again, pushes on A and B wake pops parked on C.
+// TestLateJoiner covers the other way in: a fresh node joining a cluster
+// that ran a while.
+func TestLongPartition(t *testing.T) {
+	const A, B, C = 0, 1, 2
+	const parts = 4
+	const firstPopBound = 3 * time.Second
+	c := startCluster(t, 3, nil)
+	rec := newRecorder("away", parts)
+	c.Configure(A, rec.queue, map[string]any{"leaseTime": 30})
+	seq := make([]int, parts)
+	pushAll := func(node, k int) { // k more messages in every partition
+		for p := 0; p < parts; p++ {
+			ks := make([]key, k)
+			for j := range ks {
+				seq[p]++
+				ks[j] = key{p, seq[p]}
+			}
+			pushKeys(t, c, rec, node, ks...)
+		}
+	}
+	total := func() int {
+		s := 0
+		for _, v := range seq {
+			s += v
+		}
+		return s
+	}
+	drainOn := func(node int, q map[string]string, within time.Duration) {
+		t.Helper()
+		deadline := time.Now().Add(within)
+		for rec.ackedCount("ag") < total() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d of %d acked after %v", c.Node(node).Name, rec.ackedCount("ag"), total(), within)
+			}
+			v := map[string][]string{"batch": {"100"}}
+			for k, x := range q {
+				v[k] = []string{x}
+			}
+			if ms := popKeys(t, c, rec, node, "ag", v); ms != nil {
+				ackKeys(t, c, rec, node, "ag", ms)
+			}
+		}
+	}
+
+	// Warm C's ring: the first pops provision the group and register the
+	// ring, a later one reseeds it; C then consumes a first round.
+	start := time.Now()
+	for i := 0; i < 2; i++ {
+		if ms := popKeys(t, c, rec, C, "ag", map[string][]string{"batch": {"1"}}); ms != nil {
+			t.Fatalf("warm-up pop returned %d messages", len(ms))
+		}
+	}
+	pushAll(A, 1)
+	drainOn(C, map[string]string{"wait": "true", "timeout": "2000"}, 20*time.Second)
+	if st := c.MustStatus(C); st.Hotlist.Rings < 1 || st.Hotlist.Reseeds < 1 {
+		t.Fatalf("C's ring is not warm before the freeze: rings %d reseeds %d", st.Hotlist.Rings, st.Hotlist.Reseeds)
+	}
+
+	resume := c.freeze(C)
+	frozen := time.Now()
+	name := c.Node(C).Name
+	dead := waitUntil(t, 15*time.Second, "A and B to declare the frozen node dead", func() bool {
+		for _, i := range []int{A, B} {
+			st, err := c.Status(i)
+			if err != nil || st.memberState(name) == "alive" {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("%s frozen (SIGSTOP); A and B list it dead after %v", name, dead.Round(time.Millisecond))
+	pushAll(A, 5)
+	pushAll(B, 5)
+	if away := 4*time.Second - time.Since(frozen); away > 0 {
+		time.Sleep(away) // a partition of at least 4 s, several suspicion timeouts
+	}
+	resume()
+	resumed := time.Now()
+	t.Logf("%s resumed (SIGCONT) after %v away; %d messages pushed meanwhile", name, resumed.Sub(frozen).Round(time.Millisecond), parts*10)
+
+	// The first pop after the partition: a long-poll.
+	ms, at, err := popRecorded(c, rec, C, "ag", map[string][]string{"batch": {"100"}, "partitions": {"4"}, "wait": {"true"}, "timeout": {"10000"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ms) == 0 {
+		t.Fatalf("C's first pop after the partition (wait=true, 10 s) returned nothing: its stale ring was trusted")
+	}
+	first := at.Sub(resumed)
+	t.Logf("C's first pop after the partition (wait=true) returned %d messages %v after SIGCONT", len(ms), first.Round(time.Millisecond))
+	if first > firstPopBound {
+		t.Errorf("C's first pop after the partition took %v (bound %v): its stale ring was trusted until a reseed", first, firstPopBound)
+	}
+	ackKeys(t, c, rec, C, "ag", ms)
+	drainOn(C, map[string]string{"wait": "true", "timeout": "2000"}, 30*time.Second)
+	c.waitMembership(convergeTimeout)
+	t.Logf("%s alive in every list again %v after SIGCONT", name, time.Since(resumed).Round(time.Millisecond))
+
+	// Pushes on A and B wake pops parked on C.
+	var lat []time.Duration
+	for i := 0; i < 6; i++ {
+		type result struct {
+			msgs []popMsg
+			at   time.Time
+			err  error
+		}
+		done := make(chan result, 1)
+		go func() {
+			ms, at, err := popRecorded(c, rec, C, "ag", map[string][]string{"batch": {"1"}, "wait": {"true"}, "timeout": {"10000"}})
+			done <- result{ms, at, err}
+		}()
+		waitUntil(t, 5*time.Second, "a pop parked on C", func() bool {
+			st, err := c.Status(C)
+			return err == nil && st.Requests.Parked >= 1
+		})
+		time.Sleep(20 * time.Millisecond) // past its first look at the ring
+		p := i % parts
+		seq[p]++
+		k := key{p, seq[p]}
+		via := []int{A, B}[i%2]
+		pushKeys(t, c, rec, via, k)
+		r := <-done
+		if r.err != nil || len(r.msgs) != 1 {
+			t.Fatalf("wake trial %d on C (push via %s): %d messages, %v", i, c.Node(via).Name, len(r.msgs), r.err)
+		}
+		ackKeys(t, c, rec, C, "ag", r.msgs)
+		rec.mu.Lock()
+		lat = append(lat, r.at.Sub(rec.pushes[k].start))
+		rec.mu.Unlock()
+	}
+	t.Logf("push on A or B -> pop parked on C after the partition: %s", fmtDurations(lat))
+	if _, _, _, mx := percentiles(lat); mx > 2*time.Second {
+		t.Errorf("a wake on C after the partition took %v (bound 2 s)", mx)
+	}
+	checkRecorder(t, c, rec, "long partition: consumed on the frozen node", []string{"ag"}, 30*time.Second, time.Since(start), CheckOptions{})
+}
