@@ -163,7 +163,8 @@ func (b *Broker) startChurnWatch() {
 	if b.hot == nil || b.cfg.Churn.Check <= 0 {
 		return
 	}
-	w := &churnWatch{cfg: b.cfg.Churn}
+	// A freeze before the first tick is a stall too.
+	w := &churnWatch{cfg: b.cfg.Churn, lastCheck: time.Now()}
 	log := b.hotLog.Named("churn")
 	b.every(b.cfg.Churn.Check, func(time.Time) {
 		// The tick's own time is when the runtime sent it, which after a

@@ -322,5 +322,12 @@ func TestLongPartition(t *testing.T) {
 	if _, _, _, mx := percentiles(lat); mx > 2*time.Second {
 		t.Errorf("a wake on C after the partition took %v (bound 2 s)", mx)
 	}
+	if b, err := os.ReadFile(c.Node(C).LogPath); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.Contains(l, "churn") {
+				t.Logf("C's log: %s", l)
+			}
+		}
+	}
 	checkRecorder(t, c, rec, "long partition: consumed on the frozen node", []string{"ag"}, 30*time.Second, time.Since(start), CheckOptions{})
 }
