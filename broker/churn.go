@@ -185,6 +185,11 @@ func (b *Broker) startChurnWatch() {
 		rings := b.hot.DueReseeds(start.Add(hc.ReseedInterval + hc.MaxPhase))
 		for _, r := range rings {
 			b.runReseed(r)
+			if r.Ready(time.Now()) {
+				// Long-polls parked on the stale ring take what it found now
+				// rather than at their next re-poll.
+				b.gates.notify(r.Key())
+			}
 		}
 		b.churn.passes.Add(1)
 		b.churn.reseeds.Add(int64(len(rings)))
