@@ -45,6 +45,19 @@ func TestRollingRestart(t *testing.T) {
 		ProducerNodes: all, ConsumerNodes: all,
 		Timeout: time.Duration(2+rounds) * time.Minute,
 	})
+	// The drain probe's queue and group exist on every node before the
+	// restarts (first contact provisions; later pops park).
+	c.Configure(0, "drain-probe", map[string]any{"leaseTime": 30})
+	for i := 0; i < n; i++ {
+		for k := 0; k < 2; k++ {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			code, body, err := c.do(ctx, i, "GET", "/api/v1/pop/queue/drain-probe?consumerGroup=probe", nil)
+			cancel()
+			if err != nil || code != 204 {
+				t.Fatalf("drain probe warm-up on %s: %d %s %v", c.Node(i).Name, code, body, err)
+			}
+		}
+	}
 	mon := startRateMonitor(c, 200*time.Millisecond)
 	defer mon.Close()
 
@@ -53,11 +66,41 @@ func TestRollingRestart(t *testing.T) {
 	var stops, cycles []time.Duration
 	for r := 0; r < rounds; r++ {
 		for i := 0; i < n; i++ {
+			// A long-poll parked on the node when it stops must be answered
+			// 204 at once (the drain), not held for its 30 s timeout, cut
+			// by a SIGKILL or answered 5xx.
+			type probeResult struct {
+				code int
+				err  error
+				at   time.Time
+			}
+			probe := make(chan probeResult, 1)
+			parked0 := c.MustStatus(i).Requests.Parked
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+				defer cancel()
+				code, _, err := c.do(ctx, i, "GET", "/api/v1/pop/queue/drain-probe?wait=true&timeout=30000&consumerGroup=probe", nil)
+				probe <- probeResult{code, err, time.Now()}
+			}()
+			waitUntil(t, 5*time.Second, "the drain probe to park", func() bool {
+				st, err := c.Status(i)
+				return err == nil && st.Requests.Parked > parked0
+			})
 			t0 := time.Now()
 			c.Stop(i)
 			stop := time.Since(t0)
 			if stop >= stopGrace {
 				t.Errorf("round %d: %s needed SIGKILL: the graceful stop took %v", r, c.Node(i).Name, stop.Round(time.Millisecond))
+			}
+			select {
+			case pr := <-probe:
+				if pr.err != nil || pr.code != 204 {
+					t.Errorf("round %d: the long-poll parked on %s when it stopped got %d %v, want 204", r, c.Node(i).Name, pr.code, pr.err)
+				} else if d := pr.at.Sub(t0); d > 2*time.Second {
+					t.Errorf("round %d: the long-poll parked on %s was answered %v after the SIGTERM", r, c.Node(i).Name, d.Round(time.Millisecond))
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("round %d: the long-poll parked on %s was not answered 10 s after it stopped", r, c.Node(i).Name)
 			}
 			c.Restart(i) // start, /health 200, every node lists every node alive
 			cycles = append(cycles, time.Since(t0))
