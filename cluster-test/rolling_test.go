@@ -139,6 +139,10 @@ func TestRollingRestart(t *testing.T) {
 	logRates(t, "during the restarts", d, secs, peak)
 	ad, as, ap := mon.window(last, after)
 	logRates(t, "after", ad, as, ap)
+	for i := 0; i < n; i++ {
+		p, r := churnCounts(t, c, i)
+		t.Logf("%s since its last start: %d churn passes reseeded %d rings", c.Node(i).Name, p, r)
+	}
 	// A hint names one partition for one peer and comes only from a push
 	// (broker/push.go), so more hints than (n-1) x pushed messages would be
 	// a storm, e.g. replays to a rejoining peer.
@@ -161,6 +165,12 @@ func TestRollingRestart(t *testing.T) {
 // churnReseeds reads node i's hotlist.churn_reseeds from /status (0 when
 // absent).
 func churnReseeds(t *testing.T, c *Cluster, i int) int64 {
+	_, r := churnCounts(t, c, i)
+	return r
+}
+
+// churnCounts reads node i's hotlist.churn_passes and churn_reseeds.
+func churnCounts(t *testing.T, c *Cluster, i int) (passes, reseeds int64) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -170,13 +180,14 @@ func churnReseeds(t *testing.T, c *Cluster, i int) int64 {
 	}
 	var st struct {
 		Hotlist struct {
+			ChurnPasses  int64 `json:"churn_passes"`
 			ChurnReseeds int64 `json:"churn_reseeds"`
 		} `json:"hotlist"`
 	}
 	if err := json.Unmarshal(body, &st); err != nil {
 		t.Fatalf("status of %s: %v", c.Node(i).Name, err)
 	}
-	return st.Hotlist.ChurnReseeds
+	return st.Hotlist.ChurnPasses, st.Hotlist.ChurnReseeds
 }
 
 // compactNames is names with repeats counted: [p-000 x10 p-001 x10].
