@@ -7,6 +7,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -58,6 +59,7 @@ func TestRollingRestart(t *testing.T) {
 			}
 		}
 	}
+	burst := newStopBurst(t, c)
 	mon := startRateMonitor(c, 200*time.Millisecond)
 	defer mon.Close()
 
@@ -86,6 +88,7 @@ func TestRollingRestart(t *testing.T) {
 				st, err := c.Status(i)
 				return err == nil && st.Requests.Parked > parked0
 			})
+			bursting := burst.start(i)
 			t0 := time.Now()
 			c.Stop(i)
 			stop := time.Since(t0)
@@ -103,6 +106,7 @@ func TestRollingRestart(t *testing.T) {
 				t.Fatalf("round %d: the long-poll parked on %s was not answered 10 s after it stopped", r, c.Node(i).Name)
 			}
 			c.Restart(i) // start, /health 200, every node lists every node alive
+			bursting.Wait()
 			cycles = append(cycles, time.Since(t0))
 			stops = append(stops, stop)
 			t.Logf("round %d: %s stopped in %v, back and alive everywhere %v after the SIGTERM", r, c.Node(i).Name,
@@ -117,6 +121,7 @@ func TestRollingRestart(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	after := time.Now()
 	rep := w.Check(fmt.Sprintf("rolling restart (3 nodes, %d round(s))", rounds), CheckOptions{})
+	burst.check()
 	if rep.Messages != msgs {
 		t.Errorf("pushed %d of %d messages", rep.Messages, msgs)
 	}
@@ -218,6 +223,106 @@ func fmtClasses(m map[string]int) string {
 		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// stopBurst keeps pushes in flight on a node while it stops: 8 pushers,
+// one partition each of the stop-burst queue, push one message at a time
+// to the stopping node until it refuses, then push that message through
+// another node (same transaction id) and end. A graceful stop must answer
+// what it accepted (201) and refuse the rest at the connection, never 5xx.
+type stopBurst struct {
+	t     *testing.T
+	c     *Cluster
+	rec   *Recorder
+	seq   [8]int
+	began time.Time
+}
+
+func newStopBurst(t *testing.T, c *Cluster) *stopBurst {
+	b := &stopBurst{t: t, c: c, rec: newRecorder("stop-burst", 8), began: time.Now()}
+	c.Configure(0, b.rec.queue, map[string]any{"leaseTime": 30})
+	return b
+}
+
+// start launches the pushers on node i; the caller stops the node and
+// waits on the returned group.
+func (b *stopBurst) start(i int) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	started := make(chan struct{}, len(b.seq))
+	for p := range b.seq {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			first := true
+			until := time.Now().Add(10 * time.Second) // in case no push of this pusher is ever refused
+			for time.Now().Before(until) {
+				b.seq[p]++
+				k := key{p, b.seq[p]}
+				node := i
+				for attempt := 0; ; attempt++ {
+					code, err := b.push(node, k)
+					if first {
+						first = false
+						started <- struct{}{}
+					}
+					if err == nil && code == 201 {
+						break
+					}
+					if err == nil && code < 500 {
+						b.t.Errorf("stop burst: push %v via %s: %d", k, b.c.Node(node).Name, code)
+						return
+					}
+					if attempt > 100 {
+						b.t.Errorf("stop burst: push %v never got a 201: %d %v", k, code, err)
+						return
+					}
+					node = (i + 1 + attempt%2) % len(b.c.Nodes()) // another node
+					time.Sleep(50 * time.Millisecond)
+				}
+				if node != i {
+					return // the stopping node refused: its part is over
+				}
+			}
+		}()
+	}
+	for range b.seq {
+		<-started // every pusher has a first push through before the stop
+	}
+	return &wg
+}
+
+func (b *stopBurst) push(node int, k key) (int, error) {
+	pl, _ := json.Marshal(payload{P: k.p, S: k.s, R: b.rec.run})
+	body := map[string]any{"items": []map[string]any{{"queue": b.rec.queue, "partition": b.rec.partName(k.p),
+		"payload": json.RawMessage(pl), "transactionId": b.rec.txID(k)}}}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	start := time.Now()
+	code, resp, err := b.c.do(ctx, node, "POST", "/api/v1/push", body)
+	if err == nil && code == 201 {
+		var res []struct {
+			Status string `json:"status"`
+		}
+		if json.Unmarshal(resp, &res) != nil || len(res) != 1 || (res[0].Status != "queued" && res[0].Status != "duplicate") {
+			return 0, fmt.Errorf("push: bad 201 body %s", resp)
+		}
+		b.rec.pushed([]key{k}, pushRec{start: start, done: time.Now(), node: node, attempts: 1})
+	}
+	return code, err
+}
+
+// check consumes the burst queue through node 0 and runs the checker: no
+// push answered 201 is lost, none is duplicated.
+func (b *stopBurst) check() {
+	b.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for b.rec.ackedCount("bg") < b.rec.pushedCount() && time.Now().Before(deadline) {
+		if ms := popKeys(b.t, b.c, b.rec, 0, "bg", map[string][]string{"batch": {"100"}, "partitions": {"8"}}); ms != nil {
+			ackKeys(b.t, b.c, b.rec, 0, "bg", ms)
+		}
+	}
+	b.t.Logf("stop burst: %d messages pushed one at a time through each node as it stopped (a refused one again elsewhere); no 5xx among them (counted with the rest)", b.rec.pushedCount())
+	checkRecorder(b.t, b.c, b.rec, "pushes in flight while a node stops", []string{"bg"}, 30*time.Second, time.Since(b.began), CheckOptions{})
 }
 
 // freeze stops node i's process with SIGSTOP (it keeps its sockets, so
