@@ -181,9 +181,19 @@ func (b *Broker) startChurnWatch() {
 		hc := b.hot.Config()
 		// DueReseeds claims every ring due by then: with the floor interval
 		// plus the largest phase ahead, that is every ring not reseeding
-		// already. Each keeps its floor phase (EndReseedWalk).
+		// already (a reseed that began before the event is covered by the
+		// follow-up pass). Each keeps its floor phase (EndReseedWalk).
 		rings := b.hot.DueReseeds(start.Add(hc.ReseedInterval + hc.MaxPhase))
-		for _, r := range rings {
+		for i, r := range rings {
+			select {
+			case <-b.stop:
+				// Closing: release the claims not run, without a pass.
+				for _, rest := range rings[i:] {
+					b.hot.EndReseed(rest, false, time.Now())
+				}
+				return
+			default:
+			}
 			b.runReseed(r)
 			if r.Ready(time.Now()) {
 				// Long-polls parked on the stale ring take what it found now
@@ -193,7 +203,7 @@ func (b *Broker) startChurnWatch() {
 		}
 		b.churn.passes.Add(1)
 		b.churn.reseeds.Add(int64(len(rings)))
-		log.Info("reseeded every ring after a membership change", "reason", reason, "rings", len(rings),
+		log.Info("reseeded every ring after churn", "reason", reason, "rings", len(rings),
 			"took", time.Since(start).Round(time.Millisecond))
 		// The pass's own time is not a stall.
 		w.lastCheck = time.Now()
