@@ -35,6 +35,7 @@ type Broker struct {
 	}
 
 	stats Stats
+	churn churnStats   // the churn reseed's counters (churn.go)
 	maint *maintenance // maintenance modes and the push buffer (maintenance.go)
 
 	started   time.Time
@@ -107,6 +108,7 @@ func New(ctx context.Context, cfg Config, log hclog.Logger) (*Broker, error) {
 			b.hotLog.Debug("trace "+event, append([]any{"queue", queueName(key)}, kv...)...)
 		})
 		b.startHotLoops()
+		b.startChurnWatch()
 	}
 	// Last: its loops may replay buffered pushes at once.
 	if err := b.startMaintenance(ctx); err != nil {
@@ -125,6 +127,9 @@ func (c *Config) validate() error {
 	}
 	if c.PopBackoffMax < c.PopBackoffMin {
 		c.PopBackoffMax = max(DefaultPopBackoffMax, c.PopBackoffMin)
+	}
+	if err := c.Churn.validate(); err != nil {
+		return err
 	}
 	if c.MaxPopBytes < 0 {
 		return fmt.Errorf("max pop bytes %d: want 0 (no bound) or more", c.MaxPopBytes)

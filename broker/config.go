@@ -44,6 +44,10 @@ type Config struct {
 	DefaultSubscription string        // server-wide default subscription mode: "" (= all), "new"
 
 	Maintenance MaintenanceConfig // push buffer and switch refresh (maintenance.go), default DefaultMaintenanceConfig()
+
+	// Churn: reseed every ring at once after a membership change or a
+	// freeze (churn.go), default DefaultChurnConfig(); zero = off.
+	Churn ChurnConfig
 }
 
 // PGConfig is the broker's PostgreSQL pool.
@@ -75,5 +79,6 @@ func DefaultConfig() Config {
 			Config: hotlist.DefaultConfig()},
 		LogTopNQueues: DefaultLogTopN,
 		Maintenance:   DefaultMaintenanceConfig(),
+		Churn:         DefaultChurnConfig(),
 	}
 }

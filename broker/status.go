@@ -55,6 +55,8 @@ type HotlistSnapshot struct {
 	Enabled bool
 	hotlist.Stats
 	TopRings []hotlist.RingStat // the busiest rings, at most Config.LogTopNQueues
+	// The churn reseed (churn.go): passes over every ring, rings reseeded.
+	ChurnPasses, ChurnReseeds int64
 }
 
 // MeshSnapshot is the mesh's figures; Enabled is false (and the rest zero)
@@ -89,7 +91,8 @@ func (b *Broker) Snapshot() Snapshot {
 		Maint:    b.maintenanceSnapshot(),
 	}
 	if b.hot != nil {
-		st.Hotlist = HotlistSnapshot{Enabled: true, Stats: b.hot.Stats(), TopRings: b.hot.TopRings(b.cfg.LogTopNQueues)}
+		st.Hotlist = HotlistSnapshot{Enabled: true, Stats: b.hot.Stats(), TopRings: b.hot.TopRings(b.cfg.LogTopNQueues),
+			ChurnPasses: b.churn.passes.Load(), ChurnReseeds: b.churn.reseeds.Load()}
 	}
 	if ref := b.mesh.Load(); ref != nil {
 		st.Mesh = MeshSnapshot{Enabled: true, Stats: ref.h.Stats(), Members: ref.h.Members()}

@@ -167,6 +167,18 @@ func settings() []setting {
 			}},
 		{env: "QUEEN_HOTLIST_IDLE_SWEEP_MS", flag: "hotlist-idle-sweep-ms", def: ms(d.Broker.Hotlist.IdleSweep), usage: "idle ring sweep interval (0 = off)",
 			apply: func(c *Config, v string) error { return durationMS(v, &c.Node.Broker.Hotlist.IdleSweep, 0, 86400000) }},
+		// The churn reseed (broker/churn.go): 0 switches it off.
+		{env: "QUEEN_HOTLIST_CHURN_COOLDOWN_MS", flag: "hotlist-churn-cooldown-ms", def: ms(d.Broker.Churn.Cooldown),
+			usage: "least time between two passes reseeding every ring after a membership change or a freeze (0 = off)",
+			apply: func(c *Config, v string) error {
+				if err := durationMS(v, &c.Node.Broker.Churn.Cooldown, 0, 3600000); err != nil {
+					return err
+				}
+				if c.Node.Broker.Churn.Cooldown == 0 {
+					c.Node.Broker.Churn.Check = 0
+				}
+				return nil
+			}},
 		{env: "QUEEN_HOTLIST_WINDOW_BATCH", flag: "hotlist-window-batch", def: strconv.Itoa(d.Broker.Hotlist.WindowBatch), usage: "windowBuffer early promotion threshold",
 			apply: func(c *Config, v string) error {
 				var err error
