@@ -109,6 +109,8 @@ type scaleRow struct {
 	killConv               time.Duration // kill -9 -> every other member reports it dead or gone
 	meshShare              float64       // perf: share of node 0's samples in the hint path (-1 = not run)
 	gossipShare            float64       // perf: share of node 0's samples in memberlist
+	hintCPU                float64       // node 0's CPU ms/s in the hint path (perf share x its process CPU)
+	usPerFrame             float64       // hintCPU per hint frame node 0 sent or received, µs
 	perfSamples            int
 	pushErrors             int64
 	framesDropped, rejects uint64
@@ -183,8 +185,8 @@ func measureScale(t *testing.T, cfg scaleConfig, n, rep int) scaleRow {
 			paceScalePushes(ctx, c, i, loadQ, cfg.rate, &pushes, &errs)
 		}()
 	}
-	time.Sleep(time.Second) // let the pacers and hint streams settle before the window opens
-	var perfOut chan perfResult
+	time.Sleep(time.Second)     // let the pacers and hint streams settle before the window opens
+	var perfOut chan perfResult // node 0's profile, read after the window
 	if cfg.perf {
 		perfOut = make(chan perfResult, 1)
 		go func() { perfOut <- perfMeshShare(c.nodePID(0), cfg.window) }()
@@ -196,6 +198,7 @@ func measureScale(t *testing.T, cfg scaleConfig, n, rep int) scaleRow {
 	p1 := pushes.Load()
 	stop()
 	wg.Wait()
+	cpu := cpuRates(l0, l1)
 	if perfOut != nil {
 		pr := <-perfOut
 		if pr.err != nil {
@@ -212,7 +215,6 @@ func measureScale(t *testing.T, cfg scaleConfig, n, rep int) scaleRow {
 	}
 	secs := l1.at.Sub(l0.at).Seconds()
 	row.pushRate = float64(p1-p0) / secs / float64(n)
-	cpu := cpuRates(l0, l1)
 	row.cpuLoad = mean(cpu)
 	for _, v := range cpu {
 		row.cpuLoadMax = max(row.cpuLoadMax, v)
@@ -231,6 +233,12 @@ func measureScale(t *testing.T, cfg scaleConfig, n, rep int) scaleRow {
 	}
 	row.framesOut, row.framesIn, row.hintsOut, row.hintsIn = mean(fo), mean(fi), mean(ho), mean(hi)
 	row.bytesOut, row.bytesIn = mean(bo), mean(bi)
+	if row.meshShare >= 0 {
+		row.hintCPU = row.meshShare * cpu[0]
+		if f := fo[0] + fi[0]; f > 0 {
+			row.usPerFrame = row.hintCPU * 1000 / f
+		}
+	}
 	if n > 1 {
 		// Every push is hinted to every peer (no dropping configured), so
 		// each node must receive hints and a frame must reach the wire.
@@ -691,7 +699,7 @@ func meanScaleRows(rows []scaleRow) []scaleRow {
 		rs := by[n]
 		k := float64(len(rs))
 		m := scaleRow{n: n, meshShare: -1}
-		var shares, gossip []float64
+		var shares, gossip, hcpu, upf []float64
 		for _, r := range rs {
 			m.load0 += r.load0 / k
 			m.load1 += r.load1 / k
@@ -714,11 +722,14 @@ func meanScaleRows(rows []scaleRow) []scaleRow {
 			if r.meshShare >= 0 {
 				shares = append(shares, r.meshShare)
 				gossip = append(gossip, r.gossipShare)
+				hcpu = append(hcpu, r.hintCPU)
+				upf = append(upf, r.usPerFrame)
 				m.perfSamples += r.perfSamples
 			}
 		}
 		if len(shares) > 0 {
 			m.meshShare, m.gossipShare = mean(shares), mean(gossip)
+			m.hintCPU, m.usPerFrame = mean(hcpu), mean(upf)
 		}
 		out = append(out, m)
 	}
@@ -727,7 +738,7 @@ func meanScaleRows(rows []scaleRow) []scaleRow {
 
 func fmtScaleRows(rows []scaleRow) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "| nodes | rep | load avg | pushes/s/node | frames/s out / in | hints/s out / in | bytes/s out / in | B/frame | CPU ms/s idle / load (max) | wake p50 / p99 | join (from up) | kill -> dead | perf hint / memberlist share |\n")
+	fmt.Fprintf(&b, "| nodes | rep | load avg | pushes/s/node | frames/s out / in | hints/s out / in | bytes/s out / in | B/frame | CPU ms/s idle / load (max) | wake p50 / p99 | join (from up) | kill -> dead | node 0 perf: hint path / memberlist share of samples; hint path CPU |\n")
 	fmt.Fprintf(&b, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, r := range rows {
 		rep := strconv.Itoa(r.rep)
@@ -741,6 +752,11 @@ func fmtScaleRows(rows []scaleRow) string {
 		share := "-"
 		if r.meshShare >= 0 {
 			share = fmt.Sprintf("%.1f %% / %.1f %% of %d", 100*r.meshShare, 100*r.gossipShare, r.perfSamples)
+			if r.usPerFrame > 0 {
+				share += fmt.Sprintf("; %.1f ms/s, %.0f µs/frame", r.hintCPU, r.usPerFrame)
+			} else {
+				share += fmt.Sprintf("; %.1f ms/s", r.hintCPU)
+			}
 		}
 		ms := func(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d)/float64(time.Millisecond)) }
 		fmt.Fprintf(&b, "| %d | %s | %.2f→%.2f | %.1f | %.1f / %.1f | %.1f / %.1f | %.0f / %.0f | %s | %.1f / %.1f (%.1f) | %s / %s ms | %s (%s) ms | %s ms | %s |\n",
@@ -781,16 +797,21 @@ func scaleSVG(rows []scaleRow, cfg scaleConfig) string {
 		{"hint bytes/s per node", "", []series{
 			{"sent", "#4a7ebb", col(func(r scaleRow) float64 { return r.bytesOut })},
 			{"received", "#8fb3e0", col(func(r scaleRow) float64 { return r.bytesIn })}}},
-		{"CPU ms/s per node", "", []series{
+		{"CPU ms/s per node (hint path: node 0, perf)", "", []series{
 			{"idle", "#999999", col(func(r scaleRow) float64 { return r.cpuIdle })},
-			{"load", "#c0392b", col(func(r scaleRow) float64 { return r.cpuLoad })}}},
-		{"latency (ms)", "", []series{
-			{"wake p50", "#27ae60", col(func(r scaleRow) float64 { return msOf(r.wakeP50) })},
-			{"wake p99", "#1e8449", col(func(r scaleRow) float64 { return msOf(r.wakeP99) })},
+			{"load", "#c0392b", col(func(r scaleRow) float64 { return r.cpuLoad })},
+			{"hint path", "#f39c12", col(func(r scaleRow) float64 { return max(0, r.hintCPU) })}}},
+		{"hint path share of node 0's CPU samples (%)", "", []series{
+			{"hint path", "#f39c12", col(func(r scaleRow) float64 { return 100 * max(0, r.meshShare) })},
+			{"memberlist", "#7f8c8d", col(func(r scaleRow) float64 { return 100 * max(0, r.gossipShare) })}}},
+		{"cross-node wake (ms)", "", []series{
+			{"p50", "#27ae60", col(func(r scaleRow) float64 { return msOf(r.wakeP50) })},
+			{"p99", "#1e8449", col(func(r scaleRow) float64 { return msOf(r.wakeP99) })}}},
+		{"membership convergence (ms)", "", []series{
 			{"join", "#8e44ad", col(func(r scaleRow) float64 { return msOf(r.joinConv) })},
-			{"kill→dead", "#d35400", col(func(r scaleRow) float64 { return msOf(r.killConv) })}}},
+			{"kill -9 → dead", "#d35400", col(func(r scaleRow) float64 { return msOf(r.killConv) })}}},
 	}
-	const W, H, pw, ph = 760, 560, 340, 200
+	const W, H, pw, ph = 760, 850, 340, 200
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="11">`+"\n", W, H, W, H)
 	b.WriteString(`<rect width="100%" height="100%" fill="white"/>` + "\n")
@@ -825,7 +846,7 @@ func scaleSVG(rows []scaleRow, cfg scaleConfig) string {
 			}
 		}
 		for si, s := range p.s {
-			lx := x0 + float64(si)*85
+			lx := x0 + float64(si)*100
 			fmt.Fprintf(&b, `<rect x="%.0f" y="%.0f" width="10" height="10" fill="%s"/><text x="%.0f" y="%.0f">%s</text>`+"\n", lx, base+22, s.color, lx+14, base+31, s.name)
 		}
 	}
