@@ -804,18 +804,18 @@ func scaleSVG(rows []scaleRow, cfg scaleConfig) string {
 		{"hint path share of node 0's CPU samples (%)", "", []series{
 			{"hint path", "#f39c12", col(func(r scaleRow) float64 { return 100 * max(0, r.meshShare) })},
 			{"memberlist", "#7f8c8d", col(func(r scaleRow) float64 { return 100 * max(0, r.gossipShare) })}}},
-		{"cross-node wake (ms)", "", []series{
+		{"cross-node wake (ms; 1 node: local wake)", "", []series{
 			{"p50", "#27ae60", col(func(r scaleRow) float64 { return msOf(r.wakeP50) })},
 			{"p99", "#1e8449", col(func(r scaleRow) float64 { return msOf(r.wakeP99) })}}},
 		{"membership convergence (ms)", "", []series{
-			{"join", "#8e44ad", col(func(r scaleRow) float64 { return msOf(r.joinConv) })},
+			{"join (from process start)", "#8e44ad", col(func(r scaleRow) float64 { return msOf(r.joinConv) })},
 			{"kill -9 → dead", "#d35400", col(func(r scaleRow) float64 { return msOf(r.killConv) })}}},
 	}
 	const W, H, pw, ph = 760, 850, 340, 200
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="11">`+"\n", W, H, W, H)
 	b.WriteString(`<rect width="100%" height="100%" fill="white"/>` + "\n")
-	fmt.Fprintf(&b, `<text x="20" y="18" font-size="13" font-weight="bold">Scale out: %d pushes/s to each node, %d partitions (means of %d runs)</text>`+"\n",
+	fmt.Fprintf(&b, `<text x="20" y="18" font-size="13" font-weight="bold">Scale out: %d pushes/s to each node, %d partitions (means of %d repetitions)</text>`+"\n",
 		cfg.rate, scalePartitions, cfg.reps)
 	for pi, p := range panels {
 		x0 := 40 + float64(pi%2)*(pw+40)
@@ -846,7 +846,7 @@ func scaleSVG(rows []scaleRow, cfg scaleConfig) string {
 			}
 		}
 		for si, s := range p.s {
-			lx := x0 + float64(si)*100
+			lx := x0 + float64(si)*130
 			fmt.Fprintf(&b, `<rect x="%.0f" y="%.0f" width="10" height="10" fill="%s"/><text x="%.0f" y="%.0f">%s</text>`+"\n", lx, base+22, s.color, lx+14, base+31, s.name)
 		}
 	}
