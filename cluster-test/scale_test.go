@@ -808,7 +808,7 @@ func scaleSVG(rows []scaleRow, cfg scaleConfig) string {
 			{"p50", "#27ae60", col(func(r scaleRow) float64 { return msOf(r.wakeP50) })},
 			{"p99", "#1e8449", col(func(r scaleRow) float64 { return msOf(r.wakeP99) })}}},
 		{"membership convergence (ms)", "", []series{
-			{"join (from process start)", "#8e44ad", col(func(r scaleRow) float64 { return msOf(r.joinConv) })},
+			{"join (from start)", "#8e44ad", col(func(r scaleRow) float64 { return msOf(r.joinConv) })},
 			{"kill -9 → dead", "#d35400", col(func(r scaleRow) float64 { return msOf(r.killConv) })}}},
 	}
 	const W, H, pw, ph = 760, 850, 340, 200
