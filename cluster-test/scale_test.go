@@ -176,6 +176,7 @@ func measureScale(t *testing.T, cfg scaleConfig, n, rep int) scaleRow {
 
 	// Load window: every node gets cfg.rate single-message pushes per second.
 	ctx, stop := context.WithCancel(context.Background())
+	defer stop() // a Fatal below must not leave the pacers running
 	var pushes, errs atomic.Int64
 	var wg sync.WaitGroup
 	for i := 0; i < n; i++ {
@@ -193,7 +194,7 @@ func measureScale(t *testing.T, cfg scaleConfig, n, rep int) scaleRow {
 	}
 	p0 := pushes.Load()
 	l0 := sampleScale(t, c)
-	time.Sleep(cfg.window)
+	time.Sleep(cfg.window) // the measurement window
 	l1 := sampleScale(t, c)
 	p1 := pushes.Load()
 	stop()
