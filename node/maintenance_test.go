@@ -28,6 +28,10 @@ func named(name string, bufDir string) nodetest.Option {
 	return func(c *broker.Config) {
 		c.NodeName = name
 		c.Maintenance.RefreshInterval = fastRefresh
+		// The two nodes share a database but no mesh: a node learns of the
+		// other's pushes (here, its replay) only through the reseed floor,
+		// which must come round within the drain's deadline.
+		c.Hotlist.ReseedInterval, c.Hotlist.MaxPhase = time.Second, 500*time.Millisecond
 		if bufDir != "" {
 			c.Maintenance.BufferDir = bufDir
 		}
