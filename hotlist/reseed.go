@@ -30,16 +30,19 @@ func (h *Hotlist) BeginReseed(r *Ring, now time.Time, force bool) bool {
 	if r.reseeding {
 		return false
 	}
-	if h.earlyDue(r, n) {
+	due := force || r.cold || r.nextReseed <= n
+	if h.earlyDue(r, n) && (due || h.takeTokens(1, n) == 1) {
 		// A pending early reseed (lost hints) runs on this pop: the ring is
-		// empty or its floor is due anyway.
+		// empty or its floor is due anyway. When nothing else makes it due
+		// it takes a token of the node-wide budget, as the early loop's do,
+		// so polled empty rings cannot multiply the early reseed rate.
 		r.begin(n)
 		r.lastEarly = n
 		r.earlyRun.Store(true)
 		h.early.runs.Add(1)
 		return true
 	}
-	if !(force || r.cold || r.nextReseed <= n) {
+	if !due {
 		return false
 	}
 	r.begin(n)

@@ -1,0 +1,45 @@
+package hotlist
+
+import (
+	"testing"
+	"time"
+)
+
+// The pop path's early reseeds (BeginReseed on an empty ring) count against
+// the node-wide budget like the early loop's: without it, every polled
+// empty ring ran one walk per EarlyReseedMin under a lossy link, so a node
+// with thousands of polled rings ran thousands of walks a second whatever
+// QUEEN_HOTLIST_EARLY_RESEED_RATE said (docs/hotlist.md, "Rate limits").
+func TestEarlyReseedPopPathWithinNodeBudget(t *testing.T) {
+	h := newHL(func(c *Config) { c.EarlyReseedRate = 2 })
+	rs := earlyRings(h, 5) // all empty, none parked: left to their pops
+	h.HintsLost(at(time.Second))
+	if got := h.EarlyReseeds(at(time.Second), nil); len(got) != 0 {
+		t.Fatalf("claimed %d empty unparked rings", len(got))
+	}
+	ran := 0
+	for _, r := range rs {
+		if h.BeginReseed(r, at(time.Second), false) {
+			ran++
+			h.EndReseed(r, true, at(time.Second))
+		}
+	}
+	if ran != 2 {
+		t.Fatalf("pops ran %d early reseeds at once, want the node budget of 2", ran)
+	}
+	// The rest are still due: their pops run them as the bucket refills.
+	ran = 0
+	for _, r := range rs {
+		if h.BeginReseed(r, at(3*time.Second), false) {
+			ran++
+			h.EndReseed(r, true, at(3*time.Second))
+		}
+	}
+	if ran != 2 {
+		t.Fatalf("with the bucket full again pops ran %d, want 2", ran)
+	}
+	// A due floor or a forced reseed is not an early one: no token needed.
+	if !h.BeginReseed(rs[4], at(3*time.Second), true) {
+		t.Fatal("a forced reseed was refused for want of a token")
+	}
+}
