@@ -1,6 +1,7 @@
 package mesh
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -43,4 +44,29 @@ func TestRecreatedPeerKeepsNumbering(t *testing.T) {
 	a.m.Enqueue("t", "q", "lost")
 	eventually(t, 5*time.Second, "the frame is dropped", done.Load)
 	eventually(t, 5*time.Second, "the loss is noticed", func() bool { return b.rec.losses("a") > n })
+}
+
+// Hints the receiver itself drops over the per-peer rate (HintRate) are
+// lost as surely as a dropped frame: the receiver must report the loss so
+// the broker reseeds early, instead of leaving those partitions dark until
+// the reseed floor.
+func TestRateLimitedHintsSignalLoss(t *testing.T) {
+	a := startLoss(t, "a", "127.0.5.14", nil, func(c *Config) { c.FlushInterval = time.Hour })
+	b := startLoss(t, "b", "127.0.5.15", []string{a.m.cfg.Bind}, func(c *Config) { c.HintRate = 10 })
+	eventually(t, 10*time.Second, "a and b see each other", func() bool {
+		return len(alive(a.m)) == 2 && len(alive(b.m)) == 2 && a.m.HasPeers()
+	})
+	for i := range 50 {
+		a.m.Enqueue("t", "q", fmt.Sprintf("p%d", i))
+	}
+	a.m.flush()
+	eventually(t, 5*time.Second, "the frame is applied", func() bool { return b.m.Stats().HintsReceived >= 50 })
+	st := b.m.Stats()
+	if st.HintsRateLimited == 0 {
+		t.Fatalf("nothing rate-limited: %+v", st)
+	}
+	if st.GapsSeen != 0 {
+		t.Fatalf("a gap on a clean stream: %+v", st)
+	}
+	eventually(t, 5*time.Second, "the dropped hints are reported lost", func() bool { return b.rec.losses("a") >= 1 })
 }

@@ -542,6 +542,12 @@ func (m *Mesh) apply(frame []byte, from string) error {
 		m.hintsLimited.Add(uint64(total - allowed))
 		m.logLimited("rate-limited", "dropped hints over the per-peer rate", "from", from,
 			"rate_per_s", m.cfg.HintRate, "dropped", total-allowed)
+		// Dropped here, they are lost like a dropped frame's: reported
+		// unless this frame already was (the early reseeds are
+		// rate-limited on their own, so a flood costs no more).
+		if !gap && !overflow && m.lossRecv != nil {
+			m.lossRecv.HintsLost(f.Sender)
+		}
 	}
 	for _, b := range f.Batches {
 		if allowed <= 0 {
