@@ -31,16 +31,22 @@ func (h *Hotlist) BeginReseed(r *Ring, now time.Time, force bool) bool {
 		return false
 	}
 	due := force || r.cold || r.nextReseed <= n
-	if h.earlyDue(r, n) && (due || h.takeTokens(1, n) == 1) {
+	if h.earlyDue(r, n) {
 		// A pending early reseed (lost hints) runs on this pop: the ring is
 		// empty or its floor is due anyway. When nothing else makes it due
 		// it takes a token of the node-wide budget, as the early loop's do,
 		// so polled empty rings cannot multiply the early reseed rate.
-		r.begin(n)
-		r.lastEarly = n
-		r.earlyRun.Store(true)
-		h.early.runs.Add(1)
-		return true
+		if due || h.takeTokens(1, n) == 1 {
+			r.begin(n)
+			r.lastEarly = n
+			r.earlyRun.Store(true)
+			h.early.runs.Add(1)
+			return true
+		}
+		// No token: the early loop looks again when one is back, and claims
+		// the ring then if this pop parked on it.
+		h.early.suppressed.Add(1)
+		h.early.wakeBy(n + int64(time.Second)/int64(h.cfg.EarlyReseedRate))
 	}
 	if !due {
 		return false

@@ -43,3 +43,31 @@ func TestEarlyReseedPopPathWithinNodeBudget(t *testing.T) {
 		t.Fatal("a forced reseed was refused for want of a token")
 	}
 }
+
+// A pop refused an early reseed for want of a token must not leave the ring
+// to the floor: the early loop looks again once a token is back and claims
+// the ring if the pop parked on it.
+func TestEarlyReseedPopRefusedIsRetriedByTheLoop(t *testing.T) {
+	h := newHL(func(c *Config) { c.EarlyReseedRate = 1 })
+	rs := earlyRings(h, 2)
+	h.HintsLost(at(time.Second))
+	if got := h.EarlyReseeds(at(time.Second), nil); len(got) != 0 {
+		t.Fatalf("claimed %d empty unparked rings", len(got))
+	}
+	if !h.BeginReseed(rs[0], at(time.Second), false) {
+		t.Fatal("the first pop did not get the token")
+	}
+	h.EndReseed(rs[0], true, at(time.Second))
+	if h.BeginReseed(rs[1], at(time.Second), false) {
+		t.Fatal("the second pop ran without a token")
+	}
+	// The second pop parks on its ring; no new loss arrives.
+	parked := func(key string) bool { return key == rs[1].Key() }
+	if got := h.EarlyReseeds(at(time.Second+500*time.Millisecond), parked); len(got) != 0 {
+		t.Fatalf("claimed %d before a token is back", len(got))
+	}
+	got := h.EarlyReseeds(at(2*time.Second), parked)
+	if len(got) != 1 || got[0] != rs[1] {
+		t.Fatalf("the parked ring refused at its pop was not claimed once a token was back: %v", ringKeys(got))
+	}
+}
