@@ -70,3 +70,24 @@ func TestRateLimitedHintsSignalLoss(t *testing.T) {
 	}
 	eventually(t, 5*time.Second, "the dropped hints are reported lost", func() bool { return b.rec.losses("a") >= 1 })
 }
+
+// A stream a heartbeat opened (to report hints lost while no stream was
+// open) is closed when idle like any other: the idle timer, spent on the
+// stream before, was not re-armed for it, so it stayed open for good with
+// four heartbeats a second (docs/mesh.md: heartbeats do not keep a stream
+// open).
+func TestHeartbeatOpenedStreamClosesWhenIdle(t *testing.T) {
+	a, b := lossPair(t, "127.0.5.16", "127.0.5.17", func(c *Config) { c.HintIdleTimeout = time.Second })
+	eventually(t, 5*time.Second, "a first hint arrives", func() bool {
+		a.m.Enqueue("t", "q", "one")
+		return b.rec.count("t/q/one") > 0
+	})
+	eventually(t, 5*time.Second, "a closes its idle stream", func() bool { return b.m.Stats().InboundStreams == 0 })
+	// Hints for b dropped before numbering while no stream is open (what
+	// peer.send does when b's queue is full).
+	a.m.peerMu.Lock()
+	a.m.peers["b"].lost.Add(1)
+	a.m.peerMu.Unlock()
+	eventually(t, 5*time.Second, "the overflow is reported by a heartbeat", func() bool { return b.m.Stats().OverflowSignalsSeen == 1 })
+	eventually(t, 5*time.Second, "the heartbeat's stream is closed when idle", func() bool { return b.m.Stats().InboundStreams == 0 })
+}

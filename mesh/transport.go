@@ -275,8 +275,14 @@ func (p *peer) run() {
 			if time.Since(lastWrite) < p.m.cfg.HeartbeatInterval/2 || (conn == nil && p.lost.Load() == stamped && !verify) {
 				continue
 			}
+			opened := conn == nil
 			if !connect() {
 				continue
+			}
+			if opened {
+				// The idle timer may have been spent on an earlier stream:
+				// this one is closed when idle too.
+				idle.Reset(idleAfter)
 			}
 			if err := p.writeHeartbeat(conn, w, st, &stamped); err != nil {
 				broken(err)
