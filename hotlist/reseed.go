@@ -95,7 +95,13 @@ func (h *Hotlist) BeginPrune(r *Ring, now time.Time) bool {
 }
 
 // DueReseeds claims every ring whose reseed floor is due at now.
-func (h *Hotlist) DueReseeds(now time.Time) []*Ring {
+func (h *Hotlist) DueReseeds(now time.Time) []*Ring { return h.DueReseedsBy(now, now) }
+
+// DueReseedsBy claims, at now, every ring whose reseed floor is due by
+// (the churn pass claims every ring with a cutoff far ahead). The walks
+// are recorded as begun at now, never at by: a walk covers only the losses
+// signalled before it really began (early.go).
+func (h *Hotlist) DueReseedsBy(now, by time.Time) []*Ring {
 	var out []*Ring
 	for _, q := range h.snapshot() {
 		q.mu.RLock()
@@ -103,7 +109,7 @@ func (h *Hotlist) DueReseeds(now time.Time) []*Ring {
 			// The floor only: a pending early reseed is EarlyReseeds' to
 			// rate-limit, or the ring's next pop's.
 			r.resMu.Lock()
-			if !r.reseeding && (r.cold || r.nextReseed <= now.UnixNano()) {
+			if !r.reseeding && (r.cold || r.nextReseed <= by.UnixNano()) {
 				r.begin(now.UnixNano())
 				out = append(out, r)
 			}

@@ -71,3 +71,25 @@ func TestEarlyReseedPopRefusedIsRetriedByTheLoop(t *testing.T) {
 		t.Fatalf("the parked ring refused at its pop was not claimed once a token was back: %v", ringKeys(got))
 	}
 }
+
+// The churn pass (broker/churn.go) claims every ring with a cutoff far
+// ahead of now. The claim must record the real start of the walk: a walk
+// recorded as begun 45 s in the future counted every loss signalled in the
+// next 45 s as covered, so no early reseed ran after a membership change
+// until then.
+func TestChurnClaimDoesNotCoverLaterLosses(t *testing.T) {
+	h := newHL()
+	r := earlyRings(h, 1)[0]
+	markN(h, r.Key(), SourceLocal, at(0), "p") // non-empty: the early loop claims it
+	start := at(time.Second)
+	hc := h.Config()
+	got := h.DueReseedsBy(start, start.Add(hc.ReseedInterval+hc.MaxPhase)) // as the churn pass does
+	if len(got) != 1 {
+		t.Fatalf("churn claim: %d rings", len(got))
+	}
+	h.EndReseed(r, true, start.Add(10*time.Millisecond))
+	h.HintsLost(start.Add(time.Second))
+	if got := h.EarlyReseeds(start.Add(time.Second), nil); len(got) != 1 {
+		t.Fatalf("a loss 1 s after a churn pass claimed %d rings, want 1: the pass was taken to cover it", len(got))
+	}
+}
