@@ -179,11 +179,11 @@ func (b *Broker) startChurnWatch() {
 		}
 		start := time.Now()
 		hc := b.hot.Config()
-		// DueReseeds claims every ring due by then: with the floor interval
+		// DueReseedsBy claims every ring due by then: with the floor interval
 		// plus the largest phase ahead, that is every ring not reseeding
 		// already (a reseed that began before the event is covered by the
 		// follow-up pass). Each keeps its floor phase (EndReseedWalk).
-		rings := b.hot.DueReseeds(start.Add(hc.ReseedInterval + hc.MaxPhase))
+		rings := b.hot.DueReseedsBy(start, start.Add(hc.ReseedInterval+hc.MaxPhase))
 		for i, r := range rings {
 			select {
 			case <-b.stop:

@@ -107,12 +107,7 @@ func (h *Hotlist) EarlyReseeds(now time.Time, parked func(key string) bool) []*R
 	wake := int64(0) // earliest time a ring deferred by this pass may run
 	defer func() {
 		if wake > 0 {
-			for {
-				old := h.early.wakeAt.Load()
-				if (old != 0 && old <= wake) || h.early.wakeAt.CompareAndSwap(old, wake) {
-					break
-				}
-			}
+			h.early.wakeBy(wake)
 		}
 	}()
 	defer1 := func(at int64) {
@@ -186,6 +181,16 @@ func (h *Hotlist) EarlyReseeds(now time.Time, parked func(key string) bool) []*R
 		r.resMu.Unlock()
 	}
 	return out
+}
+
+// wakeBy makes the next EarlyReseeds pass run at n at the latest.
+func (e *early) wakeBy(n int64) {
+	for {
+		old := e.wakeAt.Load()
+		if (old != 0 && old <= n) || e.wakeAt.CompareAndSwap(old, n) {
+			return
+		}
+	}
 }
 
 // takeTokens takes up to want tokens from the node-wide bucket at n.

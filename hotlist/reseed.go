@@ -30,16 +30,25 @@ func (h *Hotlist) BeginReseed(r *Ring, now time.Time, force bool) bool {
 	if r.reseeding {
 		return false
 	}
+	due := force || r.cold || r.nextReseed <= n
 	if h.earlyDue(r, n) {
 		// A pending early reseed (lost hints) runs on this pop: the ring is
-		// empty or its floor is due anyway.
-		r.begin(n)
-		r.lastEarly = n
-		r.earlyRun.Store(true)
-		h.early.runs.Add(1)
-		return true
+		// empty or its floor is due anyway. When nothing else makes it due
+		// it takes a token of the node-wide budget, as the early loop's do,
+		// so polled empty rings cannot multiply the early reseed rate.
+		if due || h.takeTokens(1, n) == 1 {
+			r.begin(n)
+			r.lastEarly = n
+			r.earlyRun.Store(true)
+			h.early.runs.Add(1)
+			return true
+		}
+		// No token: the early loop looks again when one is back, and claims
+		// the ring then if this pop parked on it.
+		h.early.suppressed.Add(1)
+		h.early.wakeBy(n + int64(time.Second)/int64(h.cfg.EarlyReseedRate))
 	}
-	if !(force || r.cold || r.nextReseed <= n) {
+	if !due {
 		return false
 	}
 	r.begin(n)
@@ -86,7 +95,13 @@ func (h *Hotlist) BeginPrune(r *Ring, now time.Time) bool {
 }
 
 // DueReseeds claims every ring whose reseed floor is due at now.
-func (h *Hotlist) DueReseeds(now time.Time) []*Ring {
+func (h *Hotlist) DueReseeds(now time.Time) []*Ring { return h.DueReseedsBy(now, now) }
+
+// DueReseedsBy claims, at now, every ring whose reseed floor is due by
+// (the churn pass claims every ring with a cutoff far ahead). The walks
+// are recorded as begun at now, never at by: a walk covers only the losses
+// signalled before it really began (early.go).
+func (h *Hotlist) DueReseedsBy(now, by time.Time) []*Ring {
 	var out []*Ring
 	for _, q := range h.snapshot() {
 		q.mu.RLock()
@@ -94,7 +109,7 @@ func (h *Hotlist) DueReseeds(now time.Time) []*Ring {
 			// The floor only: a pending early reseed is EarlyReseeds' to
 			// rate-limit, or the ring's next pop's.
 			r.resMu.Lock()
-			if !r.reseeding && (r.cold || r.nextReseed <= now.UnixNano()) {
+			if !r.reseeding && (r.cold || r.nextReseed <= by.UnixNano()) {
 				r.begin(now.UnixNano())
 				out = append(out, r)
 			}

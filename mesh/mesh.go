@@ -101,6 +101,9 @@ type Mesh struct {
 
 	peerMu sync.Mutex
 	peers  map[string]*peer // by node name
+	// sendStates: each peer's numbering, kept across its re-creation
+	// (under peerMu).
+	sendStates map[string]*sendState
 
 	inbound atomic.Int32
 	inMu    sync.Mutex
@@ -168,12 +171,13 @@ func New(cfg Config, recv Receiver) (*Mesh, error) {
 	}
 	m := &Mesh{
 		cfg: cfg, log: cfg.Logger, recv: recv, sealer: sealer,
-		set:     coalesce.New(cfg.HintCap),
-		members: map[string]*Member{},
-		peers:   map[string]*peer{},
-		logs:    newLogLimiter(DefaultLogEvery),
-		limiter: newHintLimiter(cfg.HintRate),
-		stop:    make(chan struct{}),
+		set:        coalesce.New(cfg.HintCap),
+		members:    map[string]*Member{},
+		peers:      map[string]*peer{},
+		sendStates: map[string]*sendState{},
+		logs:       newLogLimiter(DefaultLogEvery),
+		limiter:    newHintLimiter(cfg.HintRate),
+		stop:       make(chan struct{}),
 
 		incarnation: rand.Uint64() | 1, // never 0
 		gaps:        newGapTracker(),
@@ -445,7 +449,16 @@ func (m *Mesh) syncPeers() []*peer {
 	for name, addr := range want {
 		p := m.peers[name]
 		if p == nil {
-			p = newPeer(m, name, addr)
+			ss := m.sendStates[name]
+			if ss == nil {
+				ss = &sendState{}
+				m.sendStates[name] = ss
+			} else {
+				// Back in the live set: what was flushed while it was out
+				// never went to it.
+				ss.lost.Add(1)
+			}
+			p = newPeer(m, name, addr, ss)
 			m.peers[name] = p
 		}
 		out = append(out, p)

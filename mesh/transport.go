@@ -125,11 +125,23 @@ type peer struct {
 
 	// lost counts, since the process started, the times hints for this
 	// peer were dropped before numbering (its queue was full, it was
-	// unreachable, the coalescing set overflowed). Every frame carries it
-	// (Stream.Overflow): cumulative, so any later frame that arrives
-	// reveals an overflow even when the frame that first carried it was
-	// lost.
-	lost atomic.Uint64
+	// unreachable, the coalescing set overflowed, it was out of the live
+	// set). Every frame carries it (Stream.Overflow): cumulative, so any
+	// later frame that arrives reveals an overflow even when the frame that
+	// first carried it was lost. It lives in the peer's sendState.
+	lost *atomic.Uint64
+	ss   *sendState
+}
+
+// sendState is the part of a peer's numbering that outlives the peer:
+// syncPeers drops a peer whose member leaves the live set and makes a new
+// one when it is back, and the new one must go on numbering after the
+// epochs the receiver has seen (a new stream at epoch 1 would be taken for
+// the tail of an older one, and its gaps missed). Kept per member name in
+// Mesh.sendStates, as bounded as the member table.
+type sendState struct {
+	epoch atomic.Uint32 // the last epoch handed out for this name
+	lost  atomic.Uint64 // peer.lost
 }
 
 // outFrame is a frame body shared by every peer (zero stream header, not
@@ -139,8 +151,15 @@ type outFrame struct {
 	hints int
 }
 
-func newPeer(m *Mesh, name, addr string) *peer {
-	p := &peer{m: m, name: name, addr: addr, ch: make(chan outFrame, DefaultPeerQueue), done: make(chan struct{})}
+// newPeer starts a sender to one member. ss is the member's sendState
+// (nil: a fresh one); a returning member's carries a lost count one higher,
+// since hints flushed while it was away were never sent (syncPeers).
+func newPeer(m *Mesh, name, addr string, ss *sendState) *peer {
+	if ss == nil {
+		ss = &sendState{}
+	}
+	p := &peer{m: m, name: name, addr: addr, ch: make(chan outFrame, DefaultPeerQueue), done: make(chan struct{}),
+		lost: &ss.lost, ss: ss}
 	m.wg.Add(1)
 	go p.run()
 	return p
@@ -223,7 +242,7 @@ func (p *peer) run() {
 		}
 		conn, w, backoff = c, bufio.NewWriterSize(c, 64<<10), 100*time.Millisecond
 		st.prev, st.seq = st.seq, 0
-		st.epoch++
+		st.epoch = p.ss.epoch.Add(1)
 		return true
 	}
 	broken := func(err error) {
@@ -256,8 +275,14 @@ func (p *peer) run() {
 			if time.Since(lastWrite) < p.m.cfg.HeartbeatInterval/2 || (conn == nil && p.lost.Load() == stamped && !verify) {
 				continue
 			}
+			opened := conn == nil
 			if !connect() {
 				continue
+			}
+			if opened {
+				// The idle timer may have been spent on an earlier stream:
+				// this one is closed when idle too.
+				idle.Reset(idleAfter)
 			}
 			if err := p.writeHeartbeat(conn, w, st, &stamped); err != nil {
 				broken(err)
@@ -523,6 +548,12 @@ func (m *Mesh) apply(frame []byte, from string) error {
 		m.hintsLimited.Add(uint64(total - allowed))
 		m.logLimited("rate-limited", "dropped hints over the per-peer rate", "from", from,
 			"rate_per_s", m.cfg.HintRate, "dropped", total-allowed)
+		// Dropped here, they are lost like a dropped frame's: reported
+		// unless this frame already was (the early reseeds are
+		// rate-limited on their own, so a flood costs no more).
+		if !gap && !overflow && m.lossRecv != nil {
+			m.lossRecv.HintsLost(f.Sender)
+		}
 	}
 	for _, b := range f.Batches {
 		if allowed <= 0 {

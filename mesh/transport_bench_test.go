@@ -134,7 +134,7 @@ func BenchmarkTransport(b *testing.B) {
 		b.Cleanup(z.Close)
 		sender := &Mesh{log: hclog.NewNullLogger(), stop: make(chan struct{}), incarnation: 1,
 			cfg: Config{Name: "s", HeartbeatInterval: DefaultHeartbeatInterval, HintIdleTimeout: DefaultHintIdleTimeout}}
-		p := newPeer(sender, "z", z.self.Hint)
+		p := newPeer(sender, "z", z.self.Hint, nil)
 		b.Cleanup(func() { close(sender.stop); sender.wg.Wait() })
 		tw := timeWait()
 		b.ResetTimer()
