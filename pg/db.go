@@ -125,14 +125,20 @@ func IsUnavailable(err error) bool {
 	if err == nil {
 		return false
 	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		// Class 08 is connection exceptions; 57P0x is shutdown.
-		return len(pgErr.Code) == 5 && (pgErr.Code[:2] == "08" || pgErr.Code[:4] == "57P0")
-	}
+	// A connection that could not be made is unavailable whatever the
+	// server said (too many connections, starting up, shutting down), so
+	// this is decided before the server's error code.
 	var connErr *pgconn.ConnectError
 	if errors.As(err, &connErr) {
 		return true
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		// Class 08 is connection exceptions; 57P0x is shutdown; 53 is
+		// insufficient resources (53300: no free connection slot); 25006
+		// is a read-only server (a primary demoted under the node).
+		c := pgErr.Code
+		return len(c) == 5 && (c[:2] == "08" || c[:4] == "57P0" || c[:2] == "53" || c == "25006")
 	}
 	// The server closed the connection under a statement: a killed or
 	// crashed primary (a failover, docs/operations.md "Running on a highly

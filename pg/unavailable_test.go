@@ -9,9 +9,11 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"queen-node/internal/pgtemp"
+	"queen-node/internal/pgtest"
 )
 
 // A statement whose server dies under it (a hard-killed primary during a
@@ -85,5 +87,44 @@ func TestIsUnavailableClasses(t *testing.T) {
 		if got := IsUnavailable(c.err); got != c.want {
 			t.Errorf("IsUnavailable(%v) = %v, want %v", c.err, got, c.want)
 		}
+	}
+}
+
+// A server that refuses a new connection with an error of its own (no
+// free connection slot, 53300) is unavailable, not a failed statement:
+// the connect error wraps a PostgreSQL error, and its code alone must not
+// decide. So is a statement that finds the server read-only (25006: a
+// primary demoted under the node before the multi-host URL moves on).
+func TestRefusedConnectionIsUnavailable(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs PostgreSQL")
+	}
+	ctx := context.Background()
+	url := pgtest.NewDatabase(t)
+	admin, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	role := fmt.Sprintf("nolimit_%d", time.Now().UnixNano())
+	if _, err := admin.Exec(ctx, "CREATE ROLE "+role+" LOGIN CONNECTION LIMIT 0"); err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Exec(ctx, "DROP ROLE "+role) //nolint:errcheck
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.User = role
+	_, err = pgx.ConnectConfig(ctx, cfg)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "53300" {
+		t.Fatalf("connect over the role's limit: %T %v, want a 53300 refusal", err, err)
+	}
+	if !IsUnavailable(err) {
+		t.Fatalf("a refused connection (%v) is not unavailable", err)
+	}
+	if !IsUnavailable(fmt.Errorf("push: %w", &pgconn.PgError{Code: "25006"})) {
+		t.Fatal("a read-only server (25006) is not unavailable")
 	}
 }
