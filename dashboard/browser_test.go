@@ -2,7 +2,7 @@ package dashboard_test
 
 // Real-browser tests of the dashboard: a real three-node cluster (in-process
 // nodes with the mesh, internal/nodetest) and headless Chromium driven
-// through chromedp. They use only the page's DOM contract (docs/dashboard.md):
+// through chromedp. They use only the page's DOM contract:
 // #members tr[data-node][data-state], #queues tr[data-queue][data-pending],
 // the queue page #queue-page / #groups tr[data-group] / button.seek-end, and
 // #login / input#token / button#login-submit / #error when JWT is on.
@@ -11,6 +11,9 @@ package dashboard_test
 // best-effort); without a binary the tests skip with one message.
 // QUEEN_SCREENSHOTS=1 writes docs/dashboard-cluster.png and
 // docs/dashboard-queue.png.
+//
+// The package's TestMain (pgtest.Main) is in dashboard_test.go: one test
+// binary may have only one.
 
 import (
 	"context"
@@ -33,11 +36,8 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"queen-node/internal/nodetest"
-	"queen-node/internal/pgtest"
 	"queen-node/node"
 )
-
-func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // The page polls every 2 s; a few rounds plus gossip timings fit easily.
 const uiTimeout = 20 * time.Second
@@ -223,6 +223,16 @@ func (b *browser) screenshot(t *testing.T, name string) {
 	t.Logf("wrote %s", path)
 }
 
+// clearInput empties an input as a user deleting its text would (an
+// input event follows); chromedp.Clear leaves the live value of a typed-in
+// input as it was.
+func clearInput(sel string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		_, err := chromedp.Evaluate[bool](fmt.Sprintf(`(e => { e.value = ''; e.dispatchEvent(new Event('input', {bubbles: true})); return true })(document.querySelector(%s))`, js(sel)))(ctx, t)
+		return err
+	})
+}
+
 // js quotes s as a JavaScript string literal (JSON is valid JavaScript).
 func js(s string) string {
 	q, _ := json.Marshal(s)
@@ -337,12 +347,12 @@ func TestDashboardCluster(t *testing.T) {
 
 	// The search filters the list: a name that matches nothing hides the row,
 	// the queue's own name shows it again.
-	b.run(t, "search for a missing queue", chromedp.SetValue(chromedp.CSS("#queue-search"), "no-such-queue-xyz"),
-		chromedp.SendKeys(chromedp.CSS("#queue-search"), " "))
+	b.run(t, "search for a missing queue", clearInput("#queue-search"),
+		chromedp.SendKeys(chromedp.CSS("#queue-search"), "no-such-queue-xyz"))
 	b.waitFor(t, "the queue filtered out", fmt.Sprintf(`!document.querySelector(%s) || !(%s)`, js(row), visible(row)), outer("#queues"))
-	b.run(t, "search for the queue", chromedp.SetValue(chromedp.CSS("#queue-search"), ""),
+	b.run(t, "search for the queue", clearInput("#queue-search"),
 		chromedp.SendKeys(chromedp.CSS("#queue-search"), queue))
-	b.waitFor(t, "the queue found by search", visible(row), outer("#queues"))
+	b.waitFor(t, "the queue found by search", visible(row), `'search box: ' + JSON.stringify(document.querySelector('#queue-search').value) + '\n' + `+outer("#queues"))
 
 	// Pop (on node 2) and ack them all: pending goes to 0.
 	st, p := pop(t, nodes[2], "", queue, fmt.Sprintf("batch=%d", n))
