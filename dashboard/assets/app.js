@@ -333,7 +333,8 @@
     }
   });
   $('queue-search').addEventListener('input', function () { now(); });
-  $('token').addEventListener('keydown', function (ev) { if (ev.key === 'Enter') $('login-submit').click(); });
+  // Enter in the token field submits the form: keep the page, sign in.
+  $('login').addEventListener('submit', function (ev) { ev.preventDefault(); $('login-submit').click(); });
   window.addEventListener('hashchange', function () { actionError = false; clearError(); now(); });
   now();
 })();
