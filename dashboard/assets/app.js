@@ -138,8 +138,19 @@
     return el('div', {'class': 'chart'}, [el('div', {'class': 't', text: title + ' (last 15 min, max ' + fmt(max) + '/s)'}), svg, legend]);
   }
 
+  // /status needs admin: a token below it is told once, in the table, and
+  // /status is not asked again until the token changes (no 403 every 2 s).
+  var statusForbiddenFor = null;
   function refreshCluster() {
-    return api('/status').then(function (self) {
+    if (statusForbiddenFor !== null && statusForbiddenFor === token()) return Promise.resolve();
+    return api('/status').catch(function (e) {
+      if (e.status !== 403) throw e;
+      statusForbiddenFor = token();
+      $('members').replaceChildren(el('tr', null, [el('td', {colspan: '14', text: 'The cluster view reads /status, which needs an admin token: ' + e.message})]));
+      $('charts').replaceChildren();
+      return null;
+    }).then(function (self) {
+      if (!self) return;
       $('node-name').textContent = get(self, 'node.name') || '';
       var members = get(self, 'mesh.members') || [];
       if (!members.length) members = [{name: get(self, 'node.name') || 'this node', state: 'alive', self: true, version: get(self, 'node.version')}];
