@@ -17,6 +17,8 @@ import (
 // being classified.
 var routeAccess = map[string]api.Access{
 	"GET /health":             api.AccessPublic,
+	"GET /{$}":                api.AccessPublic,   // the dashboard page: static, its data calls carry the token
+	"GET /assets/":            api.AccessPublic,   // the dashboard's scripts and styles
 	"GET /metrics":            api.AccessReadOnly, // public through the default skip list
 	"GET /metrics/prometheus": api.AccessReadOnly, // public through the default skip list
 	"GET /status":             api.AccessAdmin,    // names every tenant's queues and groups

@@ -18,6 +18,7 @@ import (
 	"queen-node/api"
 	"queen-node/auth"
 	"queen-node/broker"
+	"queen-node/dashboard"
 	"queen-node/mesh"
 	"queen-node/retention"
 	"queen-node/stats"
@@ -96,6 +97,11 @@ func Start(ctx context.Context, cfg Config, logger hclog.Logger) (*Node, error) 
 	metricsHandler := srv.MetricsHandler(b, addr)
 	srv.HandleAccess("GET /metrics", api.AccessReadOnly, metricsHandler)
 	srv.HandleAccess("GET /metrics/prometheus", api.AccessReadOnly, metricsHandler) // the path some Queen dashboards scrape
+	// The dashboard (docs/operations.md, "Dashboard"): static files, public;
+	// its data calls carry the token. "GET /{$}" (exactly "/"), not "GET /",
+	// which would swallow every unknown GET and hide the API's JSON 404.
+	srv.Handle("GET /{$}", dashboard.Handler())
+	srv.Handle("GET /assets/", dashboard.Handler())
 
 	// Header, body and idle timeouts and the connection cap (api/conn.go);
 	// no ReadTimeout/WriteTimeout: long-polls legitimately hold a request

@@ -129,6 +129,7 @@ func run(log hclog.Logger, configDir string, messages, partitions int, exitAfter
 	for _, n := range nodes {
 		fmt.Printf("  %-6s  status http://%s/status   health http://%s/health   log %s\n", n.name, n.httpAddr, n.httpAddr, n.proc.LogPath())
 	}
+	fmt.Printf("  dashboard   http://%s/\n", nodes[0].httpAddr)
 	fmt.Printf("  PostgreSQL  %s\n", pgURL)
 	if exitAfter {
 		return nil // everything printed above is removed on exit
