@@ -145,12 +145,16 @@ func TestRollingRestart(t *testing.T) {
 	ad, as, ap := mon.window(last, after)
 	logRates(t, "after", ad, as, ap)
 	for i := 0; i < n; i++ {
-		p, r := churnCounts(t, c, i)
-		t.Logf("%s since its last start: %d churn passes reseeded %d rings", c.Node(i).Name, p, r)
+		p, r, lost := churnCounts(t, c, i)
+		t.Logf("%s since its last start: %d churn passes reseeded %d rings; %d lost-hint signals", c.Node(i).Name, p, r, lost)
 		// Every node but the last restarted saw a later one leave and come
-		// back: its rings were reseeded for the hints lost meanwhile.
-		if i < n-1 && p == 0 {
-			t.Errorf("%s saw %s restart after its own start but made no churn pass", c.Node(i).Name, c.Node(n-1).Name)
+		// back: its rings were reseeded for the hints lost meanwhile, by a
+		// churn pass (the membership change) or by the early reseeds (the
+		// restarted sender's new stream). A restart quicker than the churn
+		// watcher's check can look like no membership change at all; the
+		// sender's new incarnation on the hint stream still says it.
+		if i < n-1 && p == 0 && lost == 0 {
+			t.Errorf("%s saw %s restart after its own start but reseeded nothing for it (no churn pass, no lost-hint signal)", c.Node(i).Name, c.Node(n-1).Name)
 		}
 	}
 	// A hint names one partition for one peer and comes only from a push
@@ -175,12 +179,13 @@ func TestRollingRestart(t *testing.T) {
 // churnReseeds reads node i's hotlist.churn_reseeds from /status (0 when
 // absent).
 func churnReseeds(t *testing.T, c *Cluster, i int) int64 {
-	_, r := churnCounts(t, c, i)
+	_, r, _ := churnCounts(t, c, i)
 	return r
 }
 
-// churnCounts reads node i's hotlist.churn_passes and churn_reseeds.
-func churnCounts(t *testing.T, c *Cluster, i int) (passes, reseeds int64) {
+// churnCounts reads node i's hotlist.churn_passes, churn_reseeds and
+// loss_signals.
+func churnCounts(t *testing.T, c *Cluster, i int) (passes, reseeds, lossSignals int64) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -192,12 +197,13 @@ func churnCounts(t *testing.T, c *Cluster, i int) (passes, reseeds int64) {
 		Hotlist struct {
 			ChurnPasses  int64 `json:"churn_passes"`
 			ChurnReseeds int64 `json:"churn_reseeds"`
+			LossSignals  int64 `json:"loss_signals"`
 		} `json:"hotlist"`
 	}
 	if err := json.Unmarshal(body, &st); err != nil {
 		t.Fatalf("status of %s: %v", c.Node(i).Name, err)
 	}
-	return st.Hotlist.ChurnPasses, st.Hotlist.ChurnReseeds
+	return st.Hotlist.ChurnPasses, st.Hotlist.ChurnReseeds, st.Hotlist.LossSignals
 }
 
 // compactNames is names with repeats counted: [p-000 x10 p-001 x10].
