@@ -561,20 +561,30 @@ func queueSeries[T any](rows []broker.QueueOpsRow, point func(broker.QueueOpsRow
 	return out
 }
 
-// GET /api/v1/analytics/queue-ops
-func (s *Server) handleQueueOps(w http.ResponseWriter, r *http.Request, c caller) {
+// queueOpsPage reads the per-queue sample buckets of a series request, at
+// most maxSeriesRows of them (truncated says when there were more); false
+// means the error has been answered.
+func (s *Server) queueOpsPage(w http.ResponseWriter, r *http.Request, c caller, what string) (win window, rows []broker.QueueOpsRow, truncated, ok bool) {
 	win, f, ok := seriesRequest(w, r)
 	if !ok {
-		return
+		return win, nil, false, false
 	}
 	rows, err := s.b.QueueOps(r.Context(), c.tenant, f, win.sampleRange(), true, maxSeriesRows+1)
 	if err != nil {
-		s.brokerError(w, r, "queue ops", err)
-		return
+		s.brokerError(w, r, what, err)
+		return win, nil, false, false
 	}
-	truncated := len(rows) > maxSeriesRows
-	if truncated {
+	if truncated = len(rows) > maxSeriesRows; truncated {
 		rows = rows[:maxSeriesRows]
+	}
+	return win, rows, truncated, true
+}
+
+// GET /api/v1/analytics/queue-ops
+func (s *Server) handleQueueOps(w http.ResponseWriter, r *http.Request, c caller) {
+	win, rows, truncated, ok := s.queueOpsPage(w, r, c, "queue ops")
+	if !ok {
+		return
 	}
 	series := queueSeries(rows, func(o broker.QueueOpsRow) map[string]any {
 		return map[string]any{"timestamp": fmtMilli(o.Bucket), "pushed": o.Pushed, "consumed": o.Consumed,
@@ -639,18 +649,9 @@ func (s *Server) handleQueueParked(w http.ResponseWriter, r *http.Request, c cal
 
 // GET /api/v1/analytics/retention
 func (s *Server) handleRetentionAnalytics(w http.ResponseWriter, r *http.Request, c caller) {
-	win, f, ok := seriesRequest(w, r)
+	win, rows, truncated, ok := s.queueOpsPage(w, r, c, "retention analytics")
 	if !ok {
 		return
-	}
-	rows, err := s.b.QueueOps(r.Context(), c.tenant, f, win.sampleRange(), true, maxSeriesRows+1)
-	if err != nil {
-		s.brokerError(w, r, "retention analytics", err)
-		return
-	}
-	truncated := len(rows) > maxSeriesRows
-	if truncated {
-		rows = rows[:maxSeriesRows]
 	}
 	var total int64
 	perBucket := map[int64]int64{}
@@ -673,36 +674,6 @@ func (s *Server) handleRetentionAnalytics(w http.ResponseWriter, r *http.Request
 	sort.Slice(queues, func(i, j int) bool { return queues[i]["queue"].(string) < queues[j]["queue"].(string) })
 	writeJSON(w, http.StatusOK, map[string]any{"timeRange": win.timeRange(), "bucketMinutes": win.bucketMinutes(),
 		"totalDeleted": total, "timeSeries": series, "queues": queues, "truncated": truncated})
-}
-
-// systemMetrics are the levels of system-metrics, each answered as
-// {avg, min, max, last} per bucket under its dotted path.
-var systemMetrics = []broker.NodeMetric{
-	{Path: "cpu.percent", Expr: "(cpu_user_us + cpu_system_us) * 100.0 / (interval_ms * 1000.0)"},
-	{Path: "cpu.user_us", Expr: "cpu_user_us"},
-	{Path: "cpu.system_us", Expr: "cpu_system_us"},
-	{Path: "memory.rss_bytes", Expr: "rss_bytes"},
-	{Path: "memory.heap_bytes", Expr: "heap_bytes"},
-	{Path: "database.pool_max", Expr: "pool_max"},
-	{Path: "database.pool_size", Expr: "pool_total"},
-	{Path: "database.pool_idle", Expr: "pool_idle"},
-	{Path: "database.pool_active", Expr: "pool_acquired"},
-	{Path: "longpoll.parked", Expr: "parked"},
-	{Path: "runtime.goroutines", Expr: "goroutines"},
-}
-
-// workerMetrics are the counters of worker-metrics, summed per bucket.
-var workerMetrics = []broker.NodeMetric{
-	{Path: "pushes", Expr: "pushes"},
-	{Path: "pushedMessages", Expr: "pushed_items"},
-	{Path: "duplicates", Expr: "duplicates"},
-	{Path: "pops", Expr: "pops"},
-	{Path: "poppedMessages", Expr: "popped_items"},
-	{Path: "emptyPops", Expr: "pops_empty"},
-	{Path: "acks", Expr: "acks"},
-	{Path: "acksRefused", Expr: "acks_refused"},
-	{Path: "deadLettered", Expr: "dead_lettered"},
-	{Path: "transactions", Expr: "transactions"},
 }
 
 // setPath sets a dotted path in nested maps.
@@ -729,7 +700,7 @@ func (s *Server) handleSystemMetrics(w http.ResponseWriter, r *http.Request, _ c
 		writeReqError(w, err)
 		return
 	}
-	rows, err := s.b.NodeSeries(r.Context(), systemMetrics, true, win.sampleRange())
+	rows, err := s.b.NodeSeries(r.Context(), broker.SystemMetrics, true, win.sampleRange())
 	if err != nil {
 		s.brokerError(w, r, "system metrics", err)
 		return
@@ -742,7 +713,7 @@ func (s *Server) handleSystemMetrics(w http.ResponseWriter, r *http.Request, _ c
 			replicas = append(replicas, cur)
 		}
 		metrics := map[string]any{}
-		for i, m := range systemMetrics {
+		for i, m := range broker.SystemMetrics {
 			v := row.Values[i]
 			setPath(metrics, m.Path, map[string]float64{"avg": round2(v[0]), "min": v[1], "max": v[2], "last": v[3]})
 		}
@@ -760,7 +731,7 @@ func (s *Server) handleWorkerMetrics(w http.ResponseWriter, r *http.Request, _ c
 		writeReqError(w, err)
 		return
 	}
-	rows, err := s.b.NodeSeries(r.Context(), workerMetrics, false, win.sampleRange())
+	rows, err := s.b.NodeSeries(r.Context(), broker.WorkerMetrics, false, win.sampleRange())
 	if err != nil {
 		s.brokerError(w, r, "worker metrics", err)
 		return
@@ -779,7 +750,7 @@ func (s *Server) handleWorkerMetrics(w http.ResponseWriter, r *http.Request, _ c
 			tot = map[string]any{"timestamp": fmtMilli(row.Bucket)}
 			totals[row.Bucket.Unix()] = tot
 		}
-		for i, m := range workerMetrics {
+		for i, m := range broker.WorkerMetrics {
 			n := int64(row.Values[i][0])
 			pt[m.Path] = n
 			prev, _ := tot[m.Path].(int64)

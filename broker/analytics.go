@@ -28,6 +28,12 @@ type (
 	ParkedSample     = pg.ParkedSample
 )
 
+// The node metric sets of the analytics reads; their SQL expressions live in pg.
+var (
+	SystemMetrics = pg.SystemMetrics
+	WorkerMetrics = pg.WorkerMetrics
+)
+
 // NodeName is the name this node writes its samples under.
 func (b *Broker) NodeName() string { return b.cfg.NodeName }
 

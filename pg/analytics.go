@@ -287,6 +287,36 @@ func (db *DB) ParkedByQueue(ctx context.Context, tenant, queue string, r Range, 
 // its columns, named by a dotted path in the answer.
 type NodeMetric struct{ Path, Expr string }
 
+// SystemMetrics are the levels GET /api/v1/analytics/system-metrics answers, each answered as
+// {avg, min, max, last} per bucket under its dotted path.
+var SystemMetrics = []NodeMetric{
+	{Path: "cpu.percent", Expr: "(cpu_user_us + cpu_system_us) * 100.0 / (interval_ms * 1000.0)"},
+	{Path: "cpu.user_us", Expr: "cpu_user_us"},
+	{Path: "cpu.system_us", Expr: "cpu_system_us"},
+	{Path: "memory.rss_bytes", Expr: "rss_bytes"},
+	{Path: "memory.heap_bytes", Expr: "heap_bytes"},
+	{Path: "database.pool_max", Expr: "pool_max"},
+	{Path: "database.pool_size", Expr: "pool_total"},
+	{Path: "database.pool_idle", Expr: "pool_idle"},
+	{Path: "database.pool_active", Expr: "pool_acquired"},
+	{Path: "longpoll.parked", Expr: "parked"},
+	{Path: "runtime.goroutines", Expr: "goroutines"},
+}
+
+// WorkerMetrics are the counters GET /api/v1/analytics/worker-metrics answers, summed per bucket.
+var WorkerMetrics = []NodeMetric{
+	{Path: "pushes", Expr: "pushes"},
+	{Path: "pushedMessages", Expr: "pushed_items"},
+	{Path: "duplicates", Expr: "duplicates"},
+	{Path: "pops", Expr: "pops"},
+	{Path: "poppedMessages", Expr: "popped_items"},
+	{Path: "emptyPops", Expr: "pops_empty"},
+	{Path: "acks", Expr: "acks"},
+	{Path: "acksRefused", Expr: "acks_refused"},
+	{Path: "deadLettered", Expr: "dead_lettered"},
+	{Path: "transactions", Expr: "transactions"},
+}
+
 // NodeSeriesRow is one node's aggregates in one bucket: for each metric
 // asked, (avg, min, max, last) when stats, else its sum.
 type NodeSeriesRow struct {
