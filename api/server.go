@@ -41,6 +41,7 @@ type Broker interface {
 	TracesBroker      // api/traces.go
 	AnalyticsBroker   // api/analytics.go
 	StreamsBroker     // /streams/v1 (streams.go)
+	HotlistBroker     // GET /api/v1/status/hotlist/{queue} (hotlist.go)
 }
 
 // Defaults of Config.
@@ -251,6 +252,7 @@ func New(b Broker, cfg Config, logger hclog.Logger) *Server {
 	s.registerTraces()    // api/traces.go
 	s.registerAnalytics() // api/analytics.go
 	s.registerStreams()
+	s.registerHotlist() // api/hotlist.go
 
 	// bodyDeadline bounds the body's arrival (conn.go). instrument is next so panics (answered 500 by recoverPanics) and
 	// preflights are observed too.

@@ -73,6 +73,7 @@ var routeAccess = map[string]api.Access{
 	"GET /api/v1/status/queues/{queue}/messages":  api.AccessReadOnly,
 	"GET /api/v1/status/analytics":                api.AccessReadOnly,
 	"GET /api/v1/status/buffers":                  api.AccessReadOnly,
+	"GET /api/v1/status/hotlist/{queue}":          api.AccessReadOnly, // this node's rings of the caller's tenant's queue
 	"GET /api/v1/analytics/queue-ops":             api.AccessReadOnly,
 	"GET /api/v1/analytics/queue-lag":             api.AccessReadOnly,
 	"GET /api/v1/analytics/queue-parked-replicas": api.AccessReadOnly,
