@@ -254,7 +254,7 @@
           grow.appendChild(tr);
         });
         $('groups').replaceChildren(grow);
-        return api('/api/v1/dlq?queue=' + qp + '&limit=20').then(function (d) {
+        return Promise.all([refreshHotlist(name, groups, cur), api('/api/v1/dlq?queue=' + qp + '&limit=20').then(function (d) {
           var drow = document.createDocumentFragment();
           ((d && d.messages) || []).forEach(function (x) {
             var tr = el('tr', {'data-transaction': x.transactionId});
@@ -262,7 +262,88 @@
             drow.appendChild(tr);
           });
           $('dlq').replaceChildren(drow);
+        })]);
+      });
+    });
+  }
+
+  // ---- hot-list beside PostgreSQL ------------------------------------------
+
+  // hotlistMembers lists where to ask for a hot-list view: every alive
+  // member from /status, or only this node ('' base) when /status is
+  // refused (it needs admin) or the node runs without the mesh.
+  function hotlistMembers() {
+    var self = [{name: '', base: ''}];
+    if (statusForbiddenFor !== null && statusForbiddenFor === token()) return Promise.resolve(self);
+    return api('/status').then(function (st) {
+      var ms = (get(st, 'mesh.members') || []).filter(function (m) { return m.state === 'alive' && (m.self || m.http_addr); });
+      if (!ms.length) return self;
+      return ms.map(function (m) { return {name: m.name, base: m.self ? '' : location.protocol + '//' + m.http_addr}; })
+        .sort(function (a, b) { return a.name < b.name ? -1 : a.name > b.name ? 1 : 0; });
+    }, function (e) {
+      if (e.status !== 403) throw e;
+      statusForbiddenFor = token();
+      return self;
+    });
+  }
+
+  function entryText(p) {
+    var s = p.name + ' ' + p.state;
+    if (p.state === 'wheel' && typeof p.dueInMs === 'number') s += ' ' + p.dueInMs + 'ms';
+    if (p.state === 'inflight' && typeof p.heldMs === 'number') s += ' ' + p.heldMs + 'ms';
+    return s + (p.unconfirmed ? '?' : '');
+  }
+
+  // refreshHotlist shows each alive member's rings of the queue (one
+  // bounded request per member) beside PostgreSQL's view per group, read
+  // from the cursors the groups table already fetched (cur).
+  function refreshHotlist(name, groups, cur) {
+    var path = '/api/v1/status/hotlist/' + encodeURIComponent(name) + '?limit=50';
+    var pg = document.createDocumentFragment();
+    groups.forEach(function (g, i) {
+      var ps = (cur[i] && cur[i][name] && cur[i][name].partitions) || [];
+      var pending = ps.filter(function (p) { return num(p.offsetLag) > 0; }).map(function (p) { return p.partition; });
+      var leased = ps.filter(function (p) { return p.leaseActive; }).map(function (p) { return p.partition; });
+      var tr = el('tr', {'data-group': g.name, 'data-pending': String(pending.length), 'data-leased': String(leased.length)});
+      tr.appendChild(td(g.name));
+      tr.appendChild(td(pending.length));
+      tr.appendChild(td(leased.length));
+      tr.appendChild(td(pending.slice(0, 8).join(', ') + (pending.length > 8 ? ', …' : ''), 'cursor'));
+      tr.appendChild(td(leased.slice(0, 8).join(', ') + (leased.length > 8 ? ', …' : ''), 'cursor'));
+      pg.appendChild(tr);
+    });
+    $('hotlist-pg').replaceChildren(pg);
+    return hotlistMembers().then(function (ms) {
+      return Promise.all(ms.map(function (m) {
+        return api(path, null, m.base).catch(function (e) { return {error: e.message}; });
+      })).then(function (views) {
+        var rows = document.createDocumentFragment();
+        views.forEach(function (v, i) {
+          var node = (v && v.node) || ms[i].name || 'this node';
+          if (!v || v.error || !v.registered || !(v.rings || []).length) {
+            var why = !v || v.error ? 'unreachable: ' + (v && v.error) : v.enabled === false ? 'hot-list off (QUEEN_HOTLIST=0)' : 'no rings for this queue on this node';
+            var tr = el('tr', {'data-node': node, 'data-registered': 'false'});
+            tr.appendChild(td(node));
+            tr.appendChild(el('td', {colspan: '7', text: why}));
+            rows.appendChild(tr);
+            return;
+          }
+          v.rings.forEach(function (r) {
+            var tr = el('tr', {'data-node': node, 'data-group': r.group, 'data-ready': String(num(r.ready)),
+              'data-wheel': String(num(r.wheel)), 'data-inflight': String(num(r.inflight))});
+            tr.appendChild(td(node));
+            tr.appendChild(td(r.group));
+            tr.appendChild(td(num(r.ready)));
+            tr.appendChild(td(num(r.wheel)));
+            tr.appendChild(td(num(r.inflight)));
+            tr.appendChild(td(r.cold ? 'cold' : r.reseeding ? 'reseeding' : 'in ' + dur(num(r.nextReseedInMs) / 1000)));
+            var ps = r.partitions || [];
+            tr.appendChild(td(ps.slice(0, 8).map(entryText).join(', ') + (ps.length > 8 || r.partitionsTruncated ? ', …' : ''), 'cursor'));
+            tr.appendChild(td(num(r.unconfirmed)));
+            rows.appendChild(tr);
+          });
         });
+        $('hotlist').replaceChildren(rows);
       });
     });
   }
