@@ -240,3 +240,38 @@ func TestDashboardChartsAndMembers(t *testing.T) {
 	b.waitFor(t, "live points after the history", `[...document.querySelectorAll('#charts svg[data-metric]')].every(s => +s.dataset.points > +s.dataset.historyPoints)`, outer("#charts"))
 	b.noErrors(t, "after the reload")
 }
+
+// TestDashboardReadOnlyCharts: with JWT on, a read-only token cannot read
+// /status (the table says so), yet system-metrics is read-only: the charts
+// show the sampler's history of every node.
+func TestDashboardReadOnlyCharts(t *testing.T) {
+	b := newBrowser(t)
+	nodes := nodetest.StartClusterConfig(t, 3, func(c *node.Config) {
+		c.Auth.Enabled = true
+		c.Auth.Secret = jwtSecret
+		c.Stats.Interval = 200 * time.Millisecond
+	})
+	admin, ro := "Bearer "+token(t, "admin"), token(t, "read-only")
+	until(t, "samples of every node", func() bool {
+		r := nodes[0].DoAuth(t, admin, "GET", "/api/v1/analytics/system-metrics?interval=10s", nil)
+		return r.Status == 200 && r.Obj(t)["replicaCount"] == 3.0
+	})
+
+	b.run(t, "open "+nodes[0].URL, chromedp.Navigate(nodes[0].URL+"/"))
+	b.waitFor(t, "the login form", visible("#login")+" && "+visible("input#token"), `document.body.outerHTML.slice(0, 4000)`)
+	b.run(t, "log in", chromedp.SendKeys(chromedp.CSS("input#token"), ro), chromedp.Click(chromedp.CSS("button#login-submit")))
+	b.waitFor(t, "the table saying /status needs admin",
+		`document.querySelector('#members').textContent.includes('needs an admin token')`, outer("#members"))
+	b.waitFor(t, "twelve charts with every node's history",
+		`(c => c.length === 12 && c.every(s => +s.dataset.historyPoints >= 3 && s.dataset.points === s.dataset.historyPoints &&
+			s.querySelectorAll('polyline[data-node]').length === 3))([...document.querySelectorAll('#charts svg[data-metric]')])`,
+		outer("#charts"))
+	// 401 before the login and 403 from /status are answers, not script errors.
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, e := range b.errs {
+		if strings.HasPrefix(e, "uncaught exception") || strings.HasPrefix(e, "console.") {
+			t.Fatalf("script error: %s", e)
+		}
+	}
+}
