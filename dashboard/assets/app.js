@@ -12,6 +12,7 @@
   var prev = {};     // node name -> {t, <key>: counter}: last /status counters, for rates
   var hist = {};     // node name -> [{t, live, <key>: value}] over WINDOW_MS, oldest first
   var historyFor = null; // the token the sampler's history was last read with
+  var historyErr = '';   // why that read failed, shown above the charts
   var maint = {push: null, pop: null};
   var authNeeded = false;
   var timer = null;
@@ -139,6 +140,7 @@
   // token: the live points take over from there.
   function loadHistory() {
     historyFor = token();
+    historyErr = '';
     var from = new Date(Date.now() - WINDOW_MS).toISOString();
     return api('/api/v1/analytics/system-metrics?interval=10s&from=' + encodeURIComponent(from)).then(function (d) {
       var now = Date.now();
@@ -158,8 +160,9 @@
         hist[r.hostname] = h;
       });
     }, function (e) {
-      // No history is no reason to stop the page: the live points still come.
-      if (e.status !== 401) showError('chart history: ' + e.message);
+      // No history is no reason to stop the page: the live points still
+      // come. Said above the charts (the error bar is cleared every round).
+      if (e.status !== 401) historyErr = 'chart history unavailable until the page is reloaded: ' + e.message;
     });
   }
 
@@ -214,7 +217,11 @@
     });
     return el('div', {'class': 'chart'}, [el('div', {'class': 't', text: m.title}), svg, legend]);
   }
-  function drawCharts() { $('charts').replaceChildren.apply($('charts'), METRICS.map(chart)); }
+  function drawCharts() {
+    var parts = METRICS.map(chart);
+    if (historyErr) parts.unshift(el('div', {'class': 'history-error', text: historyErr}));
+    $('charts').replaceChildren.apply($('charts'), parts);
+  }
 
   // /status needs admin: a token below it is told once, in the table, and
   // /status is not asked again until the token changes (no 403 every 2 s).
