@@ -133,6 +133,8 @@ func parseWindow(r *http.Request, defInterval string) (window, error) {
 	switch w.interval {
 	case "":
 		w.bucket = autoBucket(span)
+	case "10s": // the node samples' own resolution (the dashboard's charts)
+		w.bucket = 10 * time.Second
 	case "minute":
 		w.bucket = time.Minute
 	case "hour":
@@ -140,7 +142,7 @@ func parseWindow(r *http.Request, defInterval string) (window, error) {
 	case "day":
 		w.bucket = 24 * time.Hour
 	default:
-		return w, badRequest("interval must be minute, hour or day")
+		return w, badRequest("interval must be 10s, minute, hour or day")
 	}
 	if span/w.bucket > maxBuckets {
 		return w, badRequest(fmt.Sprintf("interval %s over this range gives more than %d buckets", w.interval, maxBuckets))
@@ -721,7 +723,8 @@ func (s *Server) handleSystemMetrics(w http.ResponseWriter, r *http.Request, _ c
 			map[string]any{"timestamp": fmtMilli(row.Bucket), "sampleCount": row.Samples, "metrics": metrics})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"timeRange": win.timeRange(), "bucketMinutes": win.bucketMinutes(),
-		"replicas": replicas, "replicaCount": len(replicas), "pointCount": len(rows)})
+		"bucketSeconds": int(win.bucket / time.Second), // bucketMinutes reads 0 with interval=10s
+		"replicas":      replicas, "replicaCount": len(replicas), "pointCount": len(rows)})
 }
 
 // GET /api/v1/analytics/worker-metrics (admin: every tenant's load)

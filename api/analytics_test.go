@@ -295,6 +295,7 @@ func TestStatusAndAnalytics(t *testing.T) {
 	// Bad windows are 400s.
 	for _, q := range []string{
 		"interval=second",
+		"interval=10s&from=" + url.QueryEscape(time.Now().Add(-5*time.Hour).Format(time.RFC3339)), // 1800 buckets
 		"from=2026-01-02T00:00:00Z&to=2026-01-01T00:00:00Z",
 		"from=nope",
 		"interval=minute&from=" + url.QueryEscape(time.Now().Add(-20*24*time.Hour).Format(time.RFC3339)),
@@ -390,5 +391,60 @@ func TestAnalyticsAcrossNodes(t *testing.T) {
 	want(t, r, 200)
 	if o := r.Obj(t); o["replicaCount"] != 2.0 {
 		t.Errorf("system-metrics replicas %v, want both nodes", o["replicaCount"])
+	}
+
+	// Hints: a push on node 0 is a hint frame to node 1; the next samples
+	// carry the mesh deltas and system-metrics answers them as rates.
+	want(t, nodes[0].Do(t, "POST", "/api/v1/push", map[string]any{"items": []any{
+		map[string]any{"queue": "hinted", "payload": map[string]any{"n": 1}}}}), 201)
+	deadline = time.Now().Add(10 * time.Second)
+	for nodes[1].Mesh.Stats().HintsReceived < 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("node 1 never received a hint: %+v", nodes[1].Mesh.Stats())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for _, n := range nodes {
+		sampleNow(t, n)
+	}
+	r = nodes[1].Do(t, "GET", "/api/v1/analytics/system-metrics?interval=10s", nil)
+	want(t, r, 200)
+	o := r.Obj(t)
+	if o["bucketSeconds"] != 10.0 {
+		t.Errorf("bucketSeconds %v, want 10", o["bucketSeconds"])
+	}
+	// The largest per-sample rate of path over a node's buckets.
+	peak := func(node, group, key string) float64 {
+		var top float64
+		for _, rep := range o["replicas"].([]any) {
+			rm := rep.(map[string]any)
+			if rm["hostname"] != node {
+				continue
+			}
+			for _, pt := range rm["timeSeries"].([]any) {
+				g := pt.(map[string]any)["metrics"].(map[string]any)[group].(map[string]any)
+				top = max(top, g[key].(map[string]any)["max"].(float64))
+			}
+		}
+		return top
+	}
+	n0, n1 := nodes[0].Broker.NodeName(), nodes[1].Broker.NodeName()
+	for _, c := range []struct {
+		node, group, key string
+	}{
+		{n0, "mesh", "frames_sent_per_s"}, {n0, "mesh", "hints_sent_per_s"}, {n0, "requests", "pushed_per_s"},
+		{n1, "mesh", "frames_received_per_s"}, {n1, "mesh", "hints_received_per_s"},
+	} {
+		if peak(c.node, c.group, c.key) <= 0 {
+			t.Errorf("%s: %s.%s never above 0: %s", c.node, c.group, c.key, r.Body)
+		}
+	}
+	for _, key := range []string{"dropped_per_s", "gaps_per_s"} {
+		if v := peak(n0, "mesh", key); v != 0 {
+			t.Errorf("mesh.%s %v on a healthy mesh, want 0", key, v)
+		}
+	}
+	if _, ok := o["replicas"].([]any)[0].(map[string]any)["timeSeries"].([]any)[0].(map[string]any)["metrics"].(map[string]any)["hotlist"].(map[string]any)["reseeds_per_s"]; !ok {
+		t.Errorf("no hotlist.reseeds_per_s: %s", r.Body)
 	}
 }

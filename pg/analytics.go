@@ -26,6 +26,9 @@ type NodeSample struct {
 	Acks, AcksRefused, DeadLettered, Transactions, CPUUserUS, CPUSystemUS int64
 	Parked, PoolMax, PoolTotal, PoolIdle, PoolAcquired, Goroutines        int
 	RSSBytes, HeapBytes                                                   int64
+	// Mesh and hot-list counters (migration 8), deltas like the above.
+	FramesSent, FramesReceived, HintsSent, HintsReceived int64
+	Dropped, Gaps, Reseeds                               int64
 }
 
 // ParkedSample is the number of long-polls parked on one queue of a node.
@@ -41,12 +44,15 @@ func (db *DB) InsertNodeSample(ctx context.Context, s NodeSample, parked []Parke
 		_, err := t.tx.Exec(ctx, `INSERT INTO queen.node_samples (sampled_at, node, interval_ms, pushes,
 				pushed_items, duplicates, pops, popped_items, pops_empty, acks, acks_refused, dead_lettered,
 				transactions, cpu_user_us, cpu_system_us, parked, pool_max, pool_total, pool_idle,
-				pool_acquired, rss_bytes, heap_bytes, goroutines)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)
+				pool_acquired, rss_bytes, heap_bytes, goroutines, frames_sent, frames_received, hints_sent,
+				hints_received, dropped, gaps, reseeds)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23,
+				$24, $25, $26, $27, $28, $29, $30)
 			ON CONFLICT DO NOTHING`,
 			s.At, s.Node, s.IntervalMS, s.Pushes, s.PushedItems, s.Duplicates, s.Pops, s.PoppedItems, s.PopsEmpty,
 			s.Acks, s.AcksRefused, s.DeadLettered, s.Transactions, s.CPUUserUS, s.CPUSystemUS, s.Parked,
-			s.PoolMax, s.PoolTotal, s.PoolIdle, s.PoolAcquired, s.RSSBytes, s.HeapBytes, s.Goroutines)
+			s.PoolMax, s.PoolTotal, s.PoolIdle, s.PoolAcquired, s.RSSBytes, s.HeapBytes, s.Goroutines,
+			s.FramesSent, s.FramesReceived, s.HintsSent, s.HintsReceived, s.Dropped, s.Gaps, s.Reseeds)
 		if err != nil {
 			return fmt.Errorf("insert node sample: %w", err)
 		}
@@ -301,7 +307,22 @@ var SystemMetrics = []NodeMetric{
 	{Path: "database.pool_active", Expr: "pool_acquired"},
 	{Path: "longpoll.parked", Expr: "parked"},
 	{Path: "runtime.goroutines", Expr: "goroutines"},
+	// Per-second rates of a sample's counter deltas, for the dashboard's
+	// charts (docs/operations.md, "Dashboard").
+	{Path: "requests.pushed_per_s", Expr: perSecond("pushed_items")},
+	{Path: "requests.popped_per_s", Expr: perSecond("popped_items")},
+	{Path: "requests.acks_per_s", Expr: perSecond("acks")},
+	{Path: "mesh.frames_sent_per_s", Expr: perSecond("frames_sent")},
+	{Path: "mesh.frames_received_per_s", Expr: perSecond("frames_received")},
+	{Path: "mesh.hints_sent_per_s", Expr: perSecond("hints_sent")},
+	{Path: "mesh.hints_received_per_s", Expr: perSecond("hints_received")},
+	{Path: "mesh.dropped_per_s", Expr: perSecond("dropped")},
+	{Path: "mesh.gaps_per_s", Expr: perSecond("gaps")},
+	{Path: "hotlist.reseeds_per_s", Expr: perSecond("reseeds")},
 }
+
+// perSecond is a counter column's delta over its sample's interval.
+func perSecond(col string) string { return col + " * 1000.0 / interval_ms" }
 
 // WorkerMetrics are the counters GET /api/v1/analytics/worker-metrics answers, summed per bucket.
 var WorkerMetrics = []NodeMetric{

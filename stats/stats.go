@@ -92,6 +92,7 @@ type Sampler struct {
 
 	mu        sync.Mutex // one sample at a time (the loop and SampleNow)
 	prev      broker.Counters
+	prevMesh  meshCounts
 	prevCPU   cpuTimes
 	prevAt    time.Time
 	lastRound time.Time
@@ -109,8 +110,28 @@ func New(cfg Config, src Source, log hclog.Logger) *Sampler {
 		log = hclog.NewNullLogger()
 	}
 	s := &Sampler{cfg: cfg.withDefaults(), src: src, log: log, stop: make(chan struct{}), done: make(chan struct{})}
-	s.prev, s.prevCPU, s.prevAt = src.Snapshot().Requests, readCPU(), time.Now()
+	snap := src.Snapshot()
+	s.prev, s.prevMesh, s.prevCPU, s.prevAt = snap.Requests, meshOf(snap), readCPU(), time.Now()
 	return s
+}
+
+// meshCounts are the mesh and hot-list counters a node sample stores as
+// deltas: the ones /status shows under mesh and hotlist (api/table.go).
+type meshCounts struct {
+	framesSent, framesReceived, hintsSent, hintsReceived int64
+	dropped, gaps, reseeds                               int64
+}
+
+func meshOf(s broker.Snapshot) meshCounts {
+	m := s.Mesh
+	return meshCounts{
+		framesSent: int64(m.FramesSent), framesReceived: int64(m.FramesReceived),
+		hintsSent: int64(m.HintsSent), hintsReceived: int64(m.HintsReceived),
+		// Every way a hint is lost on the sending side: chaos drops, full
+		// send queues or unreachable peers, a full coalescing set.
+		dropped: int64(m.FramesDropped + m.QueueDropped + m.CoalescerDropped),
+		gaps:    int64(m.GapsSeen), reseeds: s.Hotlist.Reseeds,
+	}
 }
 
 // Start runs the sampling loop in the background; with Interval 0 it does
@@ -172,6 +193,7 @@ func (s *Sampler) sample(ctx context.Context, force bool) error {
 	snap := s.src.Snapshot()
 	cpu := readCPU()
 	c, p := snap.Requests, s.prev
+	mc, mp := meshOf(snap), s.prevMesh
 	ns := broker.NodeSample{
 		At: now, Node: s.src.NodeName(), IntervalMS: int(max(now.Sub(s.prevAt).Milliseconds(), 1)),
 		Pushes: c.Pushes - p.Pushes, PushedItems: c.PushedItems - p.PushedItems, Duplicates: c.Duplicates - p.Duplicates,
@@ -181,6 +203,9 @@ func (s *Sampler) sample(ctx context.Context, force bool) error {
 		CPUUserUS:    cpu.userUS - s.prevCPU.userUS, CPUSystemUS: cpu.systemUS - s.prevCPU.systemUS,
 		Parked: snap.Parked, PoolMax: int(snap.PG.MaxConns), PoolTotal: int(snap.PG.TotalConns),
 		PoolIdle: int(snap.PG.IdleConns), PoolAcquired: int(snap.PG.AcquiredConns),
+		FramesSent: mc.framesSent - mp.framesSent, FramesReceived: mc.framesReceived - mp.framesReceived,
+		HintsSent: mc.hintsSent - mp.hintsSent, HintsReceived: mc.hintsReceived - mp.hintsReceived,
+		Dropped: mc.dropped - mp.dropped, Gaps: mc.gaps - mp.gaps, Reseeds: mc.reseeds - mp.reseeds,
 	}
 	ns.RSSBytes, ns.HeapBytes, ns.Goroutines = readMemory()
 	var errs []error
@@ -189,7 +214,7 @@ func (s *Sampler) sample(ctx context.Context, force bool) error {
 		// this interval's resolution.
 		errs = append(errs, fmt.Errorf("node sample: %w", err))
 	} else {
-		s.prev, s.prevCPU, s.prevAt = c, cpu, now
+		s.prev, s.prevMesh, s.prevCPU, s.prevAt = c, mc, cpu, now
 	}
 
 	if !force && now.Sub(s.lastRound) < s.cfg.QueueInterval {

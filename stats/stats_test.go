@@ -8,12 +8,15 @@ import (
 	"time"
 
 	"queen-node/broker"
+	"queen-node/mesh"
 )
 
 // fakeSource records what the sampler writes.
 type fakeSource struct {
 	mu        sync.Mutex
 	counters  broker.Counters
+	mesh      mesh.Stats
+	reseeds   int64
 	parked    []broker.ParkedSample
 	failWrite bool
 	took      bool
@@ -27,7 +30,9 @@ func (f *fakeSource) NodeName() string { return "n1" }
 func (f *fakeSource) Snapshot() broker.Snapshot {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return broker.Snapshot{Requests: f.counters, Parked: 3}
+	st := broker.Snapshot{Requests: f.counters, Parked: 3, Mesh: broker.MeshSnapshot{Enabled: true, Stats: f.mesh}}
+	st.Hotlist.Enabled, st.Hotlist.Reseeds = true, f.reseeds
+	return st
 }
 func (f *fakeSource) ParkedQueues(limit int) []broker.ParkedSample {
 	f.mu.Lock()
@@ -92,6 +97,27 @@ func TestSampleDeltas(t *testing.T) {
 	}
 	if got := f.samples[1].Pushes; got != 7 {
 		t.Errorf("sample after a failed one has %d pushes, want 7 (15 → 22)", got)
+	}
+}
+
+// TestSampleMeshDeltas: the mesh and hot-list counters /status shows are
+// written as deltas too, the three kinds of drop summed into one.
+func TestSampleMeshDeltas(t *testing.T) {
+	f := &fakeSource{mesh: mesh.Stats{FramesSent: 4, HintsSent: 40, GapsSeen: 1, FramesDropped: 1}, reseeds: 9}
+	s := New(Config{Interval: time.Hour}, f, nil)
+	f.set(func(f *fakeSource) {
+		f.mesh = mesh.Stats{FramesSent: 10, FramesReceived: 3, HintsSent: 100, HintsReceived: 30, GapsSeen: 3,
+			FramesDropped: 2, QueueDropped: 5, CoalescerDropped: 7}
+		f.reseeds = 13
+	})
+	if err := s.SampleNow(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got := f.samples[0]
+	want := broker.NodeSample{FramesSent: 6, FramesReceived: 3, HintsSent: 60, HintsReceived: 30, Dropped: 13, Gaps: 2, Reseeds: 4}
+	if got.FramesSent != want.FramesSent || got.FramesReceived != want.FramesReceived || got.HintsSent != want.HintsSent ||
+		got.HintsReceived != want.HintsReceived || got.Dropped != want.Dropped || got.Gaps != want.Gaps || got.Reseeds != want.Reseeds {
+		t.Fatalf("sample %+v, want the mesh deltas of %+v", got, want)
 	}
 }
 

@@ -5,12 +5,14 @@
 (function () {
   var TOKEN_KEY = 'queen-token';
   var PAGE = 50;               // queues per page (the API caps limits too)
-  var WINDOW_MS = 15 * 60e3;   // chart history kept in this tab's memory
+  var WINDOW_MS = 15 * 60e3;   // charts span this much: history from the sampler, then live samples
   var COLORS = ['#1f77b4', '#d62728', '#2ca02c', '#9467bd', '#ff7f0e', '#8c564b'];
   var $ = function (id) { return document.getElementById(id); };
   var offset = 0, total = 0;
-  var prev = {};     // node name -> {t, push, pop, ack}: last counters, for rates
-  var hist = {};     // node name -> [{t, push, pop, ack}] rates over WINDOW_MS
+  var prev = {};     // node name -> {t, <key>: counter}: last /status counters, for rates
+  var hist = {};     // node name -> [{t, live, <key>: value}] over WINDOW_MS, oldest first
+  var historyFor = null; // the token the sampler's history was last read with
+  var historyErr = '';   // why that read failed, shown above the charts
   var maint = {push: null, pop: null};
   var authNeeded = false;
   var timer = null;
@@ -79,7 +81,7 @@
     tr.appendChild(td(m.state, 'state'));
     tr.appendChild(td(m.version || get(st, 'node.version')));
     if (!st) { for (var i = 0; i < 11; i++) tr.appendChild(td('')); return tr; }
-    var h = hist[m.name], last = h && h.length ? h[h.length - 1] : null;
+    var h = hist[m.name], last = h && h.length && h[h.length - 1].live ? h[h.length - 1] : null;
     tr.appendChild(td(dur(get(st, 'node.uptime_s'))));
     tr.appendChild(td(last ? fmt(last.push) : ''));
     tr.appendChild(td(last ? fmt(last.pop) : ''));
@@ -94,35 +96,112 @@
     return tr;
   }
 
+  // The charted figures: rate ones from a /status counter (live) or a
+  // system-metrics per-second rate (history); level ones from a /status
+  // gauge or a system-metrics level (docs/operations.md, "Dashboard").
+  function drops(st) { return num(get(st, 'mesh.frames_dropped')) + num(get(st, 'mesh.frames_queue_dropped')) + num(get(st, 'mesh.coalescer.dropped')); }
+  var METRICS = [
+    {key: 'push', title: 'push msg/s', rate: 'requests.pushed_messages', hist: 'requests.pushed_per_s'},
+    {key: 'pop', title: 'pop msg/s', rate: 'requests.popped_messages', hist: 'requests.popped_per_s'},
+    {key: 'ack', title: 'ack/s', rate: 'requests.acks', hist: 'requests.acks_per_s'},
+    {key: 'parked', title: 'parked long-polls', level: 'requests.parked_long_polls', hist: 'longpoll.parked'},
+    {key: 'pool', title: 'pool conns in use', level: 'pg.acquired_conns', hist: 'database.pool_active'},
+    {key: 'frames_sent', title: 'hint frames sent/s', rate: 'mesh.frames_sent', hist: 'mesh.frames_sent_per_s'},
+    {key: 'frames_received', title: 'hint frames received/s', rate: 'mesh.frames_received', hist: 'mesh.frames_received_per_s'},
+    {key: 'hints_sent', title: 'hints sent/s', rate: 'mesh.hints_sent', hist: 'mesh.hints_sent_per_s'},
+    {key: 'hints_received', title: 'hints received/s', rate: 'mesh.hints_received', hist: 'mesh.hints_received_per_s'},
+    {key: 'drops', title: 'drops/s', rate: drops, hist: 'mesh.dropped_per_s'},
+    {key: 'gaps', title: 'gaps/s', rate: 'mesh.gaps_seen', hist: 'mesh.gaps_per_s'},
+    {key: 'reseeds', title: 'reseeds/s', rate: 'hotlist.reseeds', hist: 'hotlist.reseeds_per_s'}
+  ];
+  function val(st, f) { return typeof f === 'function' ? f(st) : num(get(st, f)); }
+
+  function trim(h, now) { while (h.length && h[0].t < now - WINDOW_MS) h.shift(); }
+
+  // record appends a live point computed from a member's /status: rates
+  // from the change of its counters since the previous round.
   function record(name, st) {
-    var now = Date.now();
-    var c = {t: now, push: num(get(st, 'requests.pushed_messages')), pop: num(get(st, 'requests.popped_messages')), ack: num(get(st, 'requests.acks'))};
+    var now = Date.now(), c = {t: now};
+    METRICS.forEach(function (m) { if (m.rate) c[m.key] = val(st, m.rate); });
     var p = prev[name];
     prev[name] = c;
-    if (!p || c.t <= p.t || c.push < p.push) return; // first sample, or the node restarted
-    var dt = (c.t - p.t) / 1000;
+    if (!p || c.t <= p.t) return; // first round: no rate yet
+    // A counter that went back means the node restarted.
+    if (METRICS.some(function (m) { return m.rate && c[m.key] < p[m.key]; })) return;
+    var dt = (c.t - p.t) / 1000, pt = {t: now, live: true};
+    METRICS.forEach(function (m) { pt[m.key] = m.rate ? (c[m.key] - p[m.key]) / dt : val(st, m.level); });
     var h = hist[name] || (hist[name] = []);
-    h.push({t: now, push: (c.push - p.push) / dt, pop: (c.pop - p.pop) / dt, ack: (c.ack - p.ack) / dt});
-    while (h.length && h[0].t < now - WINDOW_MS) h.shift();
+    h.push(pt);
+    trim(h, now);
   }
 
-  // chart draws one metric of every node as SVG polylines over WINDOW_MS.
-  function chart(title, key) {
-    var W = 360, H = 110, now = Date.now(), max = 1;
+  // loadHistory reads the sampler's last WINDOW_MS per node, 10 s buckets
+  // (each bucket's average), and puts it before the live points. Once per
+  // token: the live points take over from there.
+  function loadHistory() {
+    historyFor = token();
+    historyErr = '';
+    var from = new Date(Date.now() - WINDOW_MS).toISOString();
+    return api('/api/v1/analytics/system-metrics?interval=10s&from=' + encodeURIComponent(from)).then(function (d) {
+      var now = Date.now();
+      ((d && d.replicas) || []).forEach(function (r) {
+        var live = (hist[r.hostname] || []).filter(function (x) { return x.live; });
+        var first = live.length ? live[0].t : Infinity;
+        var pts = [];
+        (r.timeSeries || []).forEach(function (s) {
+          var t = Date.parse(s.timestamp);
+          if (!(t < first)) return;
+          var pt = {t: t, live: false};
+          METRICS.forEach(function (m) { pt[m.key] = num(get(s.metrics, m.hist + '.avg')); });
+          pts.push(pt);
+        });
+        var h = pts.concat(live);
+        trim(h, now);
+        hist[r.hostname] = h;
+      });
+    }, function (e) {
+      // No history is no reason to stop the page: the live points still
+      // come. Said above the charts (the error bar is cleared every round).
+      if (e.status !== 401) historyErr = 'chart history unavailable until the page is reloaded: ' + e.message;
+    });
+  }
+
+  // chart draws one metric of every node as SVG polylines over WINDOW_MS,
+  // one line per node; data-points, data-history-points (from the sampler)
+  // and data-oldest (ms) say what it drew.
+  function chart(m) {
+    var W = 300, H = 90, now = Date.now(), max = 0, count = 0, fromHistory = 0, oldest = now;
     var names = Object.keys(hist).sort();
-    names.forEach(function (n) { hist[n].forEach(function (s) { if (s[key] > max) max = s[key]; }); });
+    var shown = {};
+    names.forEach(function (n) {
+      shown[n] = hist[n].filter(function (s) { return s.t >= now - WINDOW_MS; });
+      shown[n].forEach(function (s) {
+        max = Math.max(max, s[m.key]); count++; oldest = Math.min(oldest, s.t);
+        if (!s.live) fromHistory++;
+      });
+    });
+    var top = max > 0 ? max : 1;
     var ns = 'http://www.w3.org/2000/svg';
     var svg = document.createElementNS(ns, 'svg');
     svg.setAttribute('width', W); svg.setAttribute('height', H);
     svg.setAttribute('viewBox', '0 0 ' + W + ' ' + H);
+    svg.setAttribute('data-metric', m.key);
+    svg.setAttribute('data-points', String(count));
+    svg.setAttribute('data-history-points', String(fromHistory));
+    if (count) svg.setAttribute('data-oldest', String(oldest));
     var axis = document.createElementNS(ns, 'path');
     axis.setAttribute('d', 'M0 ' + (H - 1) + ' H' + W);
     axis.setAttribute('stroke', '#ccc');
     svg.appendChild(axis);
+    var label = document.createElementNS(ns, 'text');
+    label.setAttribute('x', '2'); label.setAttribute('y', '10');
+    label.setAttribute('class', 'ymax');
+    label.textContent = fmt(max);
+    svg.appendChild(label);
     var legend = el('div', {'class': 'legend'});
     names.forEach(function (n, i) {
-      var pts = hist[n].map(function (s) {
-        var x = W - (now - s.t) / WINDOW_MS * W, y = H - 2 - s[key] / max * (H - 6);
+      var pts = shown[n].map(function (s) {
+        var x = W - (now - s.t) / WINDOW_MS * W, y = H - 2 - s[m.key] / top * (H - 14);
         return x.toFixed(1) + ',' + y.toFixed(1);
       }).join(' ');
       var line = document.createElementNS(ns, 'polyline');
@@ -130,24 +209,34 @@
       line.setAttribute('fill', 'none');
       line.setAttribute('stroke', COLORS[i % COLORS.length]);
       line.setAttribute('stroke-width', '1.5');
+      line.setAttribute('data-node', n);
       svg.appendChild(line);
       var sw = el('span', {text: '\u25A0 ' + n});
       sw.style.color = COLORS[i % COLORS.length];
       legend.appendChild(sw);
     });
-    return el('div', {'class': 'chart'}, [el('div', {'class': 't', text: title + ' (last 15 min, max ' + fmt(max) + '/s)'}), svg, legend]);
+    return el('div', {'class': 'chart'}, [el('div', {'class': 't', text: m.title}), svg, legend]);
+  }
+  function drawCharts() {
+    var parts = METRICS.map(chart);
+    if (historyErr) parts.unshift(el('div', {'class': 'history-error', text: historyErr}));
+    $('charts').replaceChildren.apply($('charts'), parts);
   }
 
   // /status needs admin: a token below it is told once, in the table, and
   // /status is not asked again until the token changes (no 403 every 2 s).
   var statusForbiddenFor = null;
   function refreshCluster() {
-    if (statusForbiddenFor !== null && statusForbiddenFor === token()) return Promise.resolve();
-    return api('/status').catch(function (e) {
+    // The history first (once per token), so the first charts have it.
+    var history = historyFor === token() ? Promise.resolve() : loadHistory();
+    if (statusForbiddenFor !== null && statusForbiddenFor === token()) return history;
+    return history.then(function () { return api('/status'); }).catch(function (e) {
       if (e.status !== 403) throw e;
       statusForbiddenFor = token();
       $('members').replaceChildren(el('tr', null, [el('td', {colspan: '14', text: 'The cluster view reads /status, which needs an admin token: ' + e.message})]));
-      $('charts').replaceChildren();
+      // system-metrics is read-only: the charts still show the sampler's
+      // history (as of this token's first round), without live points.
+      drawCharts();
       return null;
     }).then(function (self) {
       if (!self) return;
@@ -169,7 +258,7 @@
           rows.appendChild(memberRow(m, stats[i]));
         });
         body.replaceChildren(rows);
-        $('charts').replaceChildren(chart('push msg/s', 'push'), chart('pop msg/s', 'pop'), chart('ack/s', 'ack'));
+        drawCharts();
       });
     });
   }
