@@ -33,8 +33,8 @@ type Broker interface {
 	ExtendLease(ctx context.Context, tenant, leaseID string, seconds int) (broker.LeaseResult, error)
 	Transaction(ctx context.Context, tenant string, producerSub *string, ops []broker.TxOp, requiredLeases []string) (broker.TxResult, error)
 	ListDLQ(ctx context.Context, tenant string, q broker.DLQQuery) ([]broker.DLQEntry, int, error)
-	RetryDeadLetter(ctx context.Context, tenant, partitionID, txid, group string) (broker.DLQRetried, error) // api/dlq.go
-	DropDeadLetter(ctx context.Context, tenant, partitionID, txid, group string) (dropped int, err error)      // api/dlq.go
+	RetryDeadLetter(ctx context.Context, tenant, partitionID, txid, group string) (broker.DLQRetried, error)
+	DropDeadLetter(ctx context.Context, tenant, partitionID, txid, group string) (dropped int, err error)
 	DeleteConsumerGroup(ctx context.Context, tenant, group, queue string, deleteMetadata bool) (deletedPartitions int, err error) // queue "" = all queues
 	Seek(ctx context.Context, tenant, group, queue string, toEnd bool, ts *time.Time) (partitionsUpdated int, err error)
 	Health(ctx context.Context) error
