@@ -403,3 +403,45 @@ func TestDLQRetryWakesParkedPopOnAnotherNode(t *testing.T) {
 		t.Fatal("the parked pop never answered")
 	}
 }
+
+// TestDLQRetryTxIDTaken: when a client already pushed the copy's
+// transaction id to the partition, the retry changes nothing and answers
+// 409. Entries are numbered from 1 in a fresh database, so the first
+// entry's copy would be "z~retry-1".
+func TestDLQRetryTxIDTaken(t *testing.T) {
+	c := rc{t: t, n: nodetest.Start(t)}
+	c.configure("tk", msg{"retryLimit": 0})
+	pid := c.push("tk", "p", "z", "z"+protocol.DLQRetrySep+"1")
+	c.deadLetter("tk", "p", "g", pid)
+	r := c.do("POST", retryPath(pid, "z", "g"), nil)
+	if r.Status != 409 || r.Obj(t)["error"] == nil {
+		t.Fatalf("retry: %d %s", r.Status, r.Body)
+	}
+	if l, total := c.dlq("tk"); total != 1 || l[0] != "g/z" {
+		t.Fatalf("dlq after the refused retry: %v %d", l, total)
+	}
+	// nothing new for g: its next message is the one pushed by the client
+	got, _ := c.pop("tk", "p", "g", 10)
+	if strings.Join(got, ",") != "z"+protocol.DLQRetrySep+"1" {
+		t.Fatalf("g's pop: %v", got)
+	}
+}
+
+// TestDLQRetryLongTxID: a copy's transaction id stays within the 255-byte
+// bound, so its consumer can ack it.
+func TestDLQRetryLongTxID(t *testing.T) {
+	c := rc{t: t, n: nodetest.Start(t)}
+	c.configure("long", msg{"retryLimit": 0})
+	long := strings.Repeat("é", 125) // 250 bytes
+	pid := c.push("long", "p", long)
+	c.deadLetter("long", "p", "g", pid)
+	copyTx := c.ok(200, "POST", retryPath(pid, long, "g"), nil).Obj(t)["retryTransactionId"].(string)
+	if len(copyTx) > broker.MaxNameBytes || !strings.Contains(copyTx, protocol.DLQRetrySep) {
+		t.Fatalf("copy's transaction id %q (%d bytes)", copyTx, len(copyTx))
+	}
+	got, lease := c.pop("long", "p", "g", 10)
+	if len(got) != 1 || got[0] != copyTx {
+		t.Fatalf("g's pop: %v", got)
+	}
+	c.ackAs("g", pid, lease, copyTx)
+}
