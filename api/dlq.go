@@ -2,10 +2,12 @@ package api
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
 	"time"
 
 	"queen-node/broker"
+	"queen-node/protocol"
 )
 
 // DLQ page size bounds.
@@ -111,4 +113,84 @@ func (s *Server) handleDLQ(w http.ResponseWriter, r *http.Request, c caller) {
 		Offset:     dq.Offset,
 		Pagination: pagination{Limit: dq.Limit, Offset: dq.Offset},
 	})
+}
+
+type dlqRetryResponse struct {
+	Success       bool   `json:"success"`
+	PartitionID   string `json:"partitionId"`
+	TransactionID string `json:"transactionId"` // the dead-lettered message's
+	ConsumerGroup string `json:"consumerGroup"`
+	Queue         string `json:"queue"`
+	Partition     string `json:"partition"`
+	// The copy appended for the group.
+	RetryTransactionID string `json:"retryTransactionId"`
+}
+
+type dlqDropResponse struct {
+	Success       bool   `json:"success"`
+	PartitionID   string `json:"partitionId"`
+	TransactionID string `json:"transactionId"`
+	ConsumerGroup string `json:"consumerGroup"`
+	Dropped       int    `json:"dropped"` // entries deleted, superseded ones included
+}
+
+// dlqKey reads the dead letter a retry or drop names: the message in the
+// path, the group (required: several groups may dead-letter one message)
+// in the query.
+func dlqKey(r *http.Request) (pid, txid, group string, err error) {
+	if pid, txid, err = messageKey(r); err != nil {
+		return "", "", "", err
+	}
+	group = r.URL.Query().Get("consumerGroup")
+	if group == "" {
+		return "", "", "", badRequest("consumerGroup is required (" + protocol.QueueMode + " in queue mode)")
+	}
+	return pid, txid, group, checkName("consumerGroup", group)
+}
+
+// POST /api/v1/dlq/{partitionId}/{transactionId}/retry?consumerGroup=G
+func (s *Server) handleDLQRetry(w http.ResponseWriter, r *http.Request, c caller) {
+	pid, txid, group, err := dlqKey(r)
+	if err != nil {
+		writeReqError(w, err)
+		return
+	}
+	res, err := s.b.RetryDeadLetter(r.Context(), c.tenant, pid, txid, group)
+	switch {
+	case errors.Is(err, broker.ErrNotFound):
+		writeError(w, http.StatusNotFound, "Dead letter not found")
+		return
+	case errors.Is(err, broker.ErrTxIDTaken):
+		writeError(w, http.StatusConflict, broker.ErrTxIDTaken.Error())
+		return
+	case err != nil:
+		s.brokerError(w, r, "retry dead letter", err)
+		return
+	}
+	s.log.Info("dead letter retried", "tenant", c.tenant, "queue", res.Queue, "partition", res.Partition,
+		"group", group, "transactionId", txid, "copy", res.TxID, "offset", res.Offset)
+	writeJSON(w, http.StatusOK, dlqRetryResponse{Success: true, PartitionID: pid, TransactionID: txid,
+		ConsumerGroup: group, Queue: res.Queue, Partition: res.Partition, RetryTransactionID: res.TxID})
+}
+
+// DELETE /api/v1/dlq/{partitionId}/{transactionId}?consumerGroup=G
+func (s *Server) handleDLQDrop(w http.ResponseWriter, r *http.Request, c caller) {
+	pid, txid, group, err := dlqKey(r)
+	if err != nil {
+		writeReqError(w, err)
+		return
+	}
+	n, err := s.b.DropDeadLetter(r.Context(), c.tenant, pid, txid, group)
+	if errors.Is(err, broker.ErrNotFound) {
+		writeError(w, http.StatusNotFound, "Dead letter not found")
+		return
+	}
+	if err != nil {
+		s.brokerError(w, r, "drop dead letter", err)
+		return
+	}
+	s.log.Info("dead letter dropped", "tenant", c.tenant, "partitionId", pid, "group", group,
+		"transactionId", txid, "entries", n)
+	writeJSON(w, http.StatusOK, dlqDropResponse{Success: true, PartitionID: pid, TransactionID: txid,
+		ConsumerGroup: group, Dropped: n})
 }

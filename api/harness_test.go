@@ -190,6 +190,20 @@ func (f *fakeBroker) ListDLQ(_ context.Context, tenant string, q broker.DLQQuery
 	return f.dlqRes, f.dlqTotal, f.err
 }
 
+func (f *fakeBroker) RetryDeadLetter(_ context.Context, tenant, _, _, _ string) (broker.DLQRetried, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.record("RetryDeadLetter", tenant)
+	return broker.DLQRetried{}, f.err
+}
+
+func (f *fakeBroker) DropDeadLetter(_ context.Context, tenant, _, _, _ string) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.record("DropDeadLetter", tenant)
+	return 1, f.err
+}
+
 func (f *fakeBroker) DeleteConsumerGroup(_ context.Context, tenant, group, queue string, deleteMetadata bool) (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -33,6 +33,8 @@ type Broker interface {
 	ExtendLease(ctx context.Context, tenant, leaseID string, seconds int) (broker.LeaseResult, error)
 	Transaction(ctx context.Context, tenant string, producerSub *string, ops []broker.TxOp, requiredLeases []string) (broker.TxResult, error)
 	ListDLQ(ctx context.Context, tenant string, q broker.DLQQuery) ([]broker.DLQEntry, int, error)
+	RetryDeadLetter(ctx context.Context, tenant, partitionID, txid, group string) (broker.DLQRetried, error)
+	DropDeadLetter(ctx context.Context, tenant, partitionID, txid, group string) (dropped int, err error)
 	DeleteConsumerGroup(ctx context.Context, tenant, group, queue string, deleteMetadata bool) (deletedPartitions int, err error) // queue "" = all queues
 	Seek(ctx context.Context, tenant, group, queue string, toEnd bool, ts *time.Time) (partitionsUpdated int, err error)
 	Health(ctx context.Context) error
@@ -243,6 +245,8 @@ func New(b Broker, cfg Config, logger hclog.Logger) *Server {
 	s.route("POST", "/api/v1/lease/{leaseId}/extend", AccessReadWrite, s.handleLeaseExtend)
 	s.route("POST", "/api/v1/transaction", AccessReadWrite, s.handleTransaction)
 	s.route("GET", "/api/v1/dlq", AccessReadOnly, s.handleDLQ)
+	s.route("POST", "/api/v1/dlq/{partitionId}/{transactionId}/retry", AccessAdmin, s.handleDLQRetry)
+	s.route("DELETE", "/api/v1/dlq/{partitionId}/{transactionId}", AccessAdmin, s.handleDLQDrop)
 	s.route("DELETE", "/api/v1/consumer-groups/{group}", AccessAdmin, s.handleDeleteGroup)
 	s.route("DELETE", "/api/v1/consumer-groups/{group}/queues/{queue}", AccessAdmin, s.handleDeleteGroup)
 	s.route("POST", "/api/v1/consumer-groups/{group}/queues/{queue}/seek", AccessReadWrite, s.handleSeek)

@@ -34,6 +34,8 @@ var routeAccess = map[string]api.Access{
 	"POST /api/v1/lease/{leaseId}/extend":                      api.AccessReadWrite,
 	"POST /api/v1/transaction":                                 api.AccessReadWrite,
 	"GET /api/v1/dlq":                                          api.AccessReadOnly,
+	"POST /api/v1/dlq/{partitionId}/{transactionId}/retry":     api.AccessAdmin,
+	"DELETE /api/v1/dlq/{partitionId}/{transactionId}":         api.AccessAdmin,
 	"DELETE /api/v1/consumer-groups/{group}":                   api.AccessAdmin,
 	"DELETE /api/v1/consumer-groups/{group}/queues/{queue}":    api.AccessAdmin,
 	"POST /api/v1/consumer-groups/{group}/queues/{queue}/seek": api.AccessReadWrite,

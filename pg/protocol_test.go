@@ -68,6 +68,7 @@ func TestSQLProtocolLiterals(t *testing.T) {
 		string(protocol.MsgPending):     "MsgPending",
 		string(protocol.MsgProcessing):  "MsgProcessing",
 		string(protocol.MsgDeadLetter):  "MsgDeadLetter",
+		protocol.DLQRetrySep:            "DLQRetrySep",
 	}
 	// Texts only SQL uses: empty values, array and key syntax, and error
 	// texts Go never compares.

@@ -116,6 +116,12 @@ var MessageStatuses = []MessageStatus{MsgPending, MsgProcessing, MsgCompleted, M
 // ack_v1 (pg/sql/functions/30_ack.sql) decides a failed item with the values of
 // AckRetry (release for redelivery) and AckDLQ (dead-letter).
 
+// DLQRetrySep joins a dead-lettered message's transaction id and its
+// dead-letter entry's number into the transaction id of the copy a retry
+// appends (pg/sql/functions/80_dlq.sql, docs/api.md "Retry or drop a dead
+// letter").
+const DLQRetrySep = "~retry-"
+
 // Error texts that clients see and the SQL functions write too
 // (docs/api.md, "Acks" and "Semantics").
 const (

@@ -348,6 +348,10 @@
           ((d && d.messages) || []).forEach(function (x) {
             var tr = el('tr', {'data-transaction': x.transactionId});
             [x.failedAt, x.partition, x.consumerGroup, x.retryCount, x.errorMessage].forEach(function (v) { tr.appendChild(td(v)); });
+            var key = {'data-partition-id': x.partitionId, 'data-transaction': x.transactionId, 'data-group': x.consumerGroup, type: 'button'};
+            tr.appendChild(el('td', null, [
+              el('button', Object.assign({'class': 'dlq-retry', text: 'retry'}, key)), ' ',
+              el('button', Object.assign({'class': 'dlq-drop', text: 'drop'}, key))]));
             drow.appendChild(tr);
           });
           $('dlq').replaceChildren(drow);
@@ -498,6 +502,13 @@
     } else if (b.classList.contains('delete-group') && q) {
       act('Delete consumer group "' + g + '" on queue "' + q + '"?',
         '/api/v1/consumer-groups/' + encodeURIComponent(g) + '/queues/' + encodeURIComponent(q), {method: 'DELETE'});
+    } else if (b.classList.contains('dlq-retry') || b.classList.contains('dlq-drop')) {
+      // docs/api.md, "Retry or drop a dead letter": the group is part of the key.
+      var retry = b.classList.contains('dlq-retry'), tx = b.getAttribute('data-transaction');
+      var dpath = '/api/v1/dlq/' + encodeURIComponent(b.getAttribute('data-partition-id')) + '/' + encodeURIComponent(tx) +
+        (retry ? '/retry' : '') + '?consumerGroup=' + encodeURIComponent(g);
+      act(retry ? 'Deliver dead letter "' + tx + '" again to group "' + g + '"?' : 'Drop dead letter "' + tx + '" of group "' + g + '" for good?',
+        dpath, {method: retry ? 'POST' : 'DELETE'});
     } else if (b.id === 'maintenance-push') {
       act((maint.push ? 'Turn OFF' : 'Turn ON') + ' push maintenance for the whole cluster?', '/api/v1/system/maintenance', {method: 'POST', body: {enabled: !maint.push}});
     } else if (b.id === 'maintenance-pop') {

@@ -1,0 +1,48 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+
+	"queen-node/hotlist"
+	"queen-node/pg"
+	"queen-node/protocol"
+)
+
+// ErrTxIDTaken: a dead-letter retry's copy would reuse a transaction id
+// that a client already pushed to the partition (409).
+var ErrTxIDTaken = pg.ErrTxIDTaken
+
+// DLQRetried is the copy a dead-letter retry appended.
+type DLQRetried = pg.DLQRetried
+
+// RetryDeadLetter delivers a dead-lettered message again to its group only
+// (docs/api.md, "Retry or drop a dead letter"): the copy is committed, then
+// announced exactly as a pushed message is (local wake-up, hot-list mark,
+// mesh hint). ErrNotFound when the tenant has no such live entry.
+func (b *Broker) RetryDeadLetter(ctx context.Context, tenant, partitionID, txid, group string) (DLQRetried, error) {
+	id, err := uuid.NewV7()
+	if err != nil {
+		return DLQRetried{}, fmt.Errorf("message id: %w", err)
+	}
+	r, err := b.db.RetryDeadLetter(ctx, tenant, partitionID, txid, group, id.String(), MaxNameBytes)
+	if errors.Is(err, pg.ErrTxIDTaken) {
+		return DLQRetried{}, err
+	}
+	if err != nil {
+		return DLQRetried{}, notFound(err)
+	}
+	b.afterPush(tenant, []PushResult{{Status: protocol.PushQueued, TransactionID: r.TxID, MessageID: id.String(),
+		PartitionID: partitionID, Queue: r.Queue, partition: r.Partition}}, hotlist.SourceLocal)
+	return r, nil
+}
+
+// DropDeadLetter deletes the group's dead-letter entries of the message and
+// returns how many; ErrNotFound when the tenant has no such live entry.
+func (b *Broker) DropDeadLetter(ctx context.Context, tenant, partitionID, txid, group string) (int, error) {
+	n, err := b.db.DropDeadLetter(ctx, tenant, partitionID, txid, group)
+	return n, notFound(err)
+}

@@ -1,0 +1,64 @@
+package pg
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ErrTxIDTaken: the transaction id a dead-letter retry would give its copy
+// is already used in the partition (a client pushed that very id).
+var ErrTxIDTaken = errors.New("transaction id of the retried copy is already used in the partition")
+
+// DLQRetried is the copy a dead-letter retry appended.
+type DLQRetried struct {
+	Queue, Partition string
+	TxID             string // the copy's transaction id
+	Offset           int64
+}
+
+// RetryDeadLetter appends a copy of the group's live dead-letter entry of
+// the message for that group only and deletes the entry
+// (queen.dlq_retry_v1, one statement, retried on a deadlock). mid is the
+// copy's message id; maxTxID bounds its transaction id in bytes.
+// ErrNotFound when the tenant has no such live entry.
+func (db *DB) RetryDeadLetter(ctx context.Context, tenant, partitionID, txid, group, mid string, maxTxID int) (DLQRetried, error) {
+	var r DLQRetried
+	var off *int64
+	var taken bool
+	err := db.retry(ctx, false, func() error {
+		return db.pool.QueryRow(ctx, `SELECT o_queue, o_partition, o_txid, o_off, o_taken
+			FROM queen.dlq_retry_v1($1, $2::uuid, $3, $4, $5::uuid, $6)`,
+			tenant, partitionID, txid, group, mid, maxTxID).Scan(&r.Queue, &r.Partition, &r.TxID, &off, &taken)
+	})
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return DLQRetried{}, ErrNotFound
+	case err != nil:
+		return DLQRetried{}, fmt.Errorf("retry dead letter %s/%s/%s: %w", partitionID, txid, group, err)
+	case taken:
+		return DLQRetried{}, fmt.Errorf("retry dead letter %s/%s/%s as %s: %w", partitionID, txid, group, r.TxID, ErrTxIDTaken)
+	}
+	r.Offset = *off
+	return r, nil
+}
+
+// DropDeadLetter deletes the group's dead-letter entries of the message
+// (queen.dlq_drop_v1) and returns how many; ErrNotFound when the tenant has
+// no such live entry.
+func (db *DB) DropDeadLetter(ctx context.Context, tenant, partitionID, txid, group string) (int, error) {
+	var n int
+	err := db.retry(ctx, false, func() error {
+		return db.pool.QueryRow(ctx, `SELECT queen.dlq_drop_v1($1, $2::uuid, $3, $4)`,
+			tenant, partitionID, txid, group).Scan(&n)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("drop dead letter %s/%s/%s: %w", partitionID, txid, group, err)
+	}
+	if n == 0 {
+		return 0, ErrNotFound
+	}
+	return n, nil
+}

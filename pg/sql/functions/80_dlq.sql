@@ -1,0 +1,137 @@
+-- Admin actions on one dead letter (docs/api.md, "Retry or drop a dead
+-- letter"). An entry is named by (partition, transaction id, group); only a
+-- group's entry that no seek or group delete superseded can be acted on.
+-- Both remove every entry of that triple, superseded ones included: those
+-- are older resolutions of the same message for the same group, and the
+-- DLQ list would otherwise go on showing the message.
+
+-- queen.dlq_retry_v1 delivers a dead-lettered message again to its group
+-- only, in one transaction: it appends a copy (the entry's payload and
+-- producer subject, the original's trace id while the original exists) at
+-- the partition's next offset the way queen.push_v3 does, counts that offset
+-- as already resolved for every other group with a cursor on the partition
+-- (as queen.delete_message_v1 does for a hole), and deletes the entry.
+-- The copy's transaction id is p_txid || '~retry-' || the entry's seq, or
+-- md5(p_txid) || '~retry-' || seq when that would pass p_max_bytes, so a
+-- client can always ack it. Lock order (docs/storage.md, "Lock order"): the
+-- partition's consumer rows in key order, the entry, then the partition row.
+-- Returns no row when the tenant has no such live entry; o_taken when the
+-- copy's transaction id already exists in the partition (nothing changed).
+CREATE OR REPLACE FUNCTION queen.dlq_retry_v1(
+    p_tenant    text,
+    p_pid       uuid,
+    p_txid      text,
+    p_group     text,
+    p_mid       uuid,
+    p_max_bytes int)
+RETURNS TABLE (o_queue text, o_partition text, o_txid text, o_off bigint, o_taken boolean)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_queue text;
+    v_pname text;
+    v_seq   bigint;
+    v_off   bigint;
+    v_new   bigint;
+    v_txid  text;
+    v_now   timestamptz := clock_timestamp();
+BEGIN
+    SELECT q.name, p.name INTO v_queue, v_pname
+    FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id AND q.tenant = p_tenant
+    WHERE p.id = p_pid;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+
+    -- Serialises retries of one partition (a second retry of the same
+    -- entry then finds it gone) and keeps the cursors still while the copy
+    -- is counted as resolved for the other groups.
+    PERFORM 1 FROM queen.consumers cs WHERE cs.partition_id = p_pid
+    ORDER BY cs.consumer_group FOR UPDATE;
+
+    SELECT d.seq, d.off INTO v_seq, v_off
+    FROM queen.dead_letters d
+    WHERE d.partition_id = p_pid AND d.consumer_group = p_group AND d.transaction_id = p_txid
+      AND NOT d.superseded
+    ORDER BY d.seq DESC LIMIT 1
+    FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+
+    v_txid := p_txid || '~retry-' || v_seq;
+    IF octet_length(v_txid) > p_max_bytes THEN
+        v_txid := md5(p_txid) || '~retry-' || v_seq;
+    END IF;
+
+    SELECT p.last_offset + 1 INTO v_new FROM queen.partitions p WHERE p.id = p_pid FOR NO KEY UPDATE;
+    IF EXISTS (SELECT 1 FROM queen.messages m WHERE m.partition_id = p_pid AND m.transaction_id = v_txid) THEN
+        o_queue := v_queue; o_partition := v_pname; o_txid := v_txid; o_off := NULL; o_taken := true;
+        RETURN NEXT;
+        RETURN;
+    END IF;
+
+    INSERT INTO queen.messages (partition_id, off, id, transaction_id, trace_id, payload, producer_sub, created_at)
+    SELECT p_pid, v_new, p_mid, v_txid,
+           (SELECT m.trace_id FROM queen.messages m
+            WHERE m.partition_id = p_pid AND m.off = v_off AND m.transaction_id = p_txid),
+           d.payload, d.producer_sub, v_now
+    FROM queen.dead_letters d WHERE d.seq = v_seq;
+    UPDATE queen.partitions p SET last_offset = v_new, last_write_at = v_now WHERE p.id = p_pid;
+
+    -- Every other group: the copy is resolved. A cursor with no unresolved
+    -- message before the copy passes it; otherwise the offset joins acked
+    -- (it is the largest, so acked stays sorted, distinct, past the cursor).
+    UPDATE queen.consumers cs
+    SET committed_offset = CASE WHEN u.open THEN cs.committed_offset ELSE v_new END,
+        batch_end = CASE WHEN u.open THEN cs.batch_end ELSE GREATEST(cs.batch_end, v_new) END,
+        acked = CASE WHEN u.open THEN cs.acked || v_new ELSE '{}' END,
+        updated_at = v_now
+    FROM (SELECT c2.consumer_group,
+                 EXISTS (SELECT 1 FROM queen.messages m
+                         WHERE m.partition_id = p_pid AND m.off > c2.committed_offset AND m.off < v_new
+                           AND NOT (m.off = ANY (c2.acked))) AS open
+          FROM queen.consumers c2
+          WHERE c2.partition_id = p_pid AND c2.consumer_group <> p_group) u
+    WHERE cs.partition_id = p_pid AND cs.consumer_group = u.consumer_group;
+
+    DELETE FROM queen.dead_letters d
+    WHERE d.partition_id = p_pid AND d.consumer_group = p_group AND d.transaction_id = p_txid;
+
+    o_queue := v_queue; o_partition := v_pname; o_txid := v_txid; o_off := v_new; o_taken := false;
+    RETURN NEXT;
+END;
+$$;
+
+-- queen.dlq_drop_v1 deletes the group's entries of the message when one of
+-- them is live (not superseded); it returns how many rows went, 0 when the
+-- tenant has no such live entry. The rows are locked newest first, the
+-- order queen.dlq_retry_v1 takes the live one in.
+CREATE OR REPLACE FUNCTION queen.dlq_drop_v1(
+    p_tenant text,
+    p_pid    uuid,
+    p_txid   text,
+    p_group  text)
+RETURNS int
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_n int;
+BEGIN
+    PERFORM 1 FROM queen.dead_letters d
+    JOIN queen.partitions p ON p.id = d.partition_id
+    JOIN queen.queues q ON q.id = p.queue_id AND q.tenant = p_tenant
+    WHERE d.partition_id = p_pid AND d.consumer_group = p_group AND d.transaction_id = p_txid
+    ORDER BY d.seq DESC
+    FOR UPDATE OF d;
+    IF NOT EXISTS (SELECT 1 FROM queen.dead_letters d
+                   JOIN queen.partitions p ON p.id = d.partition_id
+                   JOIN queen.queues q ON q.id = p.queue_id AND q.tenant = p_tenant
+                   WHERE d.partition_id = p_pid AND d.consumer_group = p_group
+                     AND d.transaction_id = p_txid AND NOT d.superseded) THEN
+        RETURN 0;
+    END IF;
+    DELETE FROM queen.dead_letters d
+    WHERE d.partition_id = p_pid AND d.consumer_group = p_group AND d.transaction_id = p_txid;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_n;
+END;
+$$;
