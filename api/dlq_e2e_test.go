@@ -445,3 +445,27 @@ func TestDLQRetryLongTxID(t *testing.T) {
 	}
 	c.ackAs("g", pid, lease, copyTx)
 }
+
+// TestDLQRetryRefusedDuringPushMaintenance: a retry commits its copy with
+// the entry's delete, so it cannot be buffered; while pushes are buffered it
+// is refused (503, entry kept), as a transaction with pushes is, and works
+// once maintenance is off.
+func TestDLQRetryRefusedDuringPushMaintenance(t *testing.T) {
+	c := rc{t: t, n: nodetest.Start(t)}
+	c.configure("dm", msg{"retryLimit": 0})
+	pid := c.push("dm", "p", "a")
+	c.deadLetter("dm", "p", "g", pid)
+	c.ok(200, "POST", "/api/v1/system/maintenance", msg{"enabled": true})
+	r := c.do("POST", retryPath(pid, "a", "g"), nil)
+	if r.Status != 503 || !strings.Contains(string(r.Body), "maintenance") {
+		t.Fatalf("retry during push maintenance: %d %s", r.Status, r.Body)
+	}
+	if l, total := c.dlq("dm"); total != 1 {
+		t.Fatalf("the refused retry changed the DLQ: %v", l)
+	}
+	c.ok(200, "POST", "/api/v1/system/maintenance", msg{"enabled": false})
+	c.ok(200, "POST", retryPath(pid, "a", "g"), nil)
+	if m := c.popFull("dm", "p", "g"); m == nil {
+		t.Fatal("the copy was not delivered after maintenance ended")
+	}
+}

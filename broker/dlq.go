@@ -16,6 +16,12 @@ import (
 // that a client already pushed to the partition (409).
 var ErrTxIDTaken = pg.ErrTxIDTaken
 
+// ErrDLQRetryPushMaintenance: a retry is a push that cannot be buffered (it
+// commits with the dead-letter entry's delete), so it is refused while
+// pushes are buffered, as a transaction with pushes is, else the copy would
+// overtake the buffered pushes (docs/api.md, "Maintenance modes"); 503.
+var ErrDLQRetryPushMaintenance = fmt.Errorf("%w: dead-letter retries are refused until it is off and this node's buffer is replayed; retry later", ErrMaintenanceRefused)
+
 // DLQRetried is the copy a dead-letter retry appended.
 type DLQRetried = pg.DLQRetried
 
@@ -24,6 +30,9 @@ type DLQRetried = pg.DLQRetried
 // announced exactly as a pushed message is (local wake-up, hot-list mark,
 // mesh hint). ErrNotFound when the tenant has no such live entry.
 func (b *Broker) RetryDeadLetter(ctx context.Context, tenant, partitionID, txid, group string) (DLQRetried, error) {
+	if b.maint.buffering() {
+		return DLQRetried{}, ErrDLQRetryPushMaintenance
+	}
 	id, err := uuid.NewV7()
 	if err != nil {
 		return DLQRetried{}, fmt.Errorf("message id: %w", err)
