@@ -149,4 +149,3 @@ func TestQueueListReadsFewRows(t *testing.T) {
 		}
 	}
 }
-
