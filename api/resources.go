@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"queen-node/broker"
 )
@@ -149,11 +150,61 @@ type queueJSON struct {
 	CreatedAt  string     `json:"createdAt"`
 	Partitions int64      `json:"partitions"`
 	Messages   countsJSON `json:"messages"`
+
+	// The list's figures (docs/api.md, "Resources, messages and consumer groups").
+	OldestPendingAt         *string         `json:"oldestPendingAt"`
+	OldestPendingAgeSeconds float64         `json:"oldestPendingAgeSeconds"`
+	ConsumerGroups          []groupLagJSON  `json:"consumerGroups"`
+	ConsumerGroupCount      int64           `json:"consumerGroupCount"`
+	Throughput              *throughputJSON `json:"throughput"`
+}
+
+type groupLagJSON struct {
+	Name           string  `json:"name"`
+	Lag            int64   `json:"lag"`
+	TimeLagSeconds float64 `json:"timeLagSeconds"`
+}
+
+type throughputJSON struct {
+	PushedPerSecond   float64 `json:"pushedPerSecond"`
+	ConsumedPerSecond float64 `json:"consumedPerSecond"`
+	WindowSeconds     float64 `json:"windowSeconds"`
+	SampledAt         string  `json:"sampledAt"`
 }
 
 func queueOf(q broker.QueueRow) queueJSON {
-	return queueJSON{ID: q.ID, Name: q.Name, Namespace: nullable(q.Namespace), Task: nullable(q.Task),
-		Priority: q.Priority, CreatedAt: fmtMilli(q.CreatedAt), Partitions: q.Partitions, Messages: countsOf(q.Counts)}
+	out := queueJSON{ID: q.ID, Name: q.Name, Namespace: nullable(q.Namespace), Task: nullable(q.Task),
+		Priority: q.Priority, CreatedAt: fmtMilli(q.CreatedAt), Partitions: q.Partitions, Messages: countsOf(q.Counts),
+		OldestPendingAgeSeconds: q.OldestPendingAgeSeconds, ConsumerGroups: make([]groupLagJSON, 0, len(q.Groups)),
+		ConsumerGroupCount: q.GroupCount}
+	if q.OldestPendingAt != nil {
+		out.OldestPendingAt = fmtMilliOrNull(*q.OldestPendingAt)
+	}
+	for _, g := range q.Groups {
+		out.ConsumerGroups = append(out.ConsumerGroups, groupLagJSON{Name: g.Group, Lag: g.Lag, TimeLagSeconds: g.TimeLagSeconds})
+	}
+	if t := q.Throughput; t != nil {
+		out.Throughput = &throughputJSON{PushedPerSecond: t.PushedPerSecond, ConsumedPerSecond: t.ConsumedPerSecond,
+			WindowSeconds: t.WindowSeconds, SampledAt: fmtMilli(t.SampledAt)}
+	}
+	return out
+}
+
+// maxSearchBytes bounds the search parameter: no queue name or namespace
+// is longer (broker.MaxNameBytes), so a longer one cannot match.
+const maxSearchBytes = broker.MaxNameBytes
+
+// querySearch reads the optional search parameter: valid UTF-8 without NUL
+// (PostgreSQL refuses both), at most maxSearchBytes.
+func querySearch(q url.Values) (string, error) {
+	v := q.Get("search")
+	switch {
+	case len(v) > maxSearchBytes:
+		return "", badRequest("search is too long (" + strconv.Itoa(len(v)) + " bytes, max " + strconv.Itoa(maxSearchBytes) + ")")
+	case !utf8.ValidString(v) || strings.ContainsRune(v, 0):
+		return "", badRequest("search must be valid UTF-8 without NUL")
+	}
+	return v, nil
 }
 
 type pageJSON struct {
@@ -168,7 +219,7 @@ type queuesResponse struct {
 	Pagination pageJSON    `json:"pagination"`
 }
 
-// GET /api/v1/resources/queues?namespace&task&limit&offset
+// GET /api/v1/resources/queues?namespace&task&search&limit&offset
 func (s *Server) handleListQueues(w http.ResponseWriter, r *http.Request, c caller) {
 	q := r.URL.Query()
 	limit, offset, err := page(q, defaultPageLimit, math.MaxInt)
@@ -179,6 +230,9 @@ func (s *Server) handleListQueues(w http.ResponseWriter, r *http.Request, c call
 	f := broker.QueueFilter{Limit: limit, Offset: offset}
 	if f.Namespace, err = optQueryName(q, "namespace"); err == nil {
 		f.Task, err = optQueryName(q, "task")
+	}
+	if err == nil {
+		f.Search, err = querySearch(q)
 	}
 	if err != nil {
 		writeReqError(w, err)

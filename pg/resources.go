@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"queen-node/protocol"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -101,33 +102,75 @@ type QueueRow struct {
 	CreatedAt                 time.Time
 	Partitions                int64
 	Counts                    Counts
+
+	// Filled by ListQueues only (the dashboard's queue list).
+	OldestPendingAt         *time.Time // the oldest message past the slowest cursor of some partition; nil = none
+	OldestPendingAgeSeconds float64    // its age on the database's clock, 0 when none
+	GroupCount              int64      // consumer groups on the queue
+	Groups                  []QueueGroupLag
+	Throughput              *Throughput // nil until the queue-sampling rounds wrote two rows for it
+}
+
+// QueueGroupLag is one consumer group's lag on a queue, as ListGroups
+// computes it.
+type QueueGroupLag struct {
+	Group          string
+	Lag            int64
+	TimeLagSeconds float64
+}
+
+// Throughput is a queue's rates over the window between its last two
+// queue samples (queen.queue_samples), or since its last sample up to the
+// last round when that round found nothing moved.
+type Throughput struct {
+	PushedPerSecond, ConsumedPerSecond, WindowSeconds float64
+	SampledAt                                         time.Time // the end of the window
 }
 
 // QueueFilter selects and pages ListQueues.
 type QueueFilter struct {
 	Namespace, Task string // "" = any
+	Search          string // "" = any; else a case-insensitive substring of the name or the namespace
 	Limit, Offset   int
+}
+
+// MaxListGroups bounds the groups ListQueues returns per queue.
+const MaxListGroups = 10
+
+// likePattern makes s a LIKE pattern matching any text containing s: the
+// metacharacters of s (and the escape character) are escaped with \.
+func likePattern(s string) string {
+	return "%" + strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(s) + "%"
 }
 
 // ListQueues returns one page of the tenant's queues in name (byte) order,
 // and how many match in all.
 func (db *DB) ListQueues(ctx context.Context, tenant string, f QueueFilter) ([]QueueRow, int, error) {
+	// The search reads the tenant's queue rows (the queues table, never a
+	// message); no index serves a substring, and the tenant's queues are
+	// what the list pages through anyway.
+	search := ""
+	if f.Search != "" {
+		search = likePattern(f.Search)
+	}
 	var total int
 	if err := db.pool.QueryRow(ctx, `SELECT count(*) FROM queen.queues
-		WHERE tenant = $1 AND ($2 = '' OR namespace = $2) AND ($3 = '' OR task = $3)`,
-		tenant, f.Namespace, f.Task).Scan(&total); err != nil {
+		WHERE tenant = $1 AND ($2 = '' OR namespace = $2) AND ($3 = '' OR task = $3)
+		  AND ($4 = '' OR name ILIKE $4 OR namespace ILIKE $4)`,
+		tenant, f.Namespace, f.Task, search).Scan(&total); err != nil {
 		return nil, 0, fmt.Errorf("count queues: %w", err)
 	}
 	rs, err := db.pool.Query(ctx, `WITH qs AS (
 			SELECT q.id, q.name, q.namespace, q.task, q.priority, q.created_at FROM queen.queues q
 			WHERE q.tenant = $1 AND ($2 = '' OR q.namespace = $2) AND ($3 = '' OR q.task = $3)
+			  AND ($6 = '' OR q.name ILIKE $6 OR q.namespace ILIKE $6)
 			ORDER BY q.name COLLATE "C" LIMIT $4 OFFSET $5)
 		SELECT qs.id::text, qs.name, qs.namespace, qs.task, qs.priority, qs.created_at,
 		       count(s.total), `+sumCounts+`
 		FROM qs LEFT JOIN LATERAL (SELECT `+partCountsCols+`
 		      FROM queen.partitions p `+partCountsJoin+` WHERE p.queue_id = qs.id) s ON true
 		GROUP BY qs.id, qs.name, qs.namespace, qs.task, qs.priority, qs.created_at
-		ORDER BY qs.name COLLATE "C"`, tenant, f.Namespace, f.Task, f.Limit, f.Offset)
+		ORDER BY qs.name COLLATE "C"`, tenant, f.Namespace, f.Task, f.Limit, f.Offset, search)
 	if err != nil {
 		return nil, 0, fmt.Errorf("list queues: %w", err)
 	}
@@ -141,7 +184,121 @@ func (db *DB) ListQueues(ctx context.Context, tenant string, f QueueFilter) ([]Q
 	if err != nil {
 		return nil, 0, fmt.Errorf("list queues: %w", err)
 	}
+	if err := db.queueListFigures(ctx, out); err != nil {
+		return nil, 0, err
+	}
 	return out, total, nil
+}
+
+// queueListFigures fills the list-only fields of a page of queues. Per
+// partition it probes the messages primary key once (the message past the
+// slowest cursor), per (partition, listed group) it walks it from the cursor
+// skipping only that group's acked offsets (firstUnresolvedJoin); the
+// samples come from the queue_samples primary key (queue_id, sampled_at),
+// one row each (the row comparisons spell the key: with "queue_id = x" the
+// planner may walk queue_samples_time backwards instead, filtering out every
+// other queue's rows, as EXPLAIN showed), the last round from stats_rounds. So a page reads messages in proportion
+// to its partitions, never to their messages.
+func (db *DB) queueListFigures(ctx context.Context, qs []QueueRow) error {
+	if len(qs) == 0 {
+		return nil
+	}
+	ids := make([]string, len(qs))
+	at := make(map[string]*QueueRow, len(qs))
+	for i := range qs {
+		ids[i] = qs[i].ID
+		at[qs[i].ID] = &qs[i]
+	}
+	rs, err := db.pool.Query(ctx, `SELECT u.id::text, o.oldest,
+			COALESCE(EXTRACT(EPOCH FROM clock_timestamp() - o.oldest), 0)::float8,
+			(SELECT count(*) FROM queen.consumer_groups_metadata md WHERE md.queue_id = u.id),
+			l.sampled_at, l.pushed_delta, l.consumed_delta, pv.sampled_at, r.last_at
+		FROM unnest($1::uuid[]) u(id)
+		LEFT JOIN LATERAL (
+			SELECT min(op.created_at) AS oldest FROM queen.partitions p
+			LEFT JOIN LATERAL (SELECT COALESCE(min(c.committed_offset), 0) AS cur
+				FROM queen.consumers c WHERE c.partition_id = p.id) s ON true
+			LEFT JOIN LATERAL (SELECT m.created_at FROM queen.messages m
+				WHERE p.last_offset > s.cur AND m.partition_id = p.id AND m.off > s.cur
+				ORDER BY m.off LIMIT 1) op ON true
+			WHERE p.queue_id = u.id) o ON true
+		LEFT JOIN LATERAL (SELECT * FROM (SELECT s.queue_id, s.sampled_at, s.pushed_delta, s.consumed_delta
+			FROM queen.queue_samples s WHERE (s.queue_id, s.sampled_at) <= (u.id, 'infinity')
+			ORDER BY s.queue_id DESC, s.sampled_at DESC LIMIT 1) x WHERE x.queue_id = u.id) l ON true
+		LEFT JOIN LATERAL (SELECT * FROM (SELECT s.queue_id, s.sampled_at FROM queen.queue_samples s
+			WHERE (s.queue_id, s.sampled_at) < (u.id, l.sampled_at)
+			ORDER BY s.queue_id DESC, s.sampled_at DESC LIMIT 1) x WHERE x.queue_id = u.id) pv ON true
+		LEFT JOIN queen.stats_rounds r ON r.name = 'queues'`, ids)
+	if err != nil {
+		return fmt.Errorf("list queues: figures: %w", err)
+	}
+	for rs.Next() {
+		var id string
+		var oldest, last, prev, round *time.Time
+		var age float64
+		var groups int64
+		var pushed, consumed *int64
+		if err := rs.Scan(&id, &oldest, &age, &groups, &last, &pushed, &consumed, &prev, &round); err != nil {
+			rs.Close()
+			return fmt.Errorf("list queues: figures: %w", err)
+		}
+		q := at[id]
+		q.OldestPendingAt, q.OldestPendingAgeSeconds, q.GroupCount = oldest, age, groups
+		q.Throughput = throughputOf(last, prev, round, pushed, consumed)
+	}
+	rs.Close()
+	if err := rs.Err(); err != nil {
+		return fmt.Errorf("list queues: figures: %w", err)
+	}
+
+	// The first MaxListGroups groups of each queue by name (the metadata
+	// primary key, queue_id prefix), with ListGroups' lag.
+	rs, err = db.pool.Query(ctx, `SELECT u.id::text, gm.grp,
+			COALESCE(sum(GREATEST(0, p.last_offset - c.committed_offset - cardinality(c.acked))), 0)::bigint,
+			COALESCE(max(EXTRACT(EPOCH FROM clock_timestamp() - f.created_at)), 0)::float8
+		FROM unnest($1::uuid[]) u(id)
+		CROSS JOIN LATERAL (SELECT md.consumer_group AS grp FROM queen.consumer_groups_metadata md
+			WHERE md.queue_id = u.id ORDER BY md.consumer_group COLLATE "C" LIMIT $2) gm
+		LEFT JOIN queen.partitions p ON p.queue_id = u.id
+		LEFT JOIN queen.consumers c ON c.partition_id = p.id AND c.consumer_group = gm.grp `+firstUnresolvedJoin+`
+		GROUP BY u.id, gm.grp
+		ORDER BY u.id, gm.grp COLLATE "C"`, ids, MaxListGroups)
+	if err != nil {
+		return fmt.Errorf("list queues: groups: %w", err)
+	}
+	for rs.Next() {
+		var id string
+		var g QueueGroupLag
+		if err := rs.Scan(&id, &g.Group, &g.Lag, &g.TimeLagSeconds); err != nil {
+			rs.Close()
+			return fmt.Errorf("list queues: groups: %w", err)
+		}
+		at[id].Groups = append(at[id].Groups, g)
+	}
+	rs.Close()
+	if err := rs.Err(); err != nil {
+		return fmt.Errorf("list queues: groups: %w", err)
+	}
+	return nil
+}
+
+// throughputOf turns a queue's last sample (at last, with its deltas since
+// the sample before, at prev) and the last queue-sampling round into rates.
+// A round after the last sample wrote no row for the queue because nothing
+// moved (pg/analytics.go, SampleQueues): the rates since are zero. Without
+// a previous sample the deltas have no known window: nil.
+func throughputOf(last, prev, round *time.Time, pushed, consumed *int64) *Throughput {
+	switch {
+	case last == nil:
+		return nil
+	case round != nil && round.After(*last):
+		return &Throughput{WindowSeconds: round.Sub(*last).Seconds(), SampledAt: *round}
+	case prev == nil || !last.After(*prev):
+		return nil
+	}
+	w := last.Sub(*prev).Seconds()
+	return &Throughput{PushedPerSecond: float64(*pushed) / w, ConsumedPerSecond: float64(*consumed) / w,
+		WindowSeconds: w, SampledAt: *last}
 }
 
 // QueueDetail is one queue with its options, partitions and groups.

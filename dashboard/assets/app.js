@@ -265,29 +265,53 @@
 
   // ---- queues -----------------------------------------------------------
 
+  // groupsText shows the first groups of a queue with their lag, and the
+  // time lag of the lagging ones: "g1: 12 (3s), g2: 0, +4 more".
+  var LIST_GROUPS = 3;
+  function groupsText(x) {
+    var gs = x.consumerGroups || [];
+    var parts = gs.slice(0, LIST_GROUPS).map(function (g) {
+      return g.name + ': ' + num(g.lag) + (num(g.lag) > 0 ? ' (' + dur(g.timeLagSeconds) + ')' : '');
+    });
+    var more = Math.max(num(x.consumerGroupCount), gs.length) - parts.length;
+    if (more > 0) parts.push('+' + more + ' more');
+    return parts.join(', ');
+  }
+
+  // The search is the server's (name or namespace substring, over every
+  // queue); the list is one page of its matches.
   function refreshQueues() {
-    return api('/api/v1/resources/queues?limit=' + PAGE + '&offset=' + offset).then(function (d) {
+    var search = ($('queue-search').value || '').trim();
+    return api('/api/v1/resources/queues?limit=' + PAGE + '&offset=' + offset +
+      (search ? '&search=' + encodeURIComponent(search) : '')).then(function (d) {
       total = num(d && d.total);
-      var q = ($('queue-search').value || '').trim().toLowerCase();
       var rows = document.createDocumentFragment();
       ((d && d.queues) || []).forEach(function (x) {
-        // Client-side over the current page (the API filters by namespace
-        // and task, not by name).
-        if (q && String(x.name).toLowerCase().indexOf(q) < 0 && String(x.namespace || '').toLowerCase().indexOf(q) < 0) return;
-        var m = x.messages || {};
-        var tr = el('tr', {'data-queue': x.name, 'data-pending': String(Math.round(num(m.pending)))});
+        var m = x.messages || {}, tp = x.throughput;
+        var tr = el('tr', {'data-queue': x.name, 'data-pending': String(Math.round(num(m.pending))),
+          'data-oldest-age': x.oldestPendingAt ? String(Math.floor(num(x.oldestPendingAgeSeconds))) : '',
+          'data-groups': (x.consumerGroups || []).map(function (g) { return g.name + ':' + num(g.lag); }).join(',')});
         tr.appendChild(el('td', null, [el('a', {'class': 'queue-link', href: '#/queue/' + encodeURIComponent(x.name), text: x.name})]));
         tr.appendChild(td(x.namespace));
         tr.appendChild(td(num(x.partitions)));
         tr.appendChild(td(num(m.pending)));
+        tr.appendChild(td(x.oldestPendingAt ? dur(x.oldestPendingAgeSeconds) : '', 'oldest'));
         tr.appendChild(td(num(m.processing)));
         tr.appendChild(td(num(m.completed)));
         tr.appendChild(td(num(m.deadLetter)));
+        var gt = groupsText(x);
+        var gcell = td(gt, 'groups');
+        gcell.title = gt;
+        tr.appendChild(gcell);
+        // No throughput before the sampler's second round (docs/operations.md, "Dashboard").
+        tr.appendChild(td(tp ? fmt(tp.pushedPerSecond) : '\u2013', 'rate'));
+        tr.appendChild(td(tp ? fmt(tp.consumedPerSecond) : '\u2013', 'rate'));
         rows.appendChild(tr);
       });
       $('queues').replaceChildren(rows);
       var pages = Math.max(1, Math.ceil(total / PAGE));
-      $('page-info').textContent = 'page ' + (Math.floor(offset / PAGE) + 1) + ' of ' + pages + ' (' + total + ' queues)';
+      $('page-info').textContent = 'page ' + (Math.floor(offset / PAGE) + 1) + ' of ' + pages + ' (' + total +
+        (search ? ' matching' : '') + ' queues)';
       $('prev').disabled = offset === 0;
       $('next').disabled = offset + PAGE >= total;
     });
@@ -524,7 +548,12 @@
       if (offset + PAGE < total) { offset += PAGE; now(); }
     }
   });
-  $('queue-search').addEventListener('input', function () { now(); });
+  // Debounced: one query when typing pauses, from the first page.
+  var searchTimer = null;
+  $('queue-search').addEventListener('input', function () {
+    clearTimeout(searchTimer);
+    searchTimer = setTimeout(function () { offset = 0; now(); }, 300);
+  });
   // Enter in the token field submits the form: keep the page, sign in.
   $('login').addEventListener('submit', function (ev) { ev.preventDefault(); $('login-submit').click(); });
   window.addEventListener('hashchange', function () { actionError = false; clearError(); now(); });
