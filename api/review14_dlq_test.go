@@ -34,3 +34,24 @@ func TestReview14DLQRetryCopyReachesGroupWithoutCursor(t *testing.T) {
 		t.Fatalf("group late (not the retried group) got %v from p, want only m1", got)
 	}
 }
+
+// TestReview14DLQListedEntryCannotBeDropped: after a group delete the
+// group's dead-letter entry is superseded, yet GET /api/v1/dlq (what the
+// dashboard's queue page lists, with retry and drop buttons per row) still
+// lists it, while drop and retry answer 404 for it: the row can never be
+// cleared, and the list disagrees with the queue's deadLetter count.
+func TestReview14DLQListedEntryCannotBeDropped(t *testing.T) {
+	c := rc{t: t, n: nodetest.Start(t)}
+	c.configure("rd", msg{"retryLimit": 0})
+	pid := c.push("rd", "p", "m1")
+	c.deadLetter("rd", "p", "g", pid)
+	c.ok(200, "DELETE", "/api/v1/consumer-groups/g/queues/rd", nil)
+
+	listed, total := c.dlq("rd")
+	if total == 0 {
+		return // hidden from the list: nothing to act on
+	}
+	if r := c.do("DELETE", dlqPath(pid, "m1", "g"), nil); r.Status != 200 {
+		t.Fatalf("GET /api/v1/dlq lists %v (total %d) but dropping g/m1 answers %d %s", listed, total, r.Status, r.Body)
+	}
+}
