@@ -6,6 +6,8 @@ package dashboard_test
 import (
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"queen-node/internal/localnet"
 	"queen-node/internal/nodetest"
 	"queen-node/mesh"
+	"queen-node/node"
 )
 
 // TestReview14MalformedHashDoesNotStopRefresh: a hand-edited address with
@@ -130,4 +133,91 @@ func TestReview14HungMemberDoesNotFreezePage(t *testing.T) {
 	push(t, n, "", "rv-after-hang", 3)
 	b.waitFor(t, "a queue pushed while a member hangs",
 		`(r => !!r && r.dataset.pending === '3')(document.querySelector('#queues tr[data-queue="rv-after-hang"]'))`, outer("#queues"))
+}
+
+// TestReview14TokenNotSentToMeshAdvertisedAddress: with JWT on, the page
+// sends the tab's token to every alive member's http_addr, an address
+// taken from mesh metadata. With no QUEEN_MESH_SECRET (the default, only
+// warned about) anyone who reaches the mesh port can join advertising an
+// address of their own, answer the CORS preflight, and collect the admin
+// token of every open dashboard every 2 s.
+func TestReview14TokenNotSentToMeshAdvertisedAddress(t *testing.T) {
+	b := newBrowser(t) // skips before starting a node when there is no Chromium
+	nodes := nodetest.StartClusterConfig(t, 1, func(c *node.Config) {
+		c.Auth.Enabled = true
+		c.Auth.Secret = jwtSecret
+	})
+	n := nodes[0]
+	admin := token(t, "admin")
+	var seed string
+	for _, m := range n.Mesh.Members() {
+		if m.Self {
+			seed = m.Addr
+		}
+	}
+
+	// The rogue member's HTTP side: a permissive CORS answer, and a note
+	// of every Authorization header it is sent.
+	var mu sync.Mutex
+	var gotAuth []string
+	asked := 0
+	rogue := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Access-Control-Allow-Origin", "*")
+		w.Header().Set("Access-Control-Allow-Headers", "Authorization, Content-Type")
+		mu.Lock()
+		asked++
+		if a := r.Header.Get("Authorization"); a != "" {
+			gotAuth = append(gotAuth, a)
+		}
+		mu.Unlock()
+		if r.Method == http.MethodOptions {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{}`))
+	}))
+	ln, err := net.Listen("tcp", "127.0.1.8:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rogue.Listener = ln
+	rogue.Start()
+	t.Cleanup(rogue.Close)
+	port, err := localnet.FreePort("127.0.1.8", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc := mesh.DefaultConfig()
+	mc.Name, mc.Bind, mc.Join, mc.Timings = "zz-rogue", fmt.Sprintf("127.0.1.8:%d", port), []string{seed}, mesh.FastTimings()
+	mc.HTTPAddr = ln.Addr().String()
+	rm, err := mesh.New(mc, noHints{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rm.Close)
+
+	b.run(t, "open "+n.URL, chromedp.Navigate(n.URL+"/"))
+	b.waitFor(t, "the login form", visible("#login")+" && "+visible("input#token"), `document.body.outerHTML.slice(0, 4000)`)
+	b.run(t, "log in as admin", chromedp.SendKeys(chromedp.CSS("input#token"), admin), chromedp.Click(chromedp.CSS("button#login-submit")))
+	b.waitFor(t, "the rogue member listed", `!!document.querySelector('#members tr[data-node="zz-rogue"]')`, outer("#members"))
+	// Two more rounds (the page's own pace): each asks every alive member.
+	deadline := time.Now().Add(uiTimeout)
+	for {
+		mu.Lock()
+		k := asked
+		mu.Unlock()
+		if k >= 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the page asked the rogue member %d times", k)
+		}
+		time.Sleep(50 * time.Millisecond) // poll interval
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(gotAuth) > 0 {
+		t.Fatalf("the page sent its admin token to a mesh-advertised address %s (%d times)", ln.Addr(), len(gotAuth))
+	}
 }
