@@ -55,3 +55,27 @@ func TestReview14DLQListedEntryCannotBeDropped(t *testing.T) {
 		t.Fatalf("GET /api/v1/dlq lists %v (total %d) but dropping g/m1 answers %d %s", listed, total, r.Status, r.Body)
 	}
 }
+
+// TestReview14DLQRetryCopyReachesNewSubscriber: group late subscribes with
+// subscriptionMode=new after m1 was pushed (popping another partition, so
+// it has no cursor on p), so it must never see m1. After g's dead letter of
+// m1 is retried, late's first pop of p serves it the copy: created after
+// its subscription, it passes late's subscription start.
+func TestReview14DLQRetryCopyReachesNewSubscriber(t *testing.T) {
+	c := rc{t: t, n: nodetest.Start(t)}
+	c.configure("rn", msg{"retryLimit": 0})
+	pid := c.push("rn", "p", "m1")
+	c.push("rn", "other", "o1")
+	r := c.do("GET", "/api/v1/pop/queue/rn/partition/other?wait=false&batch=10&autoAck=true&consumerGroup=late&subscriptionMode=new", nil)
+	if r.Status != 200 && r.Status != 204 {
+		t.Fatalf("late subscribes: %d %s", r.Status, r.Body)
+	}
+	if tx := c.deadLetter("rn", "p", "g", pid); tx != "m1" {
+		t.Fatalf("dead-lettered %s", tx)
+	}
+	c.ok(200, "POST", retryPath(pid, "m1", "g"), nil)
+
+	if got, _ := c.pop("rn", "p", "late", 10); len(got) != 0 {
+		t.Fatalf("group late (subscribed new, after m1) got %v from p", got)
+	}
+}
