@@ -29,6 +29,10 @@ type dlqMessage struct {
 	ProducerSub   *string         `json:"producerSub"`
 	CreatedAt     string          `json:"createdAt"`
 	FailedAt      string          `json:"failedAt"`
+	// Superseded: a seek moved the group's cursor back over the message or
+	// the group was deleted; it can be dropped, not retried (an addition to
+	// the reference's shape).
+	Superseded bool `json:"superseded"`
 }
 
 type pagination struct {
@@ -104,6 +108,7 @@ func (s *Server) handleDLQ(w http.ResponseWriter, r *http.Request, c caller) {
 			ProducerSub:   e.ProducerSub,
 			CreatedAt:     fmtMilli(e.CreatedAt),
 			FailedAt:      fmtMilli(e.FailedAt),
+			Superseded:    e.Superseded,
 		})
 	}
 	writeJSON(w, http.StatusOK, dlqResponse{
@@ -162,6 +167,9 @@ func (s *Server) handleDLQRetry(w http.ResponseWriter, r *http.Request, c caller
 		return
 	case errors.Is(err, broker.ErrTxIDTaken):
 		writeError(w, http.StatusConflict, broker.ErrTxIDTaken.Error())
+		return
+	case errors.Is(err, broker.ErrDLQSuperseded):
+		writeError(w, http.StatusConflict, broker.ErrDLQSuperseded.Error())
 		return
 	case err != nil:
 		s.brokerError(w, r, "retry dead letter", err)

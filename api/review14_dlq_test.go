@@ -51,8 +51,19 @@ func TestReview14DLQListedEntryCannotBeDropped(t *testing.T) {
 	if total == 0 {
 		return // hidden from the list: nothing to act on
 	}
+	body := c.ok(200, "GET", "/api/v1/dlq?queue=rd", nil).Obj(t)
+	if e := body["messages"].([]any)[0].(msg); e["superseded"] != true {
+		t.Fatalf("the group delete's entry is not marked superseded: %v", e)
+	}
+	// nothing to retry (409, entry kept), but it can be dropped
+	if r := c.do("POST", retryPath(pid, "m1", "g"), nil); r.Status != 409 {
+		t.Fatalf("retry of a superseded entry: %d %s", r.Status, r.Body)
+	}
 	if r := c.do("DELETE", dlqPath(pid, "m1", "g"), nil); r.Status != 200 {
 		t.Fatalf("GET /api/v1/dlq lists %v (total %d) but dropping g/m1 answers %d %s", listed, total, r.Status, r.Body)
+	}
+	if _, total := c.dlq("rd"); total != 0 {
+		t.Fatalf("after the drop the list still has %d entries", total)
 	}
 }
 

@@ -147,7 +147,7 @@ func TestDLQ(t *testing.T) {
 		t.Fatalf("pagination %v", p)
 	}
 	msg := m["messages"].([]any)[0].(map[string]any)
-	if keys(msg) != "consumerGroup,createdAt,data,errorMessage,failedAt,id,partition,partitionId,producerSub,queue,retryCount,transactionId" ||
+	if keys(msg) != "consumerGroup,createdAt,data,errorMessage,failedAt,id,partition,partitionId,producerSub,queue,retryCount,superseded,transactionId" ||
 		msg["createdAt"] != "2026-05-06T10:01:42.123Z" || msg["failedAt"] != "2026-05-06T10:01:43.123Z" || msg["producerSub"] != nil ||
 		msg["data"].(map[string]any)["test"] != "dlq" {
 		t.Fatalf("message %v", msg)

@@ -71,7 +71,7 @@ func (b *Broker) ListDLQ(ctx context.Context, tenant string, q DLQQuery) ([]DLQE
 	for i, r := range rows {
 		out[i] = DLQEntry{ID: r.MessageID, TransactionID: r.TxID, PartitionID: r.PartitionID,
 			Queue: r.Queue, Partition: r.Partition, ConsumerGroup: r.Group, ErrorMessage: r.Error,
-			RetryCount: r.Retry, Data: r.Payload, ProducerSub: r.Sub, CreatedAt: r.CreatedAt, FailedAt: r.FailedAt}
+			RetryCount: r.Retry, Data: r.Payload, ProducerSub: r.Sub, CreatedAt: r.CreatedAt, FailedAt: r.FailedAt, Superseded: r.Superseded}
 	}
 	return out, total, nil
 }

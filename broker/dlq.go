@@ -16,6 +16,10 @@ import (
 // that a client already pushed to the partition (409).
 var ErrTxIDTaken = pg.ErrTxIDTaken
 
+// ErrDLQSuperseded: only superseded entries (409; docs/api.md, "Retry or
+// drop a dead letter").
+var ErrDLQSuperseded = pg.ErrDLQSuperseded
+
 // ErrDLQRetryPushMaintenance: a retry is a push that cannot be buffered (it
 // commits with the dead-letter entry's delete), so it is refused while
 // pushes are buffered, as a transaction with pushes is, else the copy would
@@ -28,7 +32,8 @@ type DLQRetried = pg.DLQRetried
 // RetryDeadLetter delivers a dead-lettered message again to its group only
 // (docs/api.md, "Retry or drop a dead letter"): the copy is committed, then
 // announced exactly as a pushed message is (local wake-up, hot-list mark,
-// mesh hint). ErrNotFound when the tenant has no such live entry.
+// mesh hint). ErrNotFound when the tenant has no such entry,
+// ErrDLQSuperseded when all of them are superseded.
 func (b *Broker) RetryDeadLetter(ctx context.Context, tenant, partitionID, txid, group string) (DLQRetried, error) {
 	if b.maint.buffering() {
 		return DLQRetried{}, ErrDLQRetryPushMaintenance
@@ -38,7 +43,7 @@ func (b *Broker) RetryDeadLetter(ctx context.Context, tenant, partitionID, txid,
 		return DLQRetried{}, fmt.Errorf("message id: %w", err)
 	}
 	r, err := b.db.RetryDeadLetter(ctx, tenant, partitionID, txid, group, id.String(), MaxNameBytes)
-	if errors.Is(err, pg.ErrTxIDTaken) {
+	if errors.Is(err, pg.ErrTxIDTaken) || errors.Is(err, pg.ErrDLQSuperseded) {
 		return DLQRetried{}, err
 	}
 	if err != nil {
@@ -50,7 +55,8 @@ func (b *Broker) RetryDeadLetter(ctx context.Context, tenant, partitionID, txid,
 }
 
 // DropDeadLetter deletes the group's dead-letter entries of the message and
-// returns how many; ErrNotFound when the tenant has no such live entry.
+// returns how many, superseded ones included; ErrNotFound when the tenant
+// has no such entry.
 func (b *Broker) DropDeadLetter(ctx context.Context, tenant, partitionID, txid, group string) (int, error) {
 	n, err := b.db.DropDeadLetter(ctx, tenant, partitionID, txid, group)
 	return n, notFound(err)

@@ -207,6 +207,7 @@ type DLQEntry struct {
 	ProducerSub   *string
 	CreatedAt     time.Time
 	FailedAt      time.Time
+	Superseded    bool // a seek or a group delete took it back: drop only, no retry
 }
 
 // ErrQueueDeleted refuses a push whose queue kept being deleted while it

@@ -236,6 +236,7 @@ type DLQRow struct {
 	Payload                                                      []byte
 	Sub                                                          *string
 	CreatedAt, FailedAt                                          time.Time
+	Superseded                                                   bool // a seek or a group delete took it back
 }
 
 const dlqWhere = `FROM queen.dead_letters d
@@ -255,7 +256,7 @@ func (db *DB) ListDLQ(ctx context.Context, tenant string, f DLQFilter) ([]DLQRow
 	}
 	rs, err := db.pool.Query(ctx, `SELECT d.message_id::text, d.transaction_id, d.partition_id::text, q.name,
 			p.name, d.consumer_group, d.error_message, d.retry_count, d.payload::text, d.producer_sub,
-			d.created_at, d.failed_at `+dlqWhere+`
+			d.created_at, d.failed_at, d.superseded `+dlqWhere+`
 		ORDER BY d.failed_at DESC, d.seq DESC LIMIT $7 OFFSET $8`, append(args, f.Limit, f.Offset)...)
 	if err != nil {
 		return nil, 0, fmt.Errorf("dlq list: %w", err)
@@ -266,7 +267,7 @@ func (db *DB) ListDLQ(ctx context.Context, tenant string, f DLQFilter) ([]DLQRow
 		var r DLQRow
 		var payload *string
 		if err := rs.Scan(&r.MessageID, &r.TxID, &r.PartitionID, &r.Queue, &r.Partition, &r.Group,
-			&r.Error, &r.Retry, &payload, &r.Sub, &r.CreatedAt, &r.FailedAt); err != nil {
+			&r.Error, &r.Retry, &payload, &r.Sub, &r.CreatedAt, &r.FailedAt, &r.Superseded); err != nil {
 			return nil, 0, fmt.Errorf("dlq scan: %w", err)
 		}
 		if payload != nil {

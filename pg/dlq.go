@@ -12,6 +12,11 @@ import (
 // is already used in the partition (a client pushed that very id).
 var ErrTxIDTaken = errors.New("transaction id of the retried copy is already used in the partition")
 
+// ErrDLQSuperseded: the group's entries of the message are all superseded
+// (a seek moved the group's cursor back over the message, so it is pending
+// for the group again, or the group was deleted): there is nothing to retry.
+var ErrDLQSuperseded = errors.New("dead letter superseded: a seek moved the group's cursor back over the message (the group reads it again) or the group was deleted; drop the entry instead")
+
 // DLQRetried is the copy a dead-letter retry appended.
 type DLQRetried struct {
 	Queue, Partition string
@@ -23,31 +28,35 @@ type DLQRetried struct {
 // the message for that group only and deletes the entry
 // (queen.dlq_retry_v1, one statement, retried on a deadlock). mid is the
 // copy's message id; maxTxID bounds its transaction id in bytes.
-// ErrNotFound when the tenant has no such live entry.
+// ErrNotFound when the tenant has no such entry, ErrDLQSuperseded when it
+// has only superseded ones.
 func (db *DB) RetryDeadLetter(ctx context.Context, tenant, partitionID, txid, group, mid string, maxTxID int) (DLQRetried, error) {
 	var r DLQRetried
 	var off *int64
-	var taken bool
+	var txID *string
+	var taken, superseded bool
 	err := db.retry(ctx, false, func() error {
-		return db.pool.QueryRow(ctx, `SELECT o_queue, o_partition, o_txid, o_off, o_taken
+		return db.pool.QueryRow(ctx, `SELECT o_queue, o_partition, o_txid, o_off, o_taken, o_superseded
 			FROM queen.dlq_retry_v1($1, $2::uuid, $3, $4, $5::uuid, $6)`,
-			tenant, partitionID, txid, group, mid, maxTxID).Scan(&r.Queue, &r.Partition, &r.TxID, &off, &taken)
+			tenant, partitionID, txid, group, mid, maxTxID).Scan(&r.Queue, &r.Partition, &txID, &off, &taken, &superseded)
 	})
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return DLQRetried{}, ErrNotFound
 	case err != nil:
 		return DLQRetried{}, fmt.Errorf("retry dead letter %s/%s/%s: %w", partitionID, txid, group, err)
+	case superseded:
+		return DLQRetried{}, ErrDLQSuperseded
 	case taken:
-		return DLQRetried{}, fmt.Errorf("retry dead letter %s/%s/%s as %s: %w", partitionID, txid, group, r.TxID, ErrTxIDTaken)
+		return DLQRetried{}, fmt.Errorf("retry dead letter %s/%s/%s as %s: %w", partitionID, txid, group, *txID, ErrTxIDTaken)
 	}
-	r.Offset = *off
+	r.TxID, r.Offset = *txID, *off
 	return r, nil
 }
 
 // DropDeadLetter deletes the group's dead-letter entries of the message
-// (queen.dlq_drop_v1) and returns how many; ErrNotFound when the tenant has
-// no such live entry.
+// (queen.dlq_drop_v1), superseded or not, and returns how many; ErrNotFound
+// when the tenant has no such entry.
 func (db *DB) DropDeadLetter(ctx context.Context, tenant, partitionID, txid, group string) (int, error) {
 	var n int
 	err := db.retry(ctx, false, func() error {

@@ -373,8 +373,11 @@
             var tr = el('tr', {'data-transaction': x.transactionId});
             [x.failedAt, x.partition, x.consumerGroup, x.retryCount, x.errorMessage].forEach(function (v) { tr.appendChild(td(v)); });
             var key = {'data-partition-id': x.partitionId, 'data-transaction': x.transactionId, 'data-group': x.consumerGroup, type: 'button'};
+            // A superseded entry (a seek or a group delete took it back)
+            // can only be dropped (docs/api.md, "Retry or drop a dead letter").
+            if (x.superseded) tr.setAttribute('data-superseded', 'true');
             tr.appendChild(el('td', null, [
-              el('button', Object.assign({'class': 'dlq-retry', text: 'retry'}, key)), ' ',
+              x.superseded ? el('span', {'class': 'note', text: 'superseded'}) : el('button', Object.assign({'class': 'dlq-retry', text: 'retry'}, key)), ' ',
               el('button', Object.assign({'class': 'dlq-drop', text: 'drop'}, key))]));
             drow.appendChild(tr);
           });

@@ -1,22 +1,28 @@
 -- Admin actions on one dead letter (docs/api.md, "Retry or drop a dead
--- letter"). An entry is named by (partition, transaction id, group); only a
--- group's entry that no seek or group delete superseded can be acted on.
--- Both remove every entry of that triple, superseded ones included: those
--- are older resolutions of the same message for the same group, and the
--- DLQ list would otherwise go on showing the message.
+-- letter"). An entry is named by (partition, transaction id, group). Only a
+-- live entry (no seek or group delete superseded it) can be retried: a
+-- superseded one is pending for its group again, or the group is gone. Any
+-- entry can be dropped, since the DLQ list shows them all. Both remove
+-- every entry of that triple, superseded ones included: those are older
+-- resolutions of the same message for the same group, and the DLQ list
+-- would otherwise go on showing the message.
 
 -- queen.dlq_retry_v1 delivers a dead-lettered message again to its group
 -- only, in one transaction: it appends a copy (the entry's payload and
 -- producer subject, the original's trace id while the original exists) at
 -- the partition's next offset the way queen.push_v3 does, counts that offset
--- as already resolved for every other group with a cursor on the partition
--- (as queen.delete_message_v1 does for a hole), and deletes the entry.
+-- as already resolved for every other group of the queue (as
+-- queen.delete_message_v1 does for a hole; a group registered on the queue
+-- with no cursor on the partition yet gets one first, where its first pop
+-- would start it), and deletes the entry. A group that first reads the
+-- queue after the retry and starts before the copy is served it too.
 -- The copy's transaction id is p_txid || '~retry-' || the entry's seq, or
 -- md5(p_txid) || '~retry-' || seq when that would pass p_max_bytes, so a
 -- client can always ack it. Lock order (docs/storage.md, "Lock order"): the
 -- partition's consumer rows in key order, the entry, then the partition row.
--- Returns no row when the tenant has no such live entry; o_taken when the
--- copy's transaction id already exists in the partition (nothing changed).
+-- Returns no row when the tenant has no such entry; o_superseded when it
+-- has only superseded ones, o_taken when the copy's transaction id already
+-- exists in the partition (nothing changed in either case).
 CREATE OR REPLACE FUNCTION queen.dlq_retry_v1(
     p_tenant    text,
     p_pid       uuid,
@@ -24,10 +30,11 @@ CREATE OR REPLACE FUNCTION queen.dlq_retry_v1(
     p_group     text,
     p_mid       uuid,
     p_max_bytes int)
-RETURNS TABLE (o_queue text, o_partition text, o_txid text, o_off bigint, o_taken boolean)
+RETURNS TABLE (o_queue text, o_partition text, o_txid text, o_off bigint, o_taken boolean, o_superseded boolean)
 LANGUAGE plpgsql AS $$
 DECLARE
     v_queue text;
+    v_qid   uuid;
     v_pname text;
     v_seq   bigint;
     v_off   bigint;
@@ -35,12 +42,31 @@ DECLARE
     v_txid  text;
     v_now   timestamptz := clock_timestamp();
 BEGIN
-    SELECT q.name, p.name INTO v_queue, v_pname
+    SELECT q.name, q.id, p.name INTO v_queue, v_qid, v_pname
     FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id AND q.tenant = p_tenant
     WHERE p.id = p_pid;
     IF NOT FOUND THEN
         RETURN;
     END IF;
+    o_queue := v_queue; o_partition := v_pname; o_taken := false; o_superseded := false;
+
+    -- Every group registered on the queue gets its cursor on the partition
+    -- now, where its first pop would start it (queen.pop: 0, or the last
+    -- message at or before its subscription start), so the copy can be
+    -- counted as resolved for it below. Inserting first and in key order,
+    -- as pop does, waits on nothing this transaction holds.
+    INSERT INTO queen.consumers (partition_id, consumer_group, committed_offset, batch_end)
+    SELECT p_pid, s.consumer_group, s.seed, s.seed
+    FROM (SELECT g.consumer_group,
+                 CASE WHEN g.subscription_from IS NULL THEN 0 ELSE
+                     COALESCE((SELECT max(m.off) FROM queen.messages m
+                               WHERE m.partition_id = p_pid AND m.created_at <= g.subscription_from), 0) END AS seed
+          FROM queen.consumer_groups_metadata g
+          WHERE g.queue_id = v_qid AND g.consumer_group <> p_group
+            AND NOT EXISTS (SELECT 1 FROM queen.consumers c
+                            WHERE c.partition_id = p_pid AND c.consumer_group = g.consumer_group)
+          ORDER BY g.consumer_group) s
+    ON CONFLICT (partition_id, consumer_group) DO NOTHING;
 
     -- Serialises retries of one partition (a second retry of the same
     -- entry then finds it gone) and keeps the cursors still while the copy
@@ -55,6 +81,11 @@ BEGIN
     ORDER BY d.seq DESC LIMIT 1
     FOR UPDATE;
     IF NOT FOUND THEN
+        IF EXISTS (SELECT 1 FROM queen.dead_letters d
+                   WHERE d.partition_id = p_pid AND d.consumer_group = p_group AND d.transaction_id = p_txid) THEN
+            o_superseded := true;
+            RETURN NEXT;
+        END IF;
         RETURN;
     END IF;
 
@@ -65,7 +96,7 @@ BEGIN
 
     SELECT p.last_offset + 1 INTO v_new FROM queen.partitions p WHERE p.id = p_pid FOR NO KEY UPDATE;
     IF EXISTS (SELECT 1 FROM queen.messages m WHERE m.partition_id = p_pid AND m.transaction_id = v_txid) THEN
-        o_queue := v_queue; o_partition := v_pname; o_txid := v_txid; o_off := NULL; o_taken := true;
+        o_txid := v_txid; o_taken := true;
         RETURN NEXT;
         RETURN;
     END IF;
@@ -97,15 +128,14 @@ BEGIN
     DELETE FROM queen.dead_letters d
     WHERE d.partition_id = p_pid AND d.consumer_group = p_group AND d.transaction_id = p_txid;
 
-    o_queue := v_queue; o_partition := v_pname; o_txid := v_txid; o_off := v_new; o_taken := false;
+    o_txid := v_txid; o_off := v_new;
     RETURN NEXT;
 END;
 $$;
 
--- queen.dlq_drop_v1 deletes the group's entries of the message when one of
--- them is live (not superseded); it returns how many rows went, 0 when the
--- tenant has no such live entry. The rows are locked newest first, the
--- order queen.dlq_retry_v1 takes the live one in.
+-- queen.dlq_drop_v1 deletes the group's entries of the message, superseded
+-- or not; it returns how many rows went, 0 when the tenant has no such
+-- entry.
 CREATE OR REPLACE FUNCTION queen.dlq_drop_v1(
     p_tenant text,
     p_pid    uuid,
@@ -116,21 +146,10 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_n int;
 BEGIN
-    PERFORM 1 FROM queen.dead_letters d
-    JOIN queen.partitions p ON p.id = d.partition_id
-    JOIN queen.queues q ON q.id = p.queue_id AND q.tenant = p_tenant
-    WHERE d.partition_id = p_pid AND d.consumer_group = p_group AND d.transaction_id = p_txid
-    ORDER BY d.seq DESC
-    FOR UPDATE OF d;
-    IF NOT EXISTS (SELECT 1 FROM queen.dead_letters d
-                   JOIN queen.partitions p ON p.id = d.partition_id
-                   JOIN queen.queues q ON q.id = p.queue_id AND q.tenant = p_tenant
-                   WHERE d.partition_id = p_pid AND d.consumer_group = p_group
-                     AND d.transaction_id = p_txid AND NOT d.superseded) THEN
-        RETURN 0;
-    END IF;
     DELETE FROM queen.dead_letters d
-    WHERE d.partition_id = p_pid AND d.consumer_group = p_group AND d.transaction_id = p_txid;
+    USING queen.partitions p, queen.queues q
+    WHERE d.partition_id = p_pid AND d.consumer_group = p_group AND d.transaction_id = p_txid
+      AND p.id = d.partition_id AND q.id = p.queue_id AND q.tenant = p_tenant;
     GET DIAGNOSTICS v_n = ROW_COUNT;
     RETURN v_n;
 END;
