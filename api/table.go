@@ -287,6 +287,8 @@ var Table = []Row{
 	{Status: "mesh.members", Metric: "queen_mesh_members", Label: Label{"state", "suspect"}, Kind: Gauge, Help: helpMembs, Count: membersIn("suspect")},
 	{Status: "mesh.members", Metric: "queen_mesh_members", Label: Label{"state", "dead"}, Kind: Gauge, Help: helpMembs, Count: membersIn("dead")},
 	{Status: "mesh.members", Metric: "queen_mesh_members", Label: Label{"state", "left"}, Kind: Gauge, Help: helpMembs, Count: membersIn("left")},
+	{Status: "mesh.encrypted", Metric: "queen_mesh_encrypted", Kind: Gauge,
+		Help: "1 when QUEEN_MESH_SECRET is set: membership and hints are authenticated and encrypted.", Field: flag(func(s *Snapshot) *bool { return &s.Mesh.Encrypted })},
 	{Status: "mesh.live_peers", Metric: "queen_mesh_live_peers", Kind: Gauge,
 		Help: "Alive members other than this node (hint recipients).", Field: num[int](func(s *Snapshot) *int { return &s.Mesh.LivePeers })},
 	{Status: "mesh.frames_sent", Metric: "queen_mesh_frames_sent_total", Kind: Counter,

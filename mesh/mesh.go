@@ -35,6 +35,7 @@ type Receiver interface {
 
 // Stats are the mesh counters. They only grow while the process lives.
 type Stats struct {
+	Encrypted                  bool // QUEEN_MESH_SECRET is set: membership and hints are authenticated
 	FramesSent, FramesReceived uint64
 	HintsSent, HintsReceived   uint64
 	FramesDropped              uint64 // chaos drops (QUEEN_MESH_DROP_RATE)
@@ -287,6 +288,7 @@ func (m *Mesh) Stats() Stats {
 	size, capacity, dropped := m.set.Len(), m.set.Cap(), m.set.Dropped()
 	m.setMu.Unlock()
 	return Stats{
+		Encrypted:  m.sealer != nil,
 		FramesSent: m.framesSent.Load(), FramesReceived: m.framesRecv.Load(),
 		HintsSent: m.hintsSent.Load(), HintsReceived: m.hintsRecv.Load(),
 		FramesDropped: m.framesDropped.Load(), FramesRejected: m.framesRejected.Load(),

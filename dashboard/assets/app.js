@@ -19,16 +19,25 @@
 
   function token() { try { return sessionStorage.getItem(TOKEN_KEY) || ''; } catch (e) { return ''; } }
 
-  // api fetches a JSON endpoint; base is '' (this node) or 'http://host:port'.
+  // api fetches a JSON endpoint; base is '' (this node) or 'http://host:port'
+  // (another member: its own figures, with a shorter timeout). Every call
+  // has a timeout, so a member that accepts and never answers cannot hold a
+  // round, and with it every later round, forever.
   // 401 shows the login box; any other failure throws an Error carrying the
-  // server's {"error": ...} text and status.
+  // server's {"error": ...} text and status (0 for a timeout).
+  var TIMEOUT_MS = 10000, MEMBER_TIMEOUT_MS = 3000;
   function api(path, opts, base) {
     opts = opts || {};
     var headers = {};
     if (token()) headers.Authorization = 'Bearer ' + token();
     if (opts.body !== undefined) headers['Content-Type'] = 'application/json';
+    var ms = base ? MEMBER_TIMEOUT_MS : TIMEOUT_MS;
+    var ctl = new AbortController();
+    var abortTimer = setTimeout(function () { ctl.abort(); }, ms);
+    // The timer covers the body too: a server that sends its headers and
+    // then stalls is cut off as well.
     return fetch((base || '') + path, {
-      method: opts.method || 'GET', headers: headers,
+      method: opts.method || 'GET', headers: headers, signal: ctl.signal,
       body: opts.body === undefined ? undefined : JSON.stringify(opts.body)
     }).then(function (r) {
       return r.text().then(function (text) {
@@ -42,7 +51,29 @@
         }
         return data;
       });
+    }).then(function (data) {
+      clearTimeout(abortTimer);
+      return data;
+    }, function (e) {
+      clearTimeout(abortTimer);
+      if (ctl.signal.aborted) {
+        var err = new Error((base || 'this node') + path + ': no answer within ' + ms / 1000 + ' s');
+        err.status = 0;
+        throw err;
+      }
+      throw e;
     });
+  }
+
+  // memberBase is where to ask another member for its own figures, or null
+  // when it must not be asked. With a token, only when the mesh is
+  // encrypted (QUEEN_MESH_SECRET): on an open mesh anyone who reaches the
+  // gossip port can join and advertise an address of its own, and the page
+  // would send it the token.
+  function memberBase(m, self) {
+    if (m.self || m.state !== 'alive' || !m.http_addr) return null;
+    if (token() && !get(self, 'mesh.encrypted')) return null;
+    return location.protocol + '//' + m.http_addr;
   }
 
   function showLogin() { authNeeded = true; $('login').hidden = false; }
@@ -245,12 +276,16 @@
       if (!members.length) members = [{name: get(self, 'node.name') || 'this node', state: 'alive', self: true, version: get(self, 'node.version')}];
       members = members.slice().sort(function (a, b) { return a.name < b.name ? -1 : a.name > b.name ? 1 : 0; });
       // Every alive member's own /status, straight from its http_addr
-      // (CORS is open); a dead or left member is not asked.
+      // (CORS is open); a dead or left member is not asked, nor any with a
+      // token on an open mesh (memberBase).
+      var withheld = false;
       return Promise.all(members.map(function (m) {
         if (m.self) return Promise.resolve(self);
-        if (m.state !== 'alive' || !m.http_addr) return Promise.resolve(null);
-        return api('/status', null, location.protocol + '//' + m.http_addr).catch(function () { return null; });
+        var base = memberBase(m, self);
+        if (!base) { withheld = withheld || m.state === 'alive'; return Promise.resolve(null); }
+        return api('/status', null, base).catch(function () { return null; });
       })).then(function (stats) {
+        $('members-note').hidden = !withheld;
         var body = $('members');
         var rows = document.createDocumentFragment();
         members.forEach(function (m, i) {
@@ -319,9 +354,15 @@
 
   // ---- queue page -------------------------------------------------------
 
+  // currentQueue is the queue named by the address, or null (the home
+  // page); a malformed escape (a hand-edited '#/queue/%') is shown as an
+  // error on the home page rather than thrown into a round.
+  var badHash = null;
   function currentQueue() {
+    badHash = null;
     var m = /^#\/queue\/(.+)$/.exec(location.hash);
-    return m ? decodeURIComponent(m[1]) : null;
+    if (!m) return null;
+    try { return decodeURIComponent(m[1]); } catch (e) { badHash = location.hash; return null; }
   }
 
   function refreshQueue(name) {
@@ -396,9 +437,9 @@
     var self = [{name: '', base: ''}];
     if (statusForbiddenFor !== null && statusForbiddenFor === token()) return Promise.resolve(self);
     return api('/status').then(function (st) {
-      var ms = (get(st, 'mesh.members') || []).filter(function (m) { return m.state === 'alive' && (m.self || m.http_addr); });
+      var ms = (get(st, 'mesh.members') || []).filter(function (m) { return m.self || memberBase(m, st); });
       if (!ms.length) return self;
-      return ms.map(function (m) { return {name: m.name, base: m.self ? '' : location.protocol + '//' + m.http_addr}; })
+      return ms.map(function (m) { return {name: m.name, base: m.self ? '' : memberBase(m, st)}; })
         .sort(function (a, b) { return a.name < b.name ? -1 : a.name > b.name ? 1 : 0; });
     }, function (e) {
       if (e.status !== 403) throw e;
@@ -486,6 +527,7 @@
     if (q) $('queue-page').setAttribute('data-queue', q); else $('queue-page').removeAttribute('data-queue');
     var jobs = [refreshMaintenance()];
     if (q) jobs.push(refreshQueue(q)); else jobs.push(refreshCluster(), refreshQueues());
+    if (badHash) jobs.push(Promise.reject(new Error('not a queue address: ' + badHash)));
     // allSettled: one failing read must not stop the others' updates.
     return Promise.all(jobs.map(function (p) { return p.then(function () { return null; }, function (e) { return e; }); }))
       .then(function (errs) {
@@ -507,7 +549,8 @@
       running = false;
       if (again) { again = false; now(); } else schedule();
     };
-    round().then(done, done);
+    // A throw inside round() still schedules the next one.
+    Promise.resolve().then(round).then(done, done);
   }
 
   // ---- actions ----------------------------------------------------------
