@@ -5,7 +5,8 @@ package api
 // from the stats sampler's rows (package stats). Every read is scoped to
 // the caller's tenant except system-metrics, worker-metrics and
 // postgres-stats, which describe the nodes and the database every tenant
-// shares: they need the admin role.
+// shares; they name no queue or tenant, so read-only suffices (docs/api.md,
+// "Status and analytics").
 
 import (
 	"context"
@@ -695,7 +696,7 @@ func setPath(m map[string]any, path string, v any) {
 
 func round2(f float64) float64 { return float64(int64(f*100+0.5)) / 100 }
 
-// GET /api/v1/analytics/system-metrics (admin: every tenant's load)
+// GET /api/v1/analytics/system-metrics (read-only: node figures, no tenant's names)
 func (s *Server) handleSystemMetrics(w http.ResponseWriter, r *http.Request, _ caller) {
 	win, err := parseWindow(r, "")
 	if err != nil {
@@ -727,7 +728,7 @@ func (s *Server) handleSystemMetrics(w http.ResponseWriter, r *http.Request, _ c
 		"replicas":      replicas, "replicaCount": len(replicas), "pointCount": len(rows)})
 }
 
-// GET /api/v1/analytics/worker-metrics (admin: every tenant's load)
+// GET /api/v1/analytics/worker-metrics (read-only: node figures, no tenant's names)
 func (s *Server) handleWorkerMetrics(w http.ResponseWriter, r *http.Request, _ caller) {
 	win, err := parseWindow(r, "")
 	if err != nil {
@@ -774,7 +775,7 @@ func (s *Server) handleWorkerMetrics(w http.ResponseWriter, r *http.Request, _ c
 		"workers": workers, "totals": tot})
 }
 
-// GET /api/v1/analytics/postgres-stats (admin: the shared database)
+// GET /api/v1/analytics/postgres-stats (read-only: figures of the shared database, no tenant's names)
 func (s *Server) handlePostgresStats(w http.ResponseWriter, r *http.Request, _ caller) {
 	doc, err := s.b.PostgresStats(r.Context())
 	if err != nil {

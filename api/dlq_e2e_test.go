@@ -6,6 +6,8 @@ package api_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"net/url"
 	"strings"
 	"sync"
@@ -378,9 +380,18 @@ func TestDLQRetryWakesParkedPopOnAnotherNode(t *testing.T) {
 	if m := b.popFull("xw", "p", "g"); m != nil { // B's ring for g is warm and empty
 		t.Fatalf("pop: %v", m)
 	}
+	// Plain net/http: the nodetest helpers may t.Fatal, which only the
+	// test goroutine may call.
 	done := make(chan nodetest.Response, 1)
 	go func() {
-		done <- b.n.Do(t, "GET", "/api/v1/pop/queue/xw/partition/p?wait=true&timeout=9000&consumerGroup=g", nil)
+		r, err := http.Get(b.n.URL + "/api/v1/pop/queue/xw/partition/p?wait=true&timeout=9000&consumerGroup=g")
+		if err != nil {
+			done <- nodetest.Response{Body: []byte(err.Error())}
+			return
+		}
+		defer r.Body.Close()
+		body, _ := io.ReadAll(r.Body)
+		done <- nodetest.Response{Status: r.StatusCode, Body: body}
 	}()
 	deadline := time.Now().Add(5 * time.Second)
 	for b.n.Broker.Parked() < 1 {

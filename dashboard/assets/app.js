@@ -249,6 +249,14 @@
     return el('div', {'class': 'chart'}, [el('div', {'class': 't', text: m.title}), svg, legend]);
   }
   function drawCharts() {
+    // A node with no point left in the window (gone for 15 minutes) leaves
+    // the charts and its legend, so a long-open tab does not keep every
+    // name it ever saw.
+    var cut = Date.now() - WINDOW_MS;
+    Object.keys(hist).forEach(function (n) {
+      trim(hist[n], Date.now());
+      if (!hist[n].length && !(prev[n] && prev[n].t >= cut)) { delete hist[n]; delete prev[n]; }
+    });
     var parts = METRICS.map(chart);
     if (historyErr) parts.unshift(el('div', {'class': 'history-error', text: historyErr}));
     $('charts').replaceChildren.apply($('charts'), parts);
@@ -320,6 +328,9 @@
     return api('/api/v1/resources/queues?limit=' + PAGE + '&offset=' + offset +
       (search ? '&search=' + encodeURIComponent(search) : '')).then(function (d) {
       total = num(d && d.total);
+      // Queues deleted meanwhile can leave the page past the end: go to
+      // the last page on the next round.
+      if (offset > 0 && offset >= total) { offset = Math.max(0, (Math.ceil(total / PAGE) - 1) * PAGE); again = true; }
       var rows = document.createDocumentFragment();
       ((d && d.queues) || []).forEach(function (x) {
         var m = x.messages || {}, tp = x.throughput;
@@ -497,7 +508,7 @@
             tr.appendChild(td(num(r.ready)));
             tr.appendChild(td(num(r.wheel)));
             tr.appendChild(td(num(r.inflight)));
-            tr.appendChild(td(r.cold ? 'cold' : r.reseeding ? 'reseeding' : 'in ' + dur(num(r.nextReseedInMs) / 1000)));
+            tr.appendChild(td(r.cold ? 'cold' : r.reseeding ? 'reseeding' : num(r.nextReseedInMs) <= 0 ? 'due now' : 'in ' + dur(num(r.nextReseedInMs) / 1000)));
             var ps = r.partitions || [];
             tr.appendChild(td(ps.slice(0, 8).map(entryText).join(', ') + (ps.length > 8 || r.partitionsTruncated ? ', …' : ''), 'cursor'));
             tr.appendChild(td(num(r.unconfirmed)));
