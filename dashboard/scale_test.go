@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -131,6 +132,26 @@ func settledStats(ctx context.Context, t *testing.T, db *pgxpool.Pool) map[strin
 		}
 		last = cur
 	}
+}
+
+// tailPlans returns the last n auto_explain entries of a server log, each
+// cut to max bytes.
+func tailPlans(log string, n, max int) string {
+	parts := strings.Split(log, "LOG:  duration:")
+	if len(parts) <= 1 {
+		return "(none)"
+	}
+	parts = parts[1:]
+	if len(parts) > n {
+		parts = parts[len(parts)-n:]
+	}
+	for i, p := range parts {
+		if len(p) > max {
+			p = p[:max] + "\n…"
+		}
+		parts[i] = "duration:" + p
+	}
+	return strings.Join(parts, "\n---\n")
 }
 
 func pct(ds []time.Duration, p float64) time.Duration {
@@ -263,6 +284,19 @@ func TestDashboardAtScale(t *testing.T) {
 
 	// Where the big queue's page spends its time: the parts of
 	// GET /api/v1/resources/queues/:name (pg.GetQueue) on their own.
+	// auto_explain (contrib) writes the plan of every statement over 300 ms,
+	// with actual rows and buffers, to the server's log: the connections of
+	// this pool load it (database settings apply to new sessions).
+	var dbName, dataDir string
+	if err := db.QueryRow(ctx, `SELECT current_database(), current_setting('data_directory')`).Scan(&dbName, &dataDir); err != nil {
+		t.Fatal(err)
+	}
+	for _, set := range []string{"session_preload_libraries = 'auto_explain'", "auto_explain.log_min_duration = '300ms'",
+		"auto_explain.log_analyze = on", "auto_explain.log_buffers = on"} {
+		if _, err := db.Exec(ctx, `ALTER DATABASE "`+dbName+`" SET `+set); err != nil {
+			t.Fatalf("auto_explain: %v", err)
+		}
+	}
 	pdb, err := pg.Open(ctx, n.DBURL, 2, hclog.NewNullLogger())
 	if err != nil {
 		t.Fatal(err)
@@ -289,6 +323,13 @@ func TestDashboardAtScale(t *testing.T) {
 		return err
 	})
 	timeIt("GroupCursors(g-mid)", func() error { _, err := pdb.GroupCursors(ctx, "default", "g-mid"); return err })
+	// The server log is beside the data directory (internal/pgtemp). Run
+	// this test alone (-run): the last entries are then its own.
+	if logText, err := os.ReadFile(filepath.Join(filepath.Dir(dataDir), "postgres.log")); err != nil {
+		t.Logf("no server log to read plans from: %v", err)
+	} else {
+		t.Logf("slow statement plans (auto_explain, server log, bounded):\n%s", tailPlans(string(logText), 4, 6000))
+	}
 
 	scaleBrowser(t, n)
 }
