@@ -363,7 +363,7 @@ func scaleBrowser(t *testing.T, n *nodetest.Node) {
 	// returns the intervals between renders after waiting for count of them.
 	rounds := func(what, sel string, count int) {
 		t.Helper()
-		if _, err := eval[bool](b, fmt.Sprintf(`(() => { window.__renders = [];
+		if _, err := eval[bool](b, fmt.Sprintf(`(() => { window.__renders = []; performance.setResourceTimingBufferSize(100000);
 			new MutationObserver(() => window.__renders.push(performance.now())).observe(document.querySelector(%s), {childList: true});
 			return true })()`, js(sel))); err != nil {
 			t.Fatalf("observe %s: %v", sel, err)
@@ -385,7 +385,17 @@ func scaleBrowser(t *testing.T, n *nodetest.Node) {
 		for i := 1; i < len(rs); i++ {
 			ds = append(ds, time.Duration((rs[i]-rs[i-1]-2000)*float64(time.Millisecond)))
 		}
-		t.Logf("%s: round duration (render interval - 2 s) over %d rounds: p50 %s ms, max %s ms; %s", what, len(ds), ms(pct(ds, .5)), ms(pct(ds, 1)), metrics())
+		// What the rounds fetched: the resource timings of the requests
+		// that started between the first and the last render, per round.
+		fetched, err := eval[string](b, fmt.Sprintf(`(() => { const e = performance.getEntriesByType('resource')
+			.filter(r => r.startTime > %[1]f && r.startTime < %[2]f), k = %[3]d;
+			return (e.length / k).toFixed(1) + ' requests and ' + (e.reduce((a, r) => a + r.encodedBodySize, 0) / k / 1e6).toFixed(2) +
+				' MB of response bodies per round' })()`, rs[0], rs[len(rs)-1], len(rs)-1))
+		if err != nil {
+			t.Fatalf("resource timings: %v", err)
+		}
+		t.Logf("%s: round duration (render interval - 2 s) over %d rounds: p50 %s ms, max %s ms; %s; %s",
+			what, len(ds), ms(pct(ds, .5)), ms(pct(ds, 1)), fetched, metrics())
 	}
 
 	t0 := time.Now()
@@ -400,6 +410,9 @@ func scaleBrowser(t *testing.T, n *nodetest.Node) {
 	b.waitFor(t, "the big queue's partitions", `document.querySelectorAll('#partitions tr[data-partition]').length > 0 && document.querySelectorAll('#groups tr[data-group]').length >= 3`,
 		outer("#queue-summary")+"+'\\n'+"+outer("#groups"))
 	t.Logf("queue page (10,000 partitions): hash change to partitions and groups rendered: %v; %s", time.Since(t0).Round(time.Millisecond), metrics())
+	if groups, err := eval[[]string](b, `[...document.querySelectorAll('#groups tr[data-group]')].map(r => r.dataset.group)`); err == nil {
+		t.Logf("queue page (10,000 partitions): group rows %v (one GET /api/v1/consumer-groups/:group each per round)", groups)
+	}
 	rounds("queue page (10,000 partitions)", "#partitions", 5)
 	b.noErrors(t, "on the big queue's page")
 }
