@@ -110,7 +110,19 @@ func TestDashboardNeverPilesUpRequests(t *testing.T) {
 		t.Fatalf("disable the browser cache: %v", err)
 	}
 	b.run(t, "open the page through the slow proxy", chromedp.Navigate(srv.URL+"/"))
-	// The observation window: the page's own pace is what is measured here.
+	// The observation window starts at the page's first slow request (a
+	// loaded machine may take seconds to start the page); its own pace is
+	// what is measured here.
+	deadline := time.Now().Add(uiTimeout)
+	for {
+		if _, totals := p.snapshot(); totals[slow[0]] > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the page never asked for %s through the proxy", slow[0])
+		}
+		time.Sleep(50 * time.Millisecond) // poll interval
+	}
 	window := 10 * time.Second
 	end := time.Now().Add(window)
 	for time.Now().Before(end) {
@@ -137,7 +149,7 @@ func TestDashboardNeverPilesUpRequests(t *testing.T) {
 	// The delay removed: rounds continue, about one per 2 s.
 	p.delay.Store(0)
 	_, before := p.snapshot()
-	deadline := time.Now().Add(uiTimeout)
+	deadline = time.Now().Add(uiTimeout)
 	for {
 		maxes, after := p.snapshot()
 		done := true
