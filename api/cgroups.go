@@ -87,6 +87,12 @@ type cursorJSON struct {
 
 type groupQueueJSON struct {
 	Partitions []cursorJSON `json:"partitions"`
+	// With ?queue= only (docs/api.md, "Resources, messages and consumer
+	// groups"): counts over all the group's cursors on the queue.
+	PartitionCount      *int  `json:"partitionCount,omitempty"`
+	PendingPartitions   *int  `json:"pendingPartitions,omitempty"`
+	LeasedPartitions    *int  `json:"leasedPartitions,omitempty"`
+	PartitionsTruncated *bool `json:"partitionsTruncated,omitempty"`
 }
 
 func lagSeconds(oldest *time.Time, now time.Time) int64 {
@@ -104,10 +110,35 @@ func (s *Server) handleGetGroup(w http.ResponseWriter, r *http.Request, c caller
 		writeReqError(w, err)
 		return
 	}
-	rows, err := s.reads().GroupCursors(r.Context(), c.tenant, group)
-	if err != nil {
-		s.brokerError(w, r, "describe consumer group", err)
-		return
+	// ?queue=Q: one queue's cursors, the most lagging first, at most
+	// ?limit (default 100, at most 1000), with counts over all of them; the
+	// dashboard's queue page asks this every round, so a group with cursors
+	// on many partitions does not send them all.
+	var rows []broker.CursorRow
+	var counts *broker.QueueCursors
+	if q := r.URL.Query(); q.Has("queue") {
+		queue := q.Get("queue")
+		if err := checkName("queue", queue); err != nil {
+			writeReqError(w, err)
+			return
+		}
+		limit, err := queryIntIn(q, "limit", defaultPageLimit, 1, maxPageLimit)
+		if err != nil {
+			writeReqError(w, err)
+			return
+		}
+		qc, err := s.reads().GroupQueueCursors(r.Context(), c.tenant, group, queue, limit)
+		if err != nil {
+			s.brokerError(w, r, "describe consumer group", err)
+			return
+		}
+		rows, counts = qc.Cursors, &qc
+	} else {
+		var err error
+		if rows, err = s.reads().GroupCursors(r.Context(), c.tenant, group); err != nil {
+			s.brokerError(w, r, "describe consumer group", err)
+			return
+		}
 	}
 	now := time.Now()
 	out := map[string]*groupQueueJSON{}
@@ -116,6 +147,11 @@ func (s *Server) handleGetGroup(w http.ResponseWriter, r *http.Request, c caller
 		if q == nil {
 			q = &groupQueueJSON{}
 			out[cur.Queue] = q
+		}
+		if counts != nil {
+			truncated := counts.Total > len(counts.Cursors)
+			q.PartitionCount, q.PendingPartitions, q.LeasedPartitions = &counts.Total, &counts.PendingPartitions, &counts.LeasedPartitions
+			q.PartitionsTruncated = &truncated
 		}
 		live := cur.LeaseExpiresAt != nil && cur.LeaseExpiresAt.After(now)
 		cj := cursorJSON{Partition: cur.Partition, PartitionID: cur.PartitionID, WorkerID: cur.LeaseOwner,

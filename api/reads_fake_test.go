@@ -26,7 +26,7 @@ func (f *fakeBroker) ListQueues(_ context.Context, tenant string, _ broker.Queue
 	return nil, 0, f.readsCall("ListQueues", tenant)
 }
 
-func (f *fakeBroker) GetQueue(_ context.Context, tenant, _ string) (broker.QueueDetail, error) {
+func (f *fakeBroker) GetQueue(_ context.Context, tenant, _ string, _ broker.DetailOpts) (broker.QueueDetail, error) {
 	return broker.QueueDetail{}, f.readsCall("GetQueue", tenant)
 }
 
@@ -40,6 +40,10 @@ func (f *fakeBroker) ListTasks(_ context.Context, tenant string) ([]broker.Count
 
 func (f *fakeBroker) ListGroups(_ context.Context, tenant string, _ broker.GroupFilter) ([]broker.GroupRow, error) {
 	return nil, f.readsCall("ListGroups", tenant)
+}
+
+func (f *fakeBroker) GroupQueueCursors(_ context.Context, tenant, _, _ string, _ int) (broker.QueueCursors, error) {
+	return broker.QueueCursors{}, f.readsCall("GroupQueueCursors", tenant)
 }
 
 func (f *fakeBroker) GroupCursors(_ context.Context, tenant, _ string) ([]broker.CursorRow, error) {

@@ -20,11 +20,12 @@ import (
 type ReadsBroker interface {
 	Overview(ctx context.Context, tenant string) (broker.Overview, error)
 	ListQueues(ctx context.Context, tenant string, f broker.QueueFilter) ([]broker.QueueRow, int, error)
-	GetQueue(ctx context.Context, tenant, queue string) (broker.QueueDetail, error)
+	GetQueue(ctx context.Context, tenant, queue string, o broker.DetailOpts) (broker.QueueDetail, error)
 	ListNamespaces(ctx context.Context, tenant string) ([]broker.CountRow, error)
 	ListTasks(ctx context.Context, tenant string) ([]broker.CountRow, error)
 	ListGroups(ctx context.Context, tenant string, f broker.GroupFilter) ([]broker.GroupRow, error)
 	GroupCursors(ctx context.Context, tenant, group string) ([]broker.CursorRow, error)
+	GroupQueueCursors(ctx context.Context, tenant, group, queue string, limit int) (broker.QueueCursors, error)
 	Lagging(ctx context.Context, tenant string, minLag time.Duration, limit int) ([]broker.CursorRow, error)
 	ListMessages(ctx context.Context, tenant string, f broker.MessageFilter) ([]broker.MessageRow, broker.MessageMode, error)
 	GetMessage(ctx context.Context, tenant, partitionID, txid, group string) (broker.MessageRow, error)
@@ -295,7 +296,26 @@ func (s *Server) handleGetQueue(w http.ResponseWriter, r *http.Request, c caller
 		writeReqError(w, err)
 		return
 	}
-	d, err := s.reads().GetQueue(r.Context(), c.tenant, name)
+	// ?partitionOrder=busiest&partitionLimit=N (docs/api.md): the
+	// dashboard's queue page asks for the busiest 100, not the first 1000
+	// by name.
+	q := r.URL.Query()
+	var o broker.DetailOpts
+	switch q.Get("partitionOrder") {
+	case "", "name":
+	case "busiest":
+		o.Busiest = true
+	default:
+		writeError(w, http.StatusBadRequest, "partitionOrder must be name or busiest")
+		return
+	}
+	limit, err := queryIntIn(q, "partitionLimit", broker.MaxDetailPartitions, 1, broker.MaxDetailPartitions)
+	if err != nil {
+		writeReqError(w, err)
+		return
+	}
+	o.Limit = limit
+	d, err := s.reads().GetQueue(r.Context(), c.tenant, name, o)
 	if err != nil {
 		s.readsError(w, r, "get queue", "Queue", err)
 		return

@@ -52,9 +52,15 @@ func (b *Broker) ListQueues(ctx context.Context, tenant string, f QueueFilter) (
 	return rows, total, wrap(err)
 }
 
+// DetailOpts chooses the partitions of a queue's detail.
+type DetailOpts = pg.DetailOpts
+
+// MaxDetailPartitions bounds the partitions of a queue's detail.
+const MaxDetailPartitions = pg.MaxDetailPartitions
+
 // GetQueue returns one queue of the tenant with its partitions and groups.
-func (b *Broker) GetQueue(ctx context.Context, tenant, queue string) (QueueDetail, error) {
-	d, err := b.db.GetQueue(ctx, tenant, queue)
+func (b *Broker) GetQueue(ctx context.Context, tenant, queue string, o DetailOpts) (QueueDetail, error) {
+	d, err := b.db.GetQueue(ctx, tenant, queue, o)
 	return d, notFound(err)
 }
 
@@ -80,6 +86,16 @@ func (b *Broker) ListGroups(ctx context.Context, tenant string, f GroupFilter) (
 func (b *Broker) GroupCursors(ctx context.Context, tenant, group string) ([]CursorRow, error) {
 	rows, err := b.db.GroupCursors(ctx, tenant, group)
 	return rows, wrap(err)
+}
+
+// QueueCursors is one group's cursors on one queue (pg.GroupQueueCursors).
+type QueueCursors = pg.QueueCursors
+
+// GroupQueueCursors returns group's cursors on one queue, most lagging
+// first, at most limit, with counts over all of them.
+func (b *Broker) GroupQueueCursors(ctx context.Context, tenant, group, queue string, limit int) (QueueCursors, error) {
+	c, err := b.db.GroupQueueCursors(ctx, tenant, group, queue, limit)
+	return c, wrap(err)
 }
 
 // Lagging returns the tenant's cursors lagging more than minLag.

@@ -313,7 +313,7 @@ func TestDashboardAtScale(t *testing.T) {
 		}
 		t.Logf("pg, %s: p50 %s ms over 5", what, ms(pct(ds, .5)))
 	}
-	timeIt("GetQueue(big) whole", func() error { _, err := pdb.GetQueue(ctx, "default", scaleBig); return err })
+	timeIt("GetQueue(big) whole", func() error { _, err := pdb.GetQueue(ctx, "default", scaleBig, pg.DetailOpts{}); return err })
 	timeIt("ListGroups(queue big), part of GetQueue", func() error {
 		_, err := pdb.ListGroups(ctx, "default", pg.GroupFilter{Queue: scaleBig, Limit: pg.MaxDetailGroups})
 		return err

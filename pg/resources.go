@@ -306,7 +306,7 @@ type QueueDetail struct {
 	QueueRow
 	LeaseTime, RetryLimit, RetryDelay, TTL, MaxSize, DelayedProcessing, WindowBuffer int
 	DeadLetterQueue                                                                  bool
-	PartitionList                                                                    []PartitionRow // at most MaxDetailPartitions, by name
+	PartitionList                                                                    []PartitionRow // as DetailOpts asked
 	Groups                                                                           []GroupRow     // at most MaxDetailGroups
 }
 
@@ -325,8 +325,16 @@ const (
 	MaxDetailGroups     = 1000
 )
 
-// GetQueue returns the tenant's queue, ErrNotFound when it has none of that name.
-func (db *DB) GetQueue(ctx context.Context, tenant, name string) (QueueDetail, error) {
+// DetailOpts chooses which partitions a queue's detail lists.
+type DetailOpts struct {
+	Busiest bool // by pending, then watermark, both descending (then name); false = by name
+	Limit   int  // at most this many, 1..MaxDetailPartitions; 0 = MaxDetailPartitions
+}
+
+// GetQueue returns the tenant's queue, ErrNotFound when it has none of that
+// name. Listing the busiest partitions costs what the totals already cost
+// (every partition's counts) plus a sort of the partitions.
+func (db *DB) GetQueue(ctx context.Context, tenant, name string, o DetailOpts) (QueueDetail, error) {
 	var d QueueDetail
 	err := db.pool.QueryRow(ctx, `SELECT q.id::text, q.name, q.namespace, q.task, q.priority, q.created_at,
 			q.lease_time, q.retry_limit, q.retry_delay, q.ttl, q.max_size, q.delayed_processing,
@@ -347,9 +355,16 @@ func (db *DB) GetQueue(ctx context.Context, tenant, name string) (QueueDetail, e
 			&d.Counts.DeadLetter); err != nil {
 		return QueueDetail{}, fmt.Errorf("get queue %s: totals: %w", name, err)
 	}
+	limit, order := o.Limit, `p.name COLLATE "C"`
+	if limit <= 0 || limit > MaxDetailPartitions {
+		limit = MaxDetailPartitions
+	}
+	if o.Busiest {
+		order = `pending DESC, p.last_offset DESC, p.name COLLATE "C"`
+	}
 	rs, err := db.pool.Query(ctx, `SELECT p.id::text, p.name, p.created_at, p.last_write_at, p.last_offset, `+partCountsCols+`
 		FROM queen.partitions p `+partCountsJoin+`
-		WHERE p.queue_id = $1 ORDER BY p.name COLLATE "C" LIMIT $2`, d.ID, MaxDetailPartitions)
+		WHERE p.queue_id = $1 ORDER BY `+order+` LIMIT $2`, d.ID, limit)
 	if err != nil {
 		return QueueDetail{}, fmt.Errorf("get queue %s: partitions: %w", name, err)
 	}
@@ -508,6 +523,73 @@ func (db *DB) GroupCursors(ctx context.Context, tenant, group string) ([]CursorR
 	out, err := pgx.CollectRows(rs, scanCursor)
 	if err != nil {
 		return nil, fmt.Errorf("group %s cursors: %w", group, err)
+	}
+	return out, nil
+}
+
+// QueueCursors is one group's cursors on one queue: the most lagging
+// first, bounded, with counts over all of them.
+type QueueCursors struct {
+	Cursors           []CursorRow // at most the limit asked for
+	Total             int         // the group's cursors on the queue
+	PendingPartitions int         // cursors with messages left
+	LeasedPartitions  int         // cursors under a live lease
+}
+
+// GroupQueueCursors returns group's cursors on one queue of the tenant,
+// most lagging first (then live leases, then by partition name), at most
+// limit, and counts over all of them. The counts and the order are
+// arithmetic on the cursor rows (queues (tenant, name), partitions_queue_id,
+// consumers primary key); only the limit rows returned probe queen.messages
+// for their oldest unresolved message. A queue the tenant does not have
+// gives no cursors.
+func (db *DB) GroupQueueCursors(ctx context.Context, tenant, group, queue string, limit int) (QueueCursors, error) {
+	var out QueueCursors
+	rs, err := db.pool.Query(ctx, `WITH s AS (
+			SELECT c.consumer_group, q.name AS qname, p.name AS pname, p.id AS pid, p.last_offset,
+			       c.partition_id, c.committed_offset, c.acked, c.lease_owner, c.lease_expires_at, c.updated_at,
+			       GREATEST(0, p.last_offset - c.committed_offset - cardinality(c.acked)) AS lag,
+			       COALESCE(c.lease_expires_at > clock_timestamp(), false) AS leased
+			FROM queen.queues q
+			JOIN queen.partitions p ON p.queue_id = q.id
+			JOIN queen.consumers c ON c.partition_id = p.id AND c.consumer_group = $2
+			WHERE q.tenant = $1 AND q.name = $3),
+		counts AS (SELECT count(*) AS total, count(*) FILTER (WHERE lag > 0) AS pending,
+		                  count(*) FILTER (WHERE leased) AS leased FROM s),
+		top AS (SELECT * FROM s ORDER BY lag DESC, leased DESC, pname COLLATE "C" LIMIT $4)
+		SELECT t.consumer_group, t.qname, t.pname, t.pid::text, t.last_offset, t.committed_offset, t.lag,
+		       t.lease_owner, t.lease_expires_at, t.updated_at, f.created_at,
+		       n.total, n.pending, n.leased
+		FROM counts n
+		LEFT JOIN top t ON true
+		LEFT JOIN LATERAL (
+			SELECT m.created_at FROM queen.messages m
+			WHERE t.last_offset > t.committed_offset
+			  AND m.partition_id = t.partition_id AND m.off > t.committed_offset AND NOT (m.off = ANY (t.acked))
+			ORDER BY m.off LIMIT 1) f ON true
+		ORDER BY t.lag DESC, t.leased DESC, t.pname COLLATE "C"`, tenant, group, queue, limit)
+	if err != nil {
+		return out, fmt.Errorf("group %s cursors on %s: %w", group, queue, err)
+	}
+	defer rs.Close()
+	for rs.Next() {
+		var c CursorRow
+		var g, qn, pn, pid *string
+		var last, committed, lag *int64
+		var updated *time.Time
+		if err := rs.Scan(&g, &qn, &pn, &pid, &last, &committed, &lag, &c.LeaseOwner, &c.LeaseExpiresAt,
+			&updated, &c.OldestUnresolvedAt, &out.Total, &out.PendingPartitions, &out.LeasedPartitions); err != nil {
+			return out, fmt.Errorf("group %s cursors on %s: %w", group, queue, err)
+		}
+		if g == nil { // no cursor: the counts row alone
+			continue
+		}
+		c.Group, c.Queue, c.Partition, c.PartitionID = *g, *qn, *pn, *pid
+		c.LastOffset, c.Committed, c.Lag, c.UpdatedAt = *last, *committed, *lag, *updated
+		out.Cursors = append(out.Cursors, c)
+	}
+	if err := rs.Err(); err != nil {
+		return out, fmt.Errorf("group %s cursors on %s: %w", group, queue, err)
 	}
 	return out, nil
 }

@@ -77,7 +77,7 @@ func TestReadsReadFewMessages(t *testing.T) {
 	// list queues: per partition the oldest pending message and the group's first unresolved one
 	check("list queues", 4, func() error { _, _, err := db.ListQueues(ctx, "t", QueueFilter{Limit: 10}); return err })
 	check("namespaces", 0, func() error { _, err := db.ListNamespaces(ctx, "t"); return err })
-	check("queue detail", 4, func() error { _, err := db.GetQueue(ctx, "t", "big"); return err })
+	check("queue detail", 4, func() error { _, err := db.GetQueue(ctx, "t", "big", DetailOpts{}); return err })
 	check("groups", 4, func() error {
 		g, err := db.ListGroups(ctx, "t", GroupFilter{Limit: 10})
 		if err == nil && (len(g) != 1 || g[0].Lag != 19998 || g[0].MaxLagSeconds < 3600) {

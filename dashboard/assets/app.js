@@ -378,11 +378,11 @@
 
   function refreshQueue(name) {
     var qp = encodeURIComponent(name);
-    return api('/api/v1/resources/queues/' + qp).then(function (q) {
+    return api('/api/v1/resources/queues/' + qp + '?partitionOrder=busiest&partitionLimit=100').then(function (q) {
       $('queue-title').textContent = name;
       var m = q.messages || {};
       $('queue-summary').textContent = 'namespace ' + (q.namespace || '-') + ', task ' + (q.task || '-') + ', ' +
-        num(q.partitionCount) + ' partitions' + (q.partitionsTruncated ? ' (list truncated)' : '') +
+        num(q.partitionCount) + ' partitions' + (q.partitionsTruncated ? ' (the busiest ' + (q.partitions || []).length + ' listed)' : '') +
         ', pending ' + num(m.pending) + ', processing ' + num(m.processing) + ', completed ' + num(m.completed) + ', DLQ ' + num(m.deadLetter);
       $('queue-config').textContent = JSON.stringify(q.config || {}, null, 2);
 
@@ -401,7 +401,9 @@
       var groups = (q.consumerGroups || []).slice(0, 50);
       // Cursors per group (one small read each, bounded to 50 groups).
       return Promise.all(groups.map(function (g) {
-        return api('/api/v1/consumer-groups/' + encodeURIComponent(g.name)).catch(function () { return null; });
+        // This queue's cursors only, the 50 most lagging, with counts over
+        // all of them (docs/api.md: ?queue&limit).
+        return api('/api/v1/consumer-groups/' + encodeURIComponent(g.name) + '?queue=' + qp + '&limit=50').catch(function () { return null; });
       })).then(function (cur) {
         var grow = document.createDocumentFragment();
         groups.forEach(function (g, i) {
@@ -473,15 +475,19 @@
     var path = '/api/v1/status/hotlist/' + encodeURIComponent(name) + '?limit=50';
     var pg = document.createDocumentFragment();
     groups.forEach(function (g, i) {
-      var ps = (cur[i] && cur[i][name] && cur[i][name].partitions) || [];
+      var gq = (cur[i] && cur[i][name]) || {}, ps = gq.partitions || [];
+      // The counts cover every cursor of the group on the queue; the names
+      // only the most lagging ones the read returned.
       var pending = ps.filter(function (p) { return num(p.offsetLag) > 0; }).map(function (p) { return p.partition; });
       var leased = ps.filter(function (p) { return p.leaseActive; }).map(function (p) { return p.partition; });
-      var tr = el('tr', {'data-group': g.name, 'data-pending': String(pending.length), 'data-leased': String(leased.length)});
+      var np = typeof gq.pendingPartitions === 'number' ? gq.pendingPartitions : pending.length;
+      var nl = typeof gq.leasedPartitions === 'number' ? gq.leasedPartitions : leased.length;
+      var tr = el('tr', {'data-group': g.name, 'data-pending': String(np), 'data-leased': String(nl)});
       tr.appendChild(td(g.name));
-      tr.appendChild(td(pending.length));
-      tr.appendChild(td(leased.length));
-      tr.appendChild(td(pending.slice(0, 8).join(', ') + (pending.length > 8 ? ', …' : ''), 'cursor'));
-      tr.appendChild(td(leased.slice(0, 8).join(', ') + (leased.length > 8 ? ', …' : ''), 'cursor'));
+      tr.appendChild(td(np));
+      tr.appendChild(td(nl));
+      tr.appendChild(td(pending.slice(0, 8).join(', ') + (np > Math.min(8, pending.length) ? ', …' : ''), 'cursor'));
+      tr.appendChild(td(leased.slice(0, 8).join(', ') + (nl > Math.min(8, leased.length) ? ', …' : ''), 'cursor'));
       pg.appendChild(tr);
     });
     $('hotlist-pg').replaceChildren(pg);
