@@ -14,12 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/golang-jwt/jwt/v5"
 	"github.com/hashicorp/go-hclog"
 
 	"queen-node/broker"
 	"queen-node/internal/nodetest"
-	"queen-node/node"
 	"queen-node/protocol"
 	"queen-node/retention"
 )
@@ -242,19 +240,7 @@ func TestDLQDrop(t *testing.T) {
 // tenant's entry a 404, both actions need admin; the reference's
 // unimplemented message routes still answer 404.
 func TestDLQActionsErrorsAndRoles(t *testing.T) {
-	const key = "dlq-secret-0123456789"
-	n := nodetest.StartConfig(t, func(cf *node.Config) {
-		cf.Auth.Enabled = true
-		cf.Auth.Secret = key
-	})
-	tok := func(tenant, role string) string {
-		s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": tenant + "-user", "role": role,
-			"tenant": tenant, "exp": time.Now().Add(time.Hour).Unix()}).SignedString([]byte(key))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return "Bearer " + s
-	}
+	n, tok := startJWT(t, "dlq-secret-0123456789")
 	acme := rc{t: t, n: n, auth: tok("acme", "admin")}
 	acme.configure("e", msg{"retryLimit": 0})
 	pid := acme.push("e", "p", "x")

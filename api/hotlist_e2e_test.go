@@ -7,12 +7,6 @@ import (
 	"net/url"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/golang-jwt/jwt/v5"
-
-	"queen-node/internal/nodetest"
-	"queen-node/node"
 )
 
 type hlEntry struct {
@@ -92,19 +86,7 @@ func (c rc) ackGroup(group, pid, lease, tx string) {
 // while PostgreSQL shows the lease; after the ack and one more pop the ring
 // tracks nothing. Another tenant sees none of it, and bad input is 400.
 func TestHotlistView(t *testing.T) {
-	const key = "hotlist-view-secret-0123456789"
-	n := nodetest.StartConfig(t, func(c *node.Config) {
-		c.Auth.Enabled = true
-		c.Auth.Secret = key
-	})
-	tok := func(tenant, role string) string {
-		s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": tenant + "-user", "role": role,
-			"tenant": tenant, "exp": time.Now().Add(time.Hour).Unix()}).SignedString([]byte(key))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return "Bearer " + s
-	}
+	n, tok := startJWT(t, "hotlist-view-secret-0123456789")
 	acme := rc{t: t, n: n, auth: tok("acme", "read-write")}
 	reader := rc{t: t, n: n, auth: tok("acme", "read-only")}
 	globex := rc{t: t, n: n, auth: tok("globex", "read-only")}

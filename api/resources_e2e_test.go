@@ -394,16 +394,15 @@ func TestDeleteMessageKeepsCursors(t *testing.T) {
 	}
 }
 
-// TestReadsTenantsAndRoles: with JWT on, each endpoint class answers 401
-// without a token, 403 below its role and 200 with it; and one tenant
-// never sees, seeks or deletes another's queues, messages or groups.
-func TestReadsTenantsAndRoles(t *testing.T) {
-	const key = "reads-secret-0123456789"
+// startJWT starts a node with HS256 JWT auth under key, and returns it with
+// a maker of "Bearer ..." headers for a tenant and role.
+func startJWT(t *testing.T, key string) (*nodetest.Node, func(tenant, role string) string) {
+	t.Helper()
 	n := nodetest.StartConfig(t, func(c *node.Config) {
 		c.Auth.Enabled = true
 		c.Auth.Secret = key
 	})
-	tok := func(tenant, role string) string {
+	return n, func(tenant, role string) string {
 		s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": tenant + "-user", "role": role,
 			"tenant": tenant, "exp": time.Now().Add(time.Hour).Unix()}).SignedString([]byte(key))
 		if err != nil {
@@ -411,6 +410,13 @@ func TestReadsTenantsAndRoles(t *testing.T) {
 		}
 		return "Bearer " + s
 	}
+}
+
+// TestReadsTenantsAndRoles: with JWT on, each endpoint class answers 401
+// without a token, 403 below its role and 200 with it; and one tenant
+// never sees, seeks or deletes another's queues, messages or groups.
+func TestReadsTenantsAndRoles(t *testing.T) {
+	n, tok := startJWT(t, "reads-secret-0123456789")
 	acme := rc{t: t, n: n, auth: tok("acme", "admin")}
 	globex := rc{t: t, n: n, auth: tok("globex", "admin")}
 
