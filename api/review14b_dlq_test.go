@@ -1,0 +1,146 @@
+package api_test
+
+// Second review of issue 14: the dead-letter retry now inserts cursors for
+// every group registered on the queue (queen.dlq_retry_v1).
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"queen-node/internal/nodetest"
+)
+
+// TestReview14bDLQRetryResurrectsDeletedGroup: the retry reads the queue's
+// group markers without a lock and inserts a cursor for each group lacking
+// one on the partition. A group delete (DELETE /consumer-groups/late/queues/q)
+// that has already deleted late's cursors but not yet committed is not seen:
+// the retry inserts a cursor for late on p, and after both commit the
+// deleted group has a cursor again (no marker). When late later subscribes
+// again with subscriptionMode=new it is served p's old message m1 from that
+// cursor, which a group subscribing now must never see.
+//
+// The group delete is held between its statements by a transaction that
+// holds late's marker row (FOR KEY SHARE), so its marker delete waits; the
+// test waits for that in pg_stat_activity, not with a sleep.
+func TestReview14bDLQRetryResurrectsDeletedGroup(t *testing.T) {
+	c := rc{t: t, n: nodetest.Start(t)}
+	c.configure("rg", msg{"retryLimit": 0})
+	otherPid := c.push("rg", "other", "o1")
+	got, lease := c.pop("rg", "other", "late", 10)
+	c.ackAs("late", otherPid, lease, got...)
+	pid := c.push("rg", "p", "m1")
+	if tx := c.deadLetter("rg", "p", "g", pid); tx != "m1" {
+		t.Fatalf("dead-lettered %s", tx)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	holder, err := pgx.Connect(ctx, c.n.DBURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(context.Background())
+	// A second connection watches pg_stat_activity: inside the holder's
+	// transaction that view is one snapshot.
+	watcher, err := pgx.Connect(ctx, c.n.DBURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watcher.Close(context.Background())
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM queen.consumer_groups_metadata WHERE consumer_group = 'late' FOR KEY SHARE`); err != nil {
+		t.Fatal(err)
+	}
+
+	// The group delete and the retry, off the test goroutine: plain
+	// requests (no t), answering their status line.
+	send := func(method, path string) chan string {
+		out := make(chan string, 1)
+		go func() {
+			req, _ := http.NewRequestWithContext(ctx, method, c.n.URL+path, nil)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				out <- err.Error()
+				return
+			}
+			resp.Body.Close()
+			out <- resp.Status
+		}()
+		return out
+	}
+	// waiting reports how many backends wait on a lock running a
+	// statement that contains text.
+	waiting := func(text string) int {
+		var n int
+		if err := watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%'`, text).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	deleted := send("DELETE", "/api/v1/consumer-groups/late/queues/rg")
+	// Wait until the delete's marker statement waits on the holder: its
+	// cursor delete (an earlier statement of the same transaction) is done.
+	for waiting("DELETE FROM queen.consumer_groups_metadata") == 0 {
+		if ctx.Err() != nil {
+			t.Fatal("the group delete never reached its marker delete")
+		}
+		time.Sleep(10 * time.Millisecond) // polling with a deadline
+	}
+	// The retry either completes at once (it does not wait for the group
+	// delete) or waits for it (a retry that locks the markers); either way
+	// the holder then lets the group delete finish.
+	retried := send("POST", retryPath(pid, "m1", "g"))
+	var retryStatus string
+	for retryStatus == "" {
+		select {
+		case retryStatus = <-retried:
+		default:
+			if waiting("dlq_retry_v1") > 0 {
+				retryStatus = "waiting"
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatal("the retry neither finished nor waited")
+			}
+			time.Sleep(10 * time.Millisecond) // polling with a deadline
+		}
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := <-deleted; st != "200 OK" {
+		t.Fatalf("group delete: %s", st)
+	}
+	if retryStatus == "waiting" {
+		retryStatus = <-retried
+	}
+	if retryStatus != "200 OK" {
+		t.Fatalf("retry: %s", retryStatus)
+	}
+
+	var cursors int
+	if err := holder.QueryRow(ctx, `SELECT count(*) FROM queen.consumers WHERE consumer_group = 'late'`).Scan(&cursors); err != nil {
+		t.Fatal(err)
+	}
+	// late subscribes again, new messages only: m1 is older than that.
+	r := c.do("GET", "/api/v1/pop/queue/rg/partition/p?wait=false&batch=10&consumerGroup=late&subscriptionMode=new", nil)
+	var served []string
+	if r.Status == 200 {
+		for _, m := range r.Obj(t)["messages"].([]any) {
+			served = append(served, m.(msg)["transactionId"].(string))
+		}
+	}
+	if cursors != 0 || len(served) != 0 {
+		t.Fatalf("after the group delete, late has %d cursor(s); re-subscribed with subscriptionMode=new it is served %s from p",
+			cursors, strings.Join(served, ","))
+	}
+}
