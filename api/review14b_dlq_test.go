@@ -144,3 +144,60 @@ func TestReview14bDLQRetryResurrectsDeletedGroup(t *testing.T) {
 			cursors, strings.Join(served, ","))
 	}
 }
+
+// subscribeLateAfter moves group late's recorded subscription start to now
+// (POST /consumer-groups/late/subscription), pushes m2 to p and returns
+// what late's first pop of p serves. late has read the queue (partition
+// other) but never p, so by docs/api.md ("Subscription update": the new
+// start applies to partitions the group reads for the first time) it must
+// be served m2 only, not the older m1.
+func (c rc) subscribeLateAfter(q string) []string {
+	c.t.Helper()
+	// PostgreSQL runs on this machine: one clock.
+	now := time.Now().UTC().Format("2006-01-02T15:04:05.000Z")
+	c.ok(200, "POST", "/api/v1/consumer-groups/late/subscription", msg{"subscriptionTimestamp": now})
+	c.push(q, "p", "m2")
+	got, _ := c.pop(q, "p", "late", 10)
+	return got
+}
+
+// TestReview14bDLQRetryDefeatsSubscriptionUpdate: a retry of g's dead
+// letter places late's cursor on p at the beginning ("where its first pop
+// would start it" at the time of the retry). A subscription update after
+// that no longer applies to p, which late has still never read: late is
+// served m1, older than its new start.
+func TestReview14bDLQRetryDefeatsSubscriptionUpdate(t *testing.T) {
+	c := rc{t: t, n: nodetest.Start(t)}
+	c.configure("rs", msg{"retryLimit": 0})
+	otherPid := c.push("rs", "other", "o1")
+	got, lease := c.pop("rs", "other", "late", 10)
+	c.ackAs("late", otherPid, lease, got...)
+	pid := c.push("rs", "p", "m1")
+	c.deadLetter("rs", "p", "g", pid)
+	c.ok(200, "POST", retryPath(pid, "m1", "g"), nil)
+
+	if got := c.subscribeLateAfter("rs"); strings.Join(got, ",") != "m2" {
+		t.Fatalf("late, subscribed after m1 and the copy, never having read p, is served %v from p; want [m2]", got)
+	}
+}
+
+// TestReview14bDLQRefusedRetryChangesCursors: docs/api.md says a retry
+// answering 404 or 409 changes nothing, yet queen.dlq_retry_v1 inserts
+// the other groups' cursors before it looks for the entry. A retry of a
+// transaction id with no entry (404) is enough for late's later
+// subscription update to be ignored on p.
+func TestReview14bDLQRefusedRetryChangesCursors(t *testing.T) {
+	c := rc{t: t, n: nodetest.Start(t)}
+	c.configure("rf", msg{"retryLimit": 0})
+	otherPid := c.push("rf", "other", "o1")
+	got, lease := c.pop("rf", "other", "late", 10)
+	c.ackAs("late", otherPid, lease, got...)
+	pid := c.push("rf", "p", "m1")
+	if r := c.do("POST", retryPath(pid, "no-such-entry", "g"), nil); r.Status != 404 {
+		t.Fatalf("retry of no entry: %d %s", r.Status, r.Body)
+	}
+
+	if got := c.subscribeLateAfter("rf"); strings.Join(got, ",") != "m2" {
+		t.Fatalf("after a 404 retry, late (subscribed after m1, never having read p) is served %v from p; want [m2]", got)
+	}
+}
