@@ -201,3 +201,26 @@ func TestReview14bDLQRefusedRetryChangesCursors(t *testing.T) {
 		t.Fatalf("after a 404 retry, late (subscribed after m1, never having read p) is served %v from p; want [m2]", got)
 	}
 }
+
+// TestReview14bDLQRetryCopyServedAfterSeekBack: group h consumed m1; g's
+// dead letter of m1 is retried, and the copy is counted as resolved for h
+// (its cursor passes it). docs/api.md says the other groups "are never
+// served it". h then seeks back to a time before m1 (to process p again):
+// the seek rewinds h's cursor over the copy and clears its acked offsets,
+// so h is served m1 again and also g's copy of m1, a duplicate no push
+// made.
+func TestReview14bDLQRetryCopyServedAfterSeekBack(t *testing.T) {
+	c := rc{t: t, n: nodetest.Start(t)}
+	c.configure("rk", msg{"retryLimit": 0})
+	before := time.Now().UTC().Add(-time.Second).Format("2006-01-02T15:04:05.000Z")
+	pid := c.push("rk", "p", "m1")
+	got, lease := c.pop("rk", "p", "h", 10)
+	c.ackAs("h", pid, lease, got...)
+	c.deadLetter("rk", "p", "g", pid)
+	c.ok(200, "POST", retryPath(pid, "m1", "g"), nil)
+
+	c.ok(200, "POST", "/api/v1/consumer-groups/h/queues/rk/seek", msg{"timestamp": before})
+	if got, _ := c.pop("rk", "p", "h", 10); strings.Join(got, ",") != "m1" {
+		t.Fatalf("h, seeked back before m1, is served %v; want [m1] (never g's copy)", got)
+	}
+}
