@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/jackc/pgx/v5"
 
 	"queen-node/broker"
 	"queen-node/internal/nodetest"
@@ -204,6 +205,32 @@ func TestDLQRetryAfterRetention(t *testing.T) {
 	m := c.popFull("ret", "p", "")
 	if m == nil || fmt.Sprint(m["data"]) != fmt.Sprint(msg{"tx": "gone"}) {
 		t.Fatalf("pop after the retry: %v", m)
+	}
+	// The copy, once completed, goes at a pass like any message, and its
+	// record in queen.dlq_copies with it.
+	c.ackAs(protocol.QueueMode, pid, m["leaseId"].(string), m["transactionId"].(string))
+	db, err := pgx.Connect(context.Background(), n.DBURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(context.Background())
+	copies := func() (k int) {
+		if err := db.QueryRow(context.Background(), `SELECT count(*) FROM queen.dlq_copies WHERE partition_id = $1`, pid).Scan(&k); err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	if k := copies(); k != 1 {
+		t.Fatalf("the retry recorded %d copies", k)
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for copies() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("retention never deleted the copy's record")
+		}
+		if _, err := job.RunOnce(context.Background()); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

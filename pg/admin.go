@@ -332,17 +332,19 @@ func (db *DB) Seek(ctx context.Context, tenant, group, queue string, toEnd bool,
 	// messages are pending again (ack_v1, docs/api.md "Acks", rule 5).
 	var n int
 	err := db.retry(ctx, false, func() (err error) {
+		// The acked offsets a moved cursor keeps are the dead-letter retry
+		// copies past it that are for other groups (queen.dlq_copies_past).
 		return db.pool.QueryRow(ctx, `WITH s AS (UPDATE queen.consumers c
-		SET committed_offset = CASE WHEN $4 THEN p.last_offset ELSE
-				COALESCE((SELECT max(m.off) FROM queen.messages m
-				          WHERE m.partition_id = p.id AND m.created_at <= $5), 0) END,
-			batch_end = CASE WHEN $4 THEN p.last_offset ELSE
-				COALESCE((SELECT max(m.off) FROM queen.messages m
-				          WHERE m.partition_id = p.id AND m.created_at <= $5), 0) END,
-			acked = '{}', lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, retry_count = 0,
+		SET committed_offset = t.target, batch_end = t.target,
+			acked = queen.dlq_copies_past(c.partition_id, $2, t.target),
+			lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, retry_count = 0,
 			updated_at = clock_timestamp()
-		FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
-		WHERE c.partition_id = p.id AND q.tenant = $1 AND q.name = $3 AND c.consumer_group = $2
+		FROM (SELECT p.id, CASE WHEN $4 THEN p.last_offset ELSE
+				COALESCE((SELECT max(m.off) FROM queen.messages m
+				          WHERE m.partition_id = p.id AND m.created_at <= $5), 0) END AS target
+			FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+			WHERE q.tenant = $1 AND q.name = $3) t
+		WHERE c.partition_id = t.id AND c.consumer_group = $2
 		RETURNING c.partition_id, c.committed_offset),
 		d AS (UPDATE queen.dead_letters d SET superseded = true FROM s
 			WHERE d.partition_id = s.partition_id AND d.consumer_group = $2

@@ -238,7 +238,13 @@ d AS (
       AND ((c.completed AND c.created_at < $8::timestamptz)
            OR (NOT c.completed AND c.created_at < $9::timestamptz
                AND NOT (c.off > $10::bigint AND c.off <= $11::bigint)))
-    RETURNING c.completed, m.transaction_id),
+    RETURNING c.completed, m.transaction_id, m.off),
+-- A deleted dead-letter retry copy's record goes with it (80_dlq.sql).
+dc AS (
+    DELETE FROM queen.dlq_copies x
+    USING d
+    WHERE x.partition_id = $1::uuid AND x.off = d.off
+    RETURNING 1),
 -- The deleted messages' traces go with them (traces_message probes, none
 -- when nothing was traced), and the per-name counters drop by what went:
 -- a message's traces all go at once, so each name loses the message too.

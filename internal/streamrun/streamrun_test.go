@@ -496,26 +496,29 @@ func TestStreamExactlyOnceAcrossKillsAndRestart(t *testing.T) {
 		var sentKill bool
 		o := opt
 		o.URL = n.URL
-		// Every other runner may be killed right after it sent a cycle (a
-		// fifth of its cycles: the answer unread); the others only at their
-		// random kill point, so both kinds of kill happen however fast the
-		// machine runs the cycles.
+		// Every other runner is killed right after it sent a cycle (a third
+		// of its cycles: the answer unread), with a 2 s bound in case it
+		// sends none; the others at a random point. So both kinds of kill
+		// happen however fast or loaded the machine is (a random point
+		// alone came before the first send on a loaded machine).
+		randomAt := time.Duration(20+rand.IntN(200)) * time.Millisecond // a random kill point
+		killAt := randomAt
 		if kills%2 == 0 {
 			o.AfterSend = func() {
-				if rand.IntN(5) == 0 {
+				if rand.IntN(3) == 0 {
 					once.Do(func() { sentKill = true; cancel() })
 				}
 			}
+			killAt = 2 * time.Second
 		}
 		rn := streamrun.New(o, counter{})
 		done := make(chan error, 1)
 		go func() { done <- rn.Run(ctx) }()
-		killAt := time.Duration(20+rand.IntN(200)) * time.Millisecond // a random kill point
 		if restartNow {
 			// Mid-way, the node stops under the running runner (its
 			// in-flight pop or cycle is cut or drained), and comes back on
 			// the same database; the runner is killed too.
-			<-time.After(killAt)
+			<-time.After(randomAt)
 			stopCtx, c := context.WithTimeout(context.Background(), 10*time.Second)
 			if err := n.Node.Stop(stopCtx); err != nil {
 				t.Fatalf("stop node: %v", err)

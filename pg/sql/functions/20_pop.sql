@@ -124,8 +124,10 @@ BEGIN
     -- of a partition first seen by the group starts at the recorded
     -- subscription start.
     -- (The seed is computed in the select list, so only for missing rows.)
-    INSERT INTO queen.consumers (partition_id, consumer_group, committed_offset, batch_end)
-    SELECT s.id, p_group, s.seed, s.seed
+    -- A new cursor counts the dead-letter retry copies past its start that
+    -- are for other groups as resolved (queen.dlq_copies_past, 80_dlq.sql).
+    INSERT INTO queen.consumers (partition_id, consumer_group, committed_offset, batch_end, acked)
+    SELECT s.id, p_group, s.seed, s.seed, queen.dlq_copies_past(s.id, p_group, s.seed)
     FROM (SELECT p.id,
                  CASE WHEN v_from IS NULL THEN 0 ELSE
                      COALESCE((SELECT max(m.off) FROM queen.messages m
@@ -180,8 +182,8 @@ BEGIN
                 SELECT COALESCE(max(m.off), 0) INTO v_seed
                 FROM queen.messages m WHERE m.partition_id = v_pid AND m.created_at <= v_from;
             END IF;
-            INSERT INTO queen.consumers (partition_id, consumer_group, committed_offset, batch_end)
-            VALUES (v_pid, p_group, v_seed, v_seed)
+            INSERT INTO queen.consumers (partition_id, consumer_group, committed_offset, batch_end, acked)
+            VALUES (v_pid, p_group, v_seed, v_seed, queen.dlq_copies_past(v_pid, p_group, v_seed))
             ON CONFLICT (partition_id, consumer_group) DO NOTHING;
             SELECT c.* INTO v_c FROM queen.consumers c
             WHERE c.partition_id = v_pid AND c.consumer_group = p_group

@@ -237,7 +237,8 @@ BEGIN
 
             v_key := r.pid::text || '/' || r.grp;
             v_pid := r.pid; v_group := r.grp; v_queue := r.qname; v_pname := r.pname;
-            INSERT INTO queen.consumers (partition_id, consumer_group) VALUES (r.pid, r.grp)
+            INSERT INTO queen.consumers (partition_id, consumer_group, acked)
+            VALUES (r.pid, r.grp, queen.dlq_copies_past(r.pid, r.grp, 0))
             ON CONFLICT (partition_id, consumer_group) DO NOTHING;
             SELECT c.* INTO v_c FROM queen.consumers c
             WHERE c.partition_id = r.pid AND c.consumer_group = r.grp FOR UPDATE;

@@ -7,15 +7,32 @@
 -- resolutions of the same message for the same group, and the DLQ list
 -- would otherwise go on showing the message.
 
+-- queen.dlq_copies_past returns the offsets past p_after of the partition's
+-- retried copies that are for a group other than p_group, sorted: what a
+-- cursor starting at p_after must count as resolved (its acked offsets).
+-- Called where a cursor is created or moved back (queen.pop_v*, ack_v1,
+-- pg.Seek); queen.dlq_copies has a row only per retry, so this is one
+-- primary-key range probe that finds nothing almost always. (plpgsql, not
+-- sql: a body is checked only when run, so the function files still load
+-- on a database whose migrations have not run yet, pg TestMigrate*.)
+CREATE OR REPLACE FUNCTION queen.dlq_copies_past(p_pid uuid, p_group text, p_after bigint)
+RETURNS bigint[]
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (SELECT COALESCE(array_agg(x.off ORDER BY x.off), '{}')
+            FROM queen.dlq_copies x
+            WHERE x.partition_id = p_pid AND x.off > p_after AND x.for_group <> p_group);
+END;
+$$;
+
 -- queen.dlq_retry_v1 delivers a dead-lettered message again to its group
 -- only, in one transaction: it appends a copy (the entry's payload and
 -- producer subject, the original's trace id while the original exists) at
--- the partition's next offset the way queen.push_v3 does, counts that offset
--- as already resolved for every other group of the queue (as
--- queen.delete_message_v1 does for a hole; a group registered on the queue
--- with no cursor on the partition yet gets one first, where its first pop
--- would start it), and deletes the entry. A group that first reads the
--- queue after the retry and starts before the copy is served it too.
+-- the partition's next offset the way queen.push_v3 does, records it in
+-- queen.dlq_copies as being for that group, counts that offset as already
+-- resolved for every other group with a cursor on the partition (as
+-- queen.delete_message_v1 does for a hole; a cursor created or moved back
+-- later gets it from queen.dlq_copies_past), and deletes the entry.
 -- The copy's transaction id is p_txid || '~retry-' || the entry's seq, or
 -- md5(p_txid) || '~retry-' || seq when that would pass p_max_bytes, so a
 -- client can always ack it. Lock order (docs/storage.md, "Lock order"): the
@@ -34,7 +51,6 @@ RETURNS TABLE (o_queue text, o_partition text, o_txid text, o_off bigint, o_take
 LANGUAGE plpgsql AS $$
 DECLARE
     v_queue text;
-    v_qid   uuid;
     v_pname text;
     v_seq   bigint;
     v_off   bigint;
@@ -42,31 +58,13 @@ DECLARE
     v_txid  text;
     v_now   timestamptz := clock_timestamp();
 BEGIN
-    SELECT q.name, q.id, p.name INTO v_queue, v_qid, v_pname
+    SELECT q.name, p.name INTO v_queue, v_pname
     FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id AND q.tenant = p_tenant
     WHERE p.id = p_pid;
     IF NOT FOUND THEN
         RETURN;
     END IF;
     o_queue := v_queue; o_partition := v_pname; o_taken := false; o_superseded := false;
-
-    -- Every group registered on the queue gets its cursor on the partition
-    -- now, where its first pop would start it (queen.pop: 0, or the last
-    -- message at or before its subscription start), so the copy can be
-    -- counted as resolved for it below. Inserting first and in key order,
-    -- as pop does, waits on nothing this transaction holds.
-    INSERT INTO queen.consumers (partition_id, consumer_group, committed_offset, batch_end)
-    SELECT p_pid, s.consumer_group, s.seed, s.seed
-    FROM (SELECT g.consumer_group,
-                 CASE WHEN g.subscription_from IS NULL THEN 0 ELSE
-                     COALESCE((SELECT max(m.off) FROM queen.messages m
-                               WHERE m.partition_id = p_pid AND m.created_at <= g.subscription_from), 0) END AS seed
-          FROM queen.consumer_groups_metadata g
-          WHERE g.queue_id = v_qid AND g.consumer_group <> p_group
-            AND NOT EXISTS (SELECT 1 FROM queen.consumers c
-                            WHERE c.partition_id = p_pid AND c.consumer_group = g.consumer_group)
-          ORDER BY g.consumer_group) s
-    ON CONFLICT (partition_id, consumer_group) DO NOTHING;
 
     -- Serialises retries of one partition (a second retry of the same
     -- entry then finds it gone) and keeps the cursors still while the copy
@@ -108,6 +106,7 @@ BEGIN
            d.payload, d.producer_sub, v_now
     FROM queen.dead_letters d WHERE d.seq = v_seq;
     UPDATE queen.partitions p SET last_offset = v_new, last_write_at = v_now WHERE p.id = p_pid;
+    INSERT INTO queen.dlq_copies (partition_id, off, for_group) VALUES (p_pid, v_new, p_group);
 
     -- Every other group: the copy is resolved. A cursor with no unresolved
     -- message before the copy passes it; otherwise the offset joins acked
