@@ -283,7 +283,7 @@ type queueDetailResponse struct {
 	Config              queueConfigJSON `json:"config"`
 	Partitions          []partitionJSON `json:"partitions"`
 	PartitionCount      int64           `json:"partitionCount"`
-	PartitionsTruncated bool            `json:"partitionsTruncated"` // more than the first 1000 (by name) exist
+	PartitionsTruncated bool            `json:"partitionsTruncated"` // the queue has more partitions than listed (partitionLimit)
 	ConsumerGroups      []groupJSON     `json:"consumerGroups"`
 	Messages            countsJSON      `json:"messages"`
 	Totals              countsJSON      `json:"totals"` // the same counts under the reference's key

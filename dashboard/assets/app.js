@@ -31,7 +31,7 @@
     var headers = {};
     if (token()) headers.Authorization = 'Bearer ' + token();
     if (opts.body !== undefined) headers['Content-Type'] = 'application/json';
-    var ms = base ? MEMBER_TIMEOUT_MS : TIMEOUT_MS;
+    var ms = opts.timeoutMs || (base ? MEMBER_TIMEOUT_MS : TIMEOUT_MS);
     var ctl = new AbortController();
     var abortTimer = setTimeout(function () { ctl.abort(); }, ms);
     // The timer covers the body too: a server that sends its headers and
@@ -57,7 +57,8 @@
     }, function (e) {
       clearTimeout(abortTimer);
       if (ctl.signal.aborted) {
-        var err = new Error((base || 'this node') + path + ': no answer within ' + ms / 1000 + ' s');
+        var err = new Error((base || 'this node') + path + ': no answer within ' + ms / 1000 + ' s' +
+          (opts.method && opts.method !== 'GET' ? ' (it may still have been applied: check before trying again)' : ''));
         err.status = 0;
         throw err;
       }
@@ -290,7 +291,8 @@
       return Promise.all(members.map(function (m) {
         if (m.self) return Promise.resolve(self);
         var base = memberBase(m, self);
-        if (!base) { withheld = withheld || m.state === 'alive'; return Promise.resolve(null); }
+        // The note is for members left out by the token rule only.
+        if (!base) { withheld = withheld || (m.state === 'alive' && !!m.http_addr && !!token()); return Promise.resolve(null); }
         return api('/status', null, base).catch(function () { return null; });
       })).then(function (stats) {
         $('members-note').hidden = !withheld;
@@ -580,8 +582,11 @@
   // ---- actions ----------------------------------------------------------
 
   var actionError = false;
+  // An action gets 60 s (a group delete or a seek on a large queue takes a
+  // while); a timeout says it may have been applied all the same.
   function act(question, path, opts) {
     if (!window.confirm(question)) return;
+    opts.timeoutMs = 60000;
     api(path, opts).then(function () { actionError = false; clearError(); now(); },
       function (e) { actionError = true; showError(e.message); });
   }
