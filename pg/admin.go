@@ -326,15 +326,25 @@ func (db *DB) DeleteConsumerGroup(ctx context.Context, tenant, group, queue stri
 // one: to the newest message (toEnd) or to the last message created at or
 // before ts. Leases are released and retry counters reset.
 func (db *DB) Seek(ctx context.Context, tenant, group, queue string, toEnd bool, ts *time.Time) (int, error) {
-	// One statement that updates consumer rows in no particular order: a
-	// deadlock with an ack rolls it back whole, so retry it.
+	// Two statements in one transaction: the group's consumer rows are
+	// locked first (key order), then moved by a statement whose snapshot
+	// starts after any retry or push that held them committed, so its
+	// target and the copies it keeps in acked (queen.dlq_copies_past) see
+	// what that retry wrote; a single UPDATE waiting on the rows would keep
+	// its older snapshot and drop a copy for another group. A deadlock with
+	// an ack rolls it back whole: retry it.
 	// The dead-letter entries past the new cursor are superseded: those
 	// messages are pending again (ack_v1, docs/api.md "Acks", rule 5).
 	var n int
-	err := db.retry(ctx, false, func() (err error) {
-		// The acked offsets a moved cursor keeps are the dead-letter retry
-		// copies past it that are for other groups (queen.dlq_copies_past).
-		return db.pool.QueryRow(ctx, `WITH s AS (UPDATE queen.consumers c
+	err := db.InTxRetry(ctx, func(t *Tx) error {
+		if _, err := t.tx.Exec(ctx, `SELECT 1 FROM queen.consumers c
+			JOIN queen.partitions p ON p.id = c.partition_id
+			JOIN queen.queues q ON q.id = p.queue_id
+			WHERE q.tenant = $1 AND q.name = $3 AND c.consumer_group = $2
+			ORDER BY c.partition_id FOR UPDATE OF c`, tenant, group, queue); err != nil {
+			return err
+		}
+		return t.tx.QueryRow(ctx, `WITH s AS (UPDATE queen.consumers c
 		SET committed_offset = t.target, batch_end = t.target,
 			acked = queen.dlq_copies_past(c.partition_id, $2, t.target),
 			lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, retry_count = 0,

@@ -833,7 +833,12 @@ func (db *DB) SeekPartitionToEnd(ctx context.Context, tenant, group, queue, part
 			ON CONFLICT (partition_id, consumer_group) DO UPDATE
 			SET committed_offset = GREATEST(c.committed_offset, EXCLUDED.committed_offset),
 			    batch_end = GREATEST(c.committed_offset, EXCLUDED.committed_offset),
-			    acked = '{}', lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL,
+			    -- Resolved offsets past the new cursor stay: a dead-letter
+			    -- retry committed while this waited on the row may have
+			    -- put its copy there, past the watermark read before it.
+			    acked = ARRAY(SELECT x FROM unnest(c.acked) x
+			                  WHERE x > GREATEST(c.committed_offset, EXCLUDED.committed_offset) ORDER BY x),
+			    lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL,
 			    retry_count = 0, updated_at = clock_timestamp()`, tenant, group, queue, partition)
 		if err != nil {
 			return err

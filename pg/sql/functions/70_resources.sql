@@ -190,6 +190,8 @@ BEGIN
     ORDER BY cs.consumer_group FOR UPDATE;
 
     DELETE FROM queen.messages m WHERE m.partition_id = p_pid AND m.off = v_off;
+    -- a dead-letter retry copy's record goes with it (80_dlq.sql)
+    DELETE FROM queen.dlq_copies x WHERE x.partition_id = p_pid AND x.off = v_off;
     SELECT pt.last_offset INTO v_last FROM queen.partitions pt WHERE pt.id = p_pid;
 
     FOR c IN

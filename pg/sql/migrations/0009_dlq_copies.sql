@@ -4,8 +4,8 @@
 -- retry get it in acked at once; a cursor created later (a group's first
 -- pop of the partition, after a subscription or a group delete) or moved
 -- back by a seek gets the copies past its start from here
--- (queen.dlq_copies_past). Rows go with their message (retention) or
--- partition (queue delete).
+-- (queen.dlq_copies_past). Rows go with their message (retention, message
+-- delete) or partition (queue delete).
 CREATE TABLE queen.dlq_copies (
     partition_id uuid NOT NULL REFERENCES queen.partitions(id) ON DELETE CASCADE,
     off          bigint NOT NULL,
