@@ -122,7 +122,7 @@
     tr.appendChild(td(num(get(st, 'pg.acquired_conns')) + '/' + num(get(st, 'pg.max_conns'))));
     tr.appendChild(td(num(get(st, 'mesh.frames_sent')) + ' fr / ' + num(get(st, 'mesh.hints_sent'))));
     tr.appendChild(td(num(get(st, 'mesh.frames_received')) + ' fr / ' + num(get(st, 'mesh.hints_received'))));
-    tr.appendChild(td(num(get(st, 'mesh.frames_dropped')) + num(get(st, 'mesh.frames_queue_dropped')) + num(get(st, 'mesh.coalescer.dropped'))));
+    tr.appendChild(td(drops(st)));
     tr.appendChild(td(num(get(st, 'mesh.gaps_seen'))));
     tr.appendChild(td(num(get(st, 'hotlist.reseeds'))));
     return tr;
