@@ -149,6 +149,58 @@ func TestDashboardDeleteGroup(t *testing.T) {
 	b.noErrors(t, "after deleting a group")
 }
 
+// TestDashboardSeekToTime: a time typed in #seek-time and "seek to time"
+// on a group moves only that group back to the last message at or before
+// it: a time before the pushes makes its consumer read every message
+// again, the other group's cursor stays. Without a time the page says so
+// and sends nothing.
+func TestDashboardSeekToTime(t *testing.T) {
+	b := newBrowser(t)
+	nodes := nodetest.StartCluster(t, 2)
+	const queue, group, keep, n = "tq", "g", "other", 4
+	push(t, nodes[0], "", queue, n)
+	for _, g := range []string{group, keep} {
+		if st, p := pop(t, nodes[1], "", queue, fmt.Sprintf("batch=%d&autoAck=true&consumerGroup=%s", n, g)); st != 200 || len(p.Messages) != n {
+			t.Fatalf("group %s's first pop: %d, %d messages", g, st, len(p.Messages))
+		}
+	}
+
+	b.run(t, "open the queue page", chromedp.Navigate(nodes[1].URL+"/#/queue/"+url.PathEscape(queue)))
+	btn := fmt.Sprintf(`button.seek-time[data-group=%s]`, js(group))
+	b.waitFor(t, "the group's seek-to-time button", visible(btn)+" && "+visible("#seek-time"), outer("#queue-page"))
+	seekPath := "/api/v1/consumer-groups/" + group + "/queues/" + queue + "/seek"
+
+	b.run(t, "seek without a time", chromedp.Click(chromedp.CSS(btn)))
+	b.waitFor(t, "asked for a time", visible("#error")+` && document.querySelector('#error').textContent.includes('Pick a time')`, outer("#error"))
+	if st := b.status(seekPath); st != 0 {
+		t.Fatalf("a seek was sent without a time: %d", st)
+	}
+
+	// A datetime-local input takes its value as the picker leaves it.
+	if v, err := eval[string](b, `(e => (e.value = '2000-01-01T00:00:00', e.value))(document.getElementById('seek-time'))`); err != nil || v == "" {
+		t.Fatalf("set the time: %q %v", v, err)
+	}
+	b.run(t, "seek to a time before the pushes", chromedp.Click(chromedp.CSS(btn)))
+	deadline := time.Now().Add(uiTimeout)
+	for b.status(seekPath) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the page never sent the seek")
+		}
+		time.Sleep(50 * time.Millisecond) // poll interval
+	}
+	if st := b.status(seekPath); st != 200 {
+		t.Fatalf("seek to time answered %d", st)
+	}
+	if st, p := pop(t, nodes[0], "", queue, fmt.Sprintf("batch=10&autoAck=true&consumerGroup=%s", group)); st != 200 || len(p.Messages) != n {
+		t.Fatalf("the group after the seek: %d, %d messages (want all %d again)", st, len(p.Messages), n)
+	}
+	if st, _ := pop(t, nodes[0], "", queue, "batch=10&consumerGroup="+keep); st != 204 {
+		t.Fatalf("the other group's cursor moved: pop %d", st)
+	}
+	// The cleared error bar: the action succeeded.
+	b.waitFor(t, "no error after the seek", `document.getElementById('error').hidden`, outer("#error"))
+}
+
 // chartsJS reads every chart's DOM hooks.
 const chartsJS = `[...document.querySelectorAll('#charts svg[data-metric]')].map(s => ({
 	metric: s.dataset.metric, points: +s.dataset.points, history: +s.dataset.historyPoints,

@@ -419,6 +419,7 @@
           tr.appendChild(td(cursors, 'cursor'));
           tr.appendChild(el('td', null, [
             el('button', {'class': 'seek-end', 'data-group': g.name, type: 'button', text: 'seek to end'}), ' ',
+            el('button', {'class': 'seek-time', 'data-group': g.name, type: 'button', text: 'seek to time'}), ' ',
             el('button', {'class': 'delete-group', 'data-group': g.name, type: 'button', text: 'delete'})]));
           grow.appendChild(tr);
         });
@@ -598,6 +599,14 @@
     if (b.classList.contains('seek-end') && q) {
       act('Move group "' + g + '" to the end of queue "' + q + '"? Unconsumed messages are skipped for it.',
         '/api/v1/consumer-groups/' + encodeURIComponent(g) + '/queues/' + encodeURIComponent(q) + '/seek', {method: 'POST', body: {toEnd: true}});
+    } else if (b.classList.contains('seek-time') && q) {
+      // The time comes from the one #seek-time input above the table (not
+      // re-rendered by the rounds, so typing in it is never interrupted).
+      var when = $('seek-time').value ? new Date($('seek-time').value) : null;
+      if (!when || isNaN(when.getTime())) { actionError = true; showError('Pick a time in the "Seek to a time" field first.'); return; }
+      act('Move group "' + g + '" on queue "' + q + '" to the last message created at or before ' + when.toISOString() +
+        '? It reads everything after that point again (or skips to it).',
+        '/api/v1/consumer-groups/' + encodeURIComponent(g) + '/queues/' + encodeURIComponent(q) + '/seek', {method: 'POST', body: {timestamp: when.toISOString()}});
     } else if (b.classList.contains('delete-group') && q) {
       act('Delete consumer group "' + g + '" on queue "' + q + '"?',
         '/api/v1/consumer-groups/' + encodeURIComponent(g) + '/queues/' + encodeURIComponent(q), {method: 'DELETE'});
