@@ -60,9 +60,15 @@ func TestStalledHintConnectionsDoNotLockOutAPeer(t *testing.T) {
 		st := b.m.Stats()
 		return st.InboundTimedOut+st.InboundEvicted+st.InboundRefusedNotMember == 2*maxPerIP
 	})
-	if st := b.m.Stats(); st.InboundEvicted == 0 || st.InboundStreams > 1 {
-		t.Fatalf("stats: %+v", st)
+	if st := b.m.Stats(); st.InboundEvicted == 0 {
+		t.Fatalf("no stalled stream was evicted for a's: %+v", st)
 	}
+	// At most a's stream stays open. A stream a replaced (refused or
+	// evicted earlier, then re-dialled) can still count for the moment b
+	// takes to see it closed (CI saw 2 once): poll.
+	eventually(t, 5*time.Second, "at most one inbound stream left", func() bool {
+		return b.m.Stats().InboundStreams <= 1
+	})
 	// a's stream is healthy and quiet for longer than the frame timeout and
 	// than the idle timeout: a closes it itself (at half the idle timeout),
 	// b never times it out, and the next hint arrives on a new stream. The
