@@ -493,3 +493,32 @@ func TestDLQRetryRefusedDuringPushMaintenance(t *testing.T) {
 		t.Fatal("the copy was not delivered after maintenance ended")
 	}
 }
+
+// TestDLQCopySkippedByCursorAnAckCreates: an ack can create a group's cursor
+// on a partition (a group acking before it ever popped there); that cursor
+// too counts another group's retried copy as resolved (30_ack.sql,
+// queen.dlq_copies_past), so the group's later pops serve the original
+// only.
+func TestDLQCopySkippedByCursorAnAckCreates(t *testing.T) {
+	c := rc{t: t, n: nodetest.Start(t)}
+	c.configure("ac", msg{"retryLimit": 0})
+	pid := c.push("ac", "p", "m1")
+	c.deadLetter("ac", "p", "g", pid)
+	c.ok(200, "POST", retryPath(pid, "m1", "g"), nil)
+	// h's first touch of p is an ack (of a message it never leased).
+	var res []msg
+	c.ok(200, "POST", "/api/v1/ack/batch", msg{"acknowledgments": []msg{{"transactionId": "m1", "partitionId": pid,
+		"status": "completed", "leaseId": "no-such-lease", "consumerGroup": "h"}}}).JSON(t, &res)
+	var got []string
+	for {
+		m := c.popFull("ac", "p", "h")
+		if m == nil {
+			break
+		}
+		got = append(got, m["transactionId"].(string))
+		c.ackAs("h", pid, m["leaseId"].(string), m["transactionId"].(string))
+	}
+	if strings.Join(got, ",") != "m1" {
+		t.Fatalf("group h was served %v, want the original m1 only (not g's copy)", got)
+	}
+}

@@ -237,9 +237,15 @@ BEGIN
 
             v_key := r.pid::text || '/' || r.grp;
             v_pid := r.pid; v_group := r.grp; v_queue := r.qname; v_pname := r.pname;
-            INSERT INTO queen.consumers (partition_id, consumer_group, acked)
-            VALUES (r.pid, r.grp, queen.dlq_copies_past(r.pid, r.grp, 0))
+            INSERT INTO queen.consumers (partition_id, consumer_group) VALUES (r.pid, r.grp)
             ON CONFLICT (partition_id, consumer_group) DO NOTHING;
+            IF FOUND THEN
+                -- a cursor created here: other groups' dead-letter retry
+                -- copies are resolved for it (80_dlq.sql). Only then: the
+                -- VALUES list runs on every ack, new cursor or not.
+                UPDATE queen.consumers c SET acked = queen.dlq_copies_past(r.pid, r.grp, 0)
+                WHERE c.partition_id = r.pid AND c.consumer_group = r.grp;
+            END IF;
             SELECT c.* INTO v_c FROM queen.consumers c
             WHERE c.partition_id = r.pid AND c.consumer_group = r.grp FOR UPDATE;
             SELECT p.last_offset INTO v_last FROM queen.partitions p WHERE p.id = r.pid;
