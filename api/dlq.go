@@ -162,9 +162,6 @@ func (s *Server) handleDLQRetry(w http.ResponseWriter, r *http.Request, c caller
 	}
 	res, err := s.b.RetryDeadLetter(r.Context(), c.tenant, pid, txid, group)
 	switch {
-	case errors.Is(err, broker.ErrNotFound):
-		writeError(w, http.StatusNotFound, "Dead letter not found")
-		return
 	case errors.Is(err, broker.ErrTxIDTaken):
 		writeError(w, http.StatusConflict, broker.ErrTxIDTaken.Error())
 		return
@@ -172,7 +169,7 @@ func (s *Server) handleDLQRetry(w http.ResponseWriter, r *http.Request, c caller
 		writeError(w, http.StatusConflict, broker.ErrDLQSuperseded.Error())
 		return
 	case err != nil:
-		s.brokerError(w, r, "retry dead letter", err)
+		s.readsError(w, r, "retry dead letter", "Dead letter", err)
 		return
 	}
 	s.log.Info("dead letter retried", "tenant", c.tenant, "queue", res.Queue, "partition", res.Partition,
@@ -189,12 +186,8 @@ func (s *Server) handleDLQDrop(w http.ResponseWriter, r *http.Request, c caller)
 		return
 	}
 	n, err := s.b.DropDeadLetter(r.Context(), c.tenant, pid, txid, group)
-	if errors.Is(err, broker.ErrNotFound) {
-		writeError(w, http.StatusNotFound, "Dead letter not found")
-		return
-	}
 	if err != nil {
-		s.brokerError(w, r, "drop dead letter", err)
+		s.readsError(w, r, "drop dead letter", "Dead letter", err)
 		return
 	}
 	s.log.Info("dead letter dropped", "tenant", c.tenant, "partitionId", pid, "group", group,
