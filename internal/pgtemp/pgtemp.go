@@ -159,12 +159,8 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	ctx, cancel := context.WithTimeout(ctx, opts.StartTimeout)
 	defer cancel()
 
-	base, err := filepath.Abs(opts.BaseDir) // postgres reports data_directory absolute
-	if err != nil {
-		return nil, fmt.Errorf("pgtemp: %w", err)
-	}
-	if s.dir, err = os.MkdirTemp(base, "pgtemp-"); err != nil {
-		return nil, fmt.Errorf("pgtemp: create temp dir: %w", err)
+	if err := s.makeDir("pgtemp-"); err != nil {
+		return nil, err
 	}
 	ok := false
 	defer func() {
@@ -683,4 +679,17 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// makeDir creates the server's temporary folder under opts.BaseDir, by its
+// absolute path (postgres reports data_directory absolute).
+func (s *Server) makeDir(prefix string) error {
+	base, err := filepath.Abs(s.opts.BaseDir)
+	if err != nil {
+		return fmt.Errorf("pgtemp: %w", err)
+	}
+	if s.dir, err = os.MkdirTemp(base, prefix); err != nil {
+		return fmt.Errorf("pgtemp: create temp dir: %w", err)
+	}
+	return nil
 }

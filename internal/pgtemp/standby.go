@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -51,12 +50,8 @@ func (s *Server) StartStandby(ctx context.Context, name string) (*Server, error)
 	st := &Server{opts: opts, log: s.log.Named(name), initdb: s.initdb, postgres: s.postgres, cred: s.cred}
 	ctx, cancel := context.WithTimeout(ctx, opts.StartTimeout)
 	defer cancel()
-	base, err := filepath.Abs(opts.BaseDir)
-	if err != nil {
-		return nil, fmt.Errorf("pgtemp: %w", err)
-	}
-	if st.dir, err = os.MkdirTemp(base, "pgtemp-standby-"); err != nil {
-		return nil, fmt.Errorf("pgtemp: create temp dir: %w", err)
+	if err := st.makeDir("pgtemp-standby-"); err != nil {
+		return nil, err
 	}
 	ok := false
 	defer func() {
@@ -78,6 +73,7 @@ func (s *Server) StartStandby(ctx context.Context, name string) (*Server, error)
 		return nil, fmt.Errorf("pgtemp: pg_basebackup: %w\n%s", err, bytes.TrimSpace(out))
 	}
 	for attempt := 1; ; attempt++ {
+		var err error
 		if st.port, err = freePort(); err != nil {
 			return nil, err
 		}
