@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# bench-ab.sh: A/B pairs of two queen-node binaries on one running PostgreSQL,
+# alternated (A B A B ...), each run on a fresh database with the same
+# queen-bench workload, then `queen-bench compare` of each pair.
+#
+#   scripts/bench-ab.sh A/queen-node B/queen-node OUTDIR PAIRS NODES -- queen-bench flags...
+#
+# PG_URL (required) is a server URL whose database part is replaced per run
+# (start one with production settings: docs/benchmarks.md, "A/B pairs").
+# NODES is the node count of each run (1..5); nodes listen on 127.0.0.1.
+# QUEEN_BENCH (default bin/queen-bench) is the load generator.
+set -euo pipefail
+if [ $# -lt 6 ] || [ "$6" != "--" ]; then
+	echo "usage: $0 A/queen-node B/queen-node OUTDIR PAIRS NODES -- queen-bench flags..." >&2
+	exit 2
+fi
+A=$1 B=$2 OUT=$3 PAIRS=$4 NODES=$5
+shift 6
+: "${PG_URL:?set PG_URL to the server URL}"
+BENCH=${QUEEN_BENCH:-bin/queen-bench}
+PSQL=${PSQL:-/usr/lib/postgresql/15/bin/psql}
+mkdir -p "$OUT"
+base=${PG_URL%%\?*}
+base=${base%/*}
+query=""
+[[ $PG_URL == *\?* ]] && query="?${PG_URL#*\?}"
+
+pids=()
+stop_nodes() {
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+	pids=()
+}
+trap stop_nodes EXIT
+
+run_one() { # bin label
+	local bin=$1 label=$2 db="ab_$(date +%s%N)"
+	shift 2
+	"$PSQL" -q "$PG_URL" -c "CREATE DATABASE $db" >/dev/null
+	local url="$base/$db$query" urls="" join=""
+	for i in $(seq 1 "$NODES"); do
+		local hp=$((16700 + i * 2)) mp=$((16701 + i * 2))
+		QUEEN_PG_URL=$url QUEEN_HTTP_ADDR=127.0.0.1:$hp QUEEN_MESH_BIND=127.0.0.1:$mp \
+			QUEEN_NODE_NAME=ab$i QUEEN_MESH_JOIN=$join QUEEN_LOG_LEVEL=warn \
+			"$bin" >"$OUT/$label.node$i.log" 2>&1 &
+		pids+=($!)
+		join=127.0.0.1:$((16701 + 2))
+		urls="$urls${urls:+,}http://127.0.0.1:$hp"
+		for _ in $(seq 1 100); do
+			curl -fs "http://127.0.0.1:$hp/health" >/dev/null 2>&1 && break
+			sleep 0.1
+		done
+	done
+	# the mesh formed: every node sees NODES alive members
+	for u in ${urls//,/ }; do
+		for _ in $(seq 1 100); do
+			n=$(curl -fs "$u/status" | grep -o '"state":"alive"' | wc -l || true)
+			[ "$n" -ge "$NODES" ] && break
+			sleep 0.1
+		done
+	done
+	"$BENCH" --nodes "$urls" --pg-url "$url" --json "$OUT/$label.json" "$@" >"$OUT/$label.txt" 2>&1 || echo "run $label failed (exit $?)" >&2
+	stop_nodes
+	"$PSQL" -q "$PG_URL" -c "DROP DATABASE $db" >/dev/null || true
+	grep -E 'delivered \(first|send -> delivered|postgresql|node http' "$OUT/$label.txt" | sed "s/^/$label: /" || true
+}
+
+for i in $(seq 1 "$PAIRS"); do
+	run_one "$A" "a$i" "$@"
+	run_one "$B" "b$i" "$@"
+	"$BENCH" compare "$OUT/a$i.json" "$OUT/b$i.json" >"$OUT/compare$i.txt" 2>&1 || true
+done
+echo "pairs in $OUT (compareN.txt)"
