@@ -183,11 +183,12 @@ func (f hist) prometheus(s *Snapshot) (uint64, float64, map[float64]uint64) {
 
 // Help of the families several rows share.
 const (
-	helpMarks  = "Partition marks by source: local push, remote (peer hint), commit (transaction commit or DLQ move)."
-	helpInRef  = "Inbound hint streams refused, by reason: limit (per-address or total streams), not_member."
-	helpPops   = "Finished pops by outcome: messages or empty (timed-out long-polls included)."
-	helpMembs  = "Members this node knows, itself included, by state."
-	helpRetDel = "Messages the retention job deleted on this node, by reason: completed (passed by every group, past the dedup window or completedRetentionSeconds) or pending (retentionSeconds, maxWaitTimeSeconds)."
+	helpMarks    = "Partition marks by source: local push, remote (peer hint), commit (transaction commit or DLQ move)."
+	helpInRef    = "Inbound hint streams refused, by reason: limit (per-address or total streams), not_member."
+	helpPops     = "Finished pops by outcome: messages or empty (timed-out long-polls included)."
+	helpVerdicts = "Candidates the claim core evaluated, by verdict: took (messages delivered), empty, leased (another consumer of the group holds it), busy (row locked by another transaction), requeue (not evaluated)."
+	helpMembs    = "Members this node knows, itself included, by state."
+	helpRetDel   = "Messages the retention job deleted on this node, by reason: completed (passed by every group, past the dedup window or completedRetentionSeconds) or pending (retentionSeconds, maxWaitTimeSeconds)."
 )
 
 // membersIn counts the members in one state.
@@ -388,6 +389,16 @@ var Table = []Row{
 		Help: "Messages delivered by pops.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.PoppedItems })},
 	{Status: "requests.pop_sql_calls", Metric: "queen_pop_sql_calls_total", Kind: Counter,
 		Help: "SQL calls made by pops (hot-list efficiency: low per pop is good).", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.PopSQLCalls })},
+	{Status: "requests.claim_verdicts.took", Metric: "queen_claim_verdicts_total", Label: Label{"verdict", "took"}, Kind: Counter,
+		Help: helpVerdicts, Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.ClaimTook })},
+	{Status: "requests.claim_verdicts.empty", Metric: "queen_claim_verdicts_total", Label: Label{"verdict", "empty"}, Kind: Counter,
+		Help: helpVerdicts, Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.ClaimEmpty })},
+	{Status: "requests.claim_verdicts.leased", Metric: "queen_claim_verdicts_total", Label: Label{"verdict", "leased"}, Kind: Counter,
+		Help: helpVerdicts, Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.ClaimLeased })},
+	{Status: "requests.claim_verdicts.busy", Metric: "queen_claim_verdicts_total", Label: Label{"verdict", "busy"}, Kind: Counter,
+		Help: helpVerdicts, Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.ClaimBusy })},
+	{Status: "requests.claim_verdicts.requeue", Metric: "queen_claim_verdicts_total", Label: Label{"verdict", "requeue"}, Kind: Counter,
+		Help: helpVerdicts, Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.ClaimRequeue })},
 	{Status: "requests.acks", Metric: "queen_acks_total", Kind: Counter,
 		Help: "Acknowledged items.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.Acks })},
 	{Status: "requests.acks_refused", Metric: "queen_acks_refused_total", Kind: Counter,

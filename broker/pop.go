@@ -167,7 +167,26 @@ func (b *Broker) claim(ctx context.Context, args pg.PopArgs) (*pg.PopOutcome, er
 	if err != nil {
 		return nil, wrap(err)
 	}
+	b.countVerdicts(out.Verdicts)
 	return out, nil
+}
+
+// countVerdicts adds a claim's verdicts to the per-kind counters.
+func (b *Broker) countVerdicts(vs []pg.Verdict) {
+	for _, v := range vs {
+		switch v.Kind {
+		case protocol.VerdictTook:
+			b.stats.ClaimTook.Add(1)
+		case protocol.VerdictEmpty:
+			b.stats.ClaimEmpty.Add(1)
+		case protocol.VerdictLeased:
+			b.stats.ClaimLeased.Add(1)
+		case protocol.VerdictBusy:
+			b.stats.ClaimBusy.Add(1)
+		default:
+			b.stats.ClaimRequeue.Add(1)
+		}
+	}
 }
 
 func (b *Broker) popResult(args pg.PopArgs, out *pg.PopOutcome) *PopResult {

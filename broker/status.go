@@ -42,6 +42,11 @@ type Counters struct {
 	PopsEmpty     int64
 	PoppedItems   int64
 	PopSQLCalls   int64
+	ClaimTook     int64
+	ClaimEmpty    int64
+	ClaimLeased   int64
+	ClaimBusy     int64
+	ClaimRequeue  int64
 	Acks          int64
 	AcksRefused   int64
 	DeadLettered  int64
@@ -74,6 +79,8 @@ func (s *Stats) Snapshot() Counters {
 		Pushes: s.Pushes.Load(), PushedItems: s.PushedItems.Load(), PushFlushes: s.PushFlushes.Load(),
 		Duplicates: s.Duplicates.Load(), Pops: s.Pops.Load(), PopsMessages: s.PopsMessages.Load(),
 		PopsEmpty: s.PopsEmpty.Load(), PoppedItems: s.PoppedItems.Load(), PopSQLCalls: s.PopSQLCalls.Load(),
+		ClaimTook: s.ClaimTook.Load(), ClaimEmpty: s.ClaimEmpty.Load(), ClaimLeased: s.ClaimLeased.Load(),
+		ClaimBusy: s.ClaimBusy.Load(), ClaimRequeue: s.ClaimRequeue.Load(),
 		Acks: s.Acks.Load(), AcksRefused: s.AcksRefused.Load(), DeadLettered: s.DeadLettered.Load(),
 		Transactions: s.Transactions.Load(), LeasesDropped: s.LeasesDropped.Load(),
 	}
