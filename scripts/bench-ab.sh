@@ -60,6 +60,11 @@ run_one() { # bin label
 		done
 	done
 	"$BENCH" --nodes "$urls" --pg-url "$url" --json "$OUT/$label.json" "$@" >"$OUT/$label.txt" 2>&1 || echo "run $label failed (exit $?)" >&2
+	local n=0
+	for u in ${urls//,/ }; do
+		n=$((n + 1))
+		curl -fs "$u/metrics" >"$OUT/$label.node$n.metrics" 2>/dev/null || true
+	done
 	stop_nodes
 	"$PSQL" -q "$PG_URL" -c "DROP DATABASE $db" >/dev/null || true
 	grep -E 'delivered \(first|send -> delivered|postgresql|node http' "$OUT/$label.txt" | sed "s/^/$label: /" || true
