@@ -60,7 +60,7 @@ type Config struct {
 	HintPort      int           // TCP port of the hint listener on the advertise host; default 0 = any free port (advertised in metadata)
 	Join          []string      // seeds; empty = start alone and let others join
 	Secret        []byte        // 16, 24 or 32 bytes; nil = open mesh (logged as a warning)
-	FlushInterval time.Duration // hint flush cadence, default 20 ms
+	FlushInterval time.Duration // least time between two hint flushes, default 20 ms: an idle mesh flushes a hint at once, a busy one at most this often
 	HintCap       int           // coalescing set bound, default 200,000
 	DropRate      float64       // chaos: fraction of outgoing hint frames dropped on purpose, default 0
 

@@ -131,6 +131,7 @@ type Mesh struct {
 	dropHook                       atomic.Pointer[func(kind byte) bool] // tests: drop chosen frames, as the chaos knob does
 
 	stop chan struct{}
+	kick chan struct{} // Enqueue's signal to the flusher (capacity 1)
 	wg   sync.WaitGroup
 	once sync.Once
 }
@@ -179,6 +180,7 @@ func New(cfg Config, recv Receiver) (*Mesh, error) {
 		logs:       newLogLimiter(DefaultLogEvery),
 		limiter:    newHintLimiter(cfg.HintRate),
 		stop:       make(chan struct{}),
+		kick:       make(chan struct{}, 1),
 
 		incarnation: rand.Uint64() | 1, // never 0
 		gaps:        newGapTracker(),
@@ -274,6 +276,10 @@ func (m *Mesh) Enqueue(tenant, queue, partition string) {
 	m.setMu.Lock()
 	m.set.Add(coalesce.Hint{Tenant: tenant, Queue: queue, Partition: partition})
 	m.setMu.Unlock()
+	select {
+	case m.kick <- struct{}{}:
+	default: // a flush is already due
+	}
 }
 
 // HintAddr is the host:port of this node's hint listener, as advertised.
@@ -361,23 +367,38 @@ func (m *Mesh) joinLoop(selfAddr string) {
 	}
 }
 
-// flushLoop drains the coalescing set every FlushInterval and sends the
-// frames to every live peer.
+// flushLoop drains the coalescing set and sends the frames to every live
+// peer: at once when hints arrive on an idle mesh (a fixed cadence made
+// every cross-node wake wait half of it on average), and at most once per
+// FlushInterval under load, so that hints still coalesce into few frames.
+// The ticker is a backstop that also reports coalescer overflow.
 func (m *Mesh) flushLoop() {
 	defer m.wg.Done()
 	t := time.NewTicker(m.cfg.FlushInterval)
 	defer t.Stop()
+	var last time.Time
 	for {
 		select {
 		case <-m.stop:
 			return
+		case <-m.kick:
 		case <-t.C:
-			m.flush()
+		}
+		if wait := m.cfg.FlushInterval - time.Since(last); wait > 0 {
+			select {
+			case <-m.stop:
+				return
+			case <-time.After(wait):
+			}
+		}
+		if m.flush() {
+			last = time.Now()
 		}
 	}
 }
 
-func (m *Mesh) flush() {
+// flush sends what the coalescing set holds and tells whether it sent any.
+func (m *Mesh) flush() bool {
 	m.setMu.Lock()
 	batches := m.set.Drain(DefaultMaxFlushHints, MaxFrameBytes/2)
 	dropped := m.set.Dropped()
@@ -391,12 +412,12 @@ func (m *Mesh) flush() {
 		}
 	}
 	if len(batches) == 0 {
-		return
+		return false
 	}
 	frames, counts, err := encodeFramesCounted(m.cfg.Name, batches)
 	if err != nil {
 		m.log.Warn("encode hint frames", "error", err)
-		return
+		return false
 	}
 	// Each peer's goroutine numbers, stamps and seals its own copy; the
 	// chaos knob drops there, after numbering (peer.writeHints).
@@ -408,6 +429,7 @@ func (m *Mesh) flush() {
 			}
 		}
 	}
+	return true
 }
 
 // chaosDrop tells whether the chaos knob (QUEEN_MESH_DROP_RATE) drops the

@@ -334,7 +334,7 @@ func settings() []setting {
 				c.Node.Mesh.Secret = key
 				return nil
 			}},
-		{env: "QUEEN_MESH_FLUSH_MS", flag: "mesh-flush-ms", def: ms(d.Mesh.FlushInterval), usage: "hint flush cadence",
+		{env: "QUEEN_MESH_FLUSH_MS", flag: "mesh-flush-ms", def: ms(d.Mesh.FlushInterval), usage: "least time between two hint flushes (an idle mesh flushes at once)",
 			apply: func(c *Config, v string) error { return durationMS(v, &c.Node.Mesh.FlushInterval, 1, 10000) }},
 		{env: "QUEEN_MESH_HINT_CAP", flag: "mesh-hint-cap", def: strconv.Itoa(d.Mesh.HintCap), usage: "coalescing set bound",
 			apply: func(c *Config, v string) error {
