@@ -25,6 +25,8 @@ type Broker struct {
 	db    *pg.DB
 	gates *gates
 	push  *pushCombiner // nil with PushCombine off
+	popc  *popCombiner  // nil with PopCombine off
+	prov  *provisioned  // consumer rows known to exist, for the claim core
 
 	hot        *hotlist.Hotlist // nil with QUEEN_HOTLIST=0: every hook is one branch on it
 	mesh       atomic.Pointer[meshRef]
@@ -54,7 +56,8 @@ type Stats struct {
 	PopsMessages  atomic.Int64 // pops answered with messages
 	PopsEmpty     atomic.Int64 // pops answered empty
 	PoppedItems   atomic.Int64 // messages delivered
-	PopSQLCalls   atomic.Int64 // claim-core round trips
+	PopSQLCalls   atomic.Int64 // claim-core calls
+	PopFlushes    atomic.Int64 // claim transactions sent to PostgreSQL (fewer than calls when combined)
 	Acks          atomic.Int64 // ack items
 	AcksRefused   atomic.Int64 // ack items refused
 	DeadLettered  atomic.Int64 // messages moved to the DLQ
@@ -102,6 +105,10 @@ func New(ctx context.Context, cfg Config, log hclog.Logger) (*Broker, error) {
 	b.lastReport.at = time.Now()
 	if cfg.PushCombine {
 		b.push = newPushCombiner(db, DefaultMaxPushRows, &b.stats.PushFlushes)
+	}
+	b.prov = newProvisioned()
+	if cfg.PopCombine {
+		b.popc = newPopCombiner(db, b.claimAlone, b.dropLease, &b.stats.PopFlushes)
 	}
 	if cfg.Hotlist.Enabled {
 		b.hot = newHotlist(cfg, func(key, event string, kv ...any) {
