@@ -83,8 +83,8 @@ func TestPopV2MatchesV1(t *testing.T) {
 			db.Push(ctx, "t", []pg.PushRow{{Queue: q, Partition: "p0", TxID: "first-" + q, ID: uuid.Must(uuid.NewV7()).String(), Payload: "1"}})
 		}
 	}
-	exec(`UPDATE queen.queues SET delayed_processing = 3 WHERE name = 'qd'`)
-	exec(`UPDATE queen.queues SET window_buffer = 3 WHERE name = 'qw'`)
+	exec(`UPDATE queen.queues SET delayed_processing = 3600 WHERE name = 'qd'`)
+	exec(`UPDATE queen.queues SET window_buffer = 3600 WHERE name = 'qw'`)
 
 	const call = `SELECT (to_jsonb(r) - 'o_until') || jsonb_build_object('until', r.o_until IS NOT NULL)
 		FROM queen.%s($1, $2, $3, $4::text[], 3, $5, $6, $7, 600, $8, 'o', $9, $10, $11::bigint%s) r`
@@ -152,10 +152,12 @@ func TestPopV2MatchesV1(t *testing.T) {
 				held = held[k:]
 			}
 		case 4:
-			// time passes for the deferral queues
-			exec(`UPDATE queen.messages m SET created_at = m.created_at - interval '2 s'
+			// time passes for the deferral queues, in steps of half their
+			// 3600 s: the two calls of a step, a moment apart, never sit on
+			// either side of a deferral's end
+			exec(`UPDATE queen.messages m SET created_at = m.created_at - interval '1800 s'
 				FROM queen.partitions p WHERE p.id = m.partition_id AND random() < 0.7`)
-			exec(`UPDATE queen.partitions SET last_write_at = last_write_at - interval '2 s' WHERE random() < 0.7`)
+			exec(`UPDATE queen.partitions SET last_write_at = last_write_at - interval '1800 s' WHERE random() < 0.7`)
 		case 5:
 			// consumer rows vanish (a missing row must be provisioned again)
 			exec(`DELETE FROM queen.consumers WHERE lease_id IS NULL AND random() < 0.15`)
@@ -182,7 +184,7 @@ func TestPopV2MatchesV1(t *testing.T) {
 		}
 		var from *time.Time
 		if g.mode == "from" {
-			f := time.Now().Add(-time.Duration(rnd.IntN(4)) * time.Second)
+			f := time.Now().Add(-time.Duration(rnd.IntN(4)) * 1800 * time.Second)
 			from = &f
 		}
 		budget := 1 + rnd.IntN(10)
