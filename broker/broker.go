@@ -25,6 +25,8 @@ type Broker struct {
 	db    *pg.DB
 	gates *gates
 	push  *pushCombiner // nil with PushCombine off
+	popc  *popCombiner  // nil with PopCombine off
+	prov  *provisioned  // consumer rows known to exist, for the claim core
 
 	hot        *hotlist.Hotlist // nil with QUEEN_HOTLIST=0: every hook is one branch on it
 	mesh       atomic.Pointer[meshRef]
@@ -46,24 +48,25 @@ type Broker struct {
 
 // Stats are the node core's counters. They only grow while the process lives.
 type Stats struct {
-	Pushes       atomic.Int64 // push requests
-	PushedItems  atomic.Int64 // messages stored (queued)
-	PushFlushes  atomic.Int64 // push transactions sent to PostgreSQL (fewer than pushes when combined)
-	Duplicates   atomic.Int64 // items refused as duplicates
-	Pops         atomic.Int64 // pop requests
-	PopsMessages atomic.Int64 // pops answered with messages
-	PopsEmpty    atomic.Int64 // pops answered empty
-	PoppedItems  atomic.Int64 // messages delivered
-	PopSQLCalls  atomic.Int64 // claim-core round trips
+	Pushes        atomic.Int64 // push requests
+	PushedItems   atomic.Int64 // messages stored (queued)
+	PushFlushes   atomic.Int64 // push transactions sent to PostgreSQL (fewer than pushes when combined)
+	Duplicates    atomic.Int64 // items refused as duplicates
+	Pops          atomic.Int64 // pop requests
+	PopsMessages  atomic.Int64 // pops answered with messages
+	PopsEmpty     atomic.Int64 // pops answered empty
+	PoppedItems   atomic.Int64 // messages delivered
+	PopSQLCalls   atomic.Int64 // claim-core calls
+	PopFlushes    atomic.Int64 // claim transactions sent to PostgreSQL (fewer than calls when combined)
+	Acks          atomic.Int64 // ack items
+	AcksRefused   atomic.Int64 // ack items refused
+	DeadLettered  atomic.Int64 // messages moved to the DLQ
+	Transactions  atomic.Int64 // transaction requests
+	LeasesDropped atomic.Int64 // leases released because the client was gone
 	// Claim-core verdicts by kind (protocol.Verdicts): how many candidates
 	// a pop's SQL evaluated for each one it took. Leased verdicts grow when
 	// nodes probe partitions another node's consumers hold.
 	ClaimTook, ClaimEmpty, ClaimLeased, ClaimBusy, ClaimRequeue atomic.Int64
-	Acks                                                        atomic.Int64 // ack items
-	AcksRefused                                                 atomic.Int64 // ack items refused
-	DeadLettered                                                atomic.Int64 // messages moved to the DLQ
-	Transactions                                                atomic.Int64 // transaction requests
-	LeasesDropped                                               atomic.Int64 // leases released because the client was gone
 }
 
 // New connects to PostgreSQL (retrying until ctx ends, since a database that
@@ -106,6 +109,10 @@ func New(ctx context.Context, cfg Config, log hclog.Logger) (*Broker, error) {
 	b.lastReport.at = time.Now()
 	if cfg.PushCombine {
 		b.push = newPushCombiner(db, DefaultMaxPushRows, &b.stats.PushFlushes)
+	}
+	b.prov = newProvisioned()
+	if cfg.PopCombine {
+		b.popc = newPopCombiner(db, b.claimAlone, b.dropLease, &b.stats.PopFlushes)
 	}
 	if cfg.Hotlist.Enabled {
 		b.hot = newHotlist(cfg, func(key, event string, kv ...any) {

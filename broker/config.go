@@ -17,6 +17,7 @@ const (
 	DefaultMaxPopBatch    = 10000
 	DefaultMaxPushRows    = 10000 // rows of one combined push flush (broker/combine.go)
 	DefaultPushCombine    = true
+	DefaultPopCombine     = true
 	DefaultMaxPopBytes    = 16 << 20 // a pop response's payload bytes, about (docs/operations.md, "Limits")
 	DefaultHotlistEnabled = true
 	DefaultHotlistIdle    = 300 * time.Second // the idle sweep is the broker's loop (broker/hot.go)
@@ -38,6 +39,10 @@ type Config struct {
 	// for the one being written into one transaction: group commit
 	// (broker/combine.go). Off, every push is its own transaction.
 	PushCombine bool
+	// PopCombine (QUEEN_POP_COMBINE, default on) merges claims that wait
+	// for the ones being run into one transaction (broker/popcombine.go).
+	// Off, every claim is its own call.
+	PopCombine bool
 
 	Hotlist             HotlistConfig // the candidate rings; off = the SQL candidate scan
 	LogTopNQueues       int           // QUEEN_LOG_TOPN_QUEUES, default 10
@@ -75,6 +80,7 @@ func DefaultConfig() Config {
 		PopBackoffMax: DefaultPopBackoffMax,
 		MaxPopBytes:   DefaultMaxPopBytes,
 		PushCombine:   DefaultPushCombine,
+		PopCombine:    DefaultPopCombine,
 		Hotlist: HotlistConfig{Enabled: DefaultHotlistEnabled, IdleSweep: DefaultHotlistIdle,
 			Config: hotlist.DefaultConfig()},
 		LogTopNQueues: DefaultLogTopN,

@@ -146,11 +146,33 @@ func (b *Broker) sqlPop(ctx context.Context, args pg.PopArgs) (*PopResult, *pg.P
 	return b.popResult(args, out), out, nil
 }
 
-// claim is one round trip to the claim core. When the request ends during
-// it, the claim may have committed anyway: its lease is released at once
-// rather than left on messages nobody will read (docs/api.md).
+// claim is one call of the claim core. The candidates' provisioning state
+// goes with it (provisioned); a claim that needs no provisioning joins the
+// pop combiner's next flush, any other runs alone.
 func (b *Broker) claim(ctx context.Context, args pg.PopArgs) (*pg.PopOutcome, error) {
 	b.stats.PopSQLCalls.Add(1)
+	args.Unprov = b.prov.unprov(args)
+	var (
+		out *pg.PopOutcome
+		err error
+	)
+	if b.popc != nil && args.Unprov != nil && len(args.Unprov) == 0 {
+		out, err = b.popc.claim(ctx, args)
+	} else {
+		out, err = b.claimAlone(ctx, args)
+	}
+	if err == nil {
+		b.prov.learn(args, out)
+		b.countVerdicts(out.Verdicts)
+	}
+	return out, err
+}
+
+// claimAlone is one round trip to the claim core. When the request ends during
+// it, the claim may have committed anyway: its lease is released at once
+// rather than left on messages nobody will read (docs/api.md).
+func (b *Broker) claimAlone(ctx context.Context, args pg.PopArgs) (*pg.PopOutcome, error) {
+	b.stats.PopFlushes.Add(1)
 	// A deadlock, or a foreign-key violation from a queue delete racing
 	// this claim, rolled the whole call back: run it again (pg.DB.Retry).
 	var out *pg.PopOutcome
@@ -167,7 +189,6 @@ func (b *Broker) claim(ctx context.Context, args pg.PopArgs) (*pg.PopOutcome, er
 	if err != nil {
 		return nil, wrap(err)
 	}
-	b.countVerdicts(out.Verdicts)
 	return out, nil
 }
 

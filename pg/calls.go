@@ -24,6 +24,9 @@ type PopArgs struct {
 	SubMode              protocol.SubMode
 	SubFrom              *time.Time // with protocol.SubFrom
 	MaxBytes             int64      // payload bytes of the response, about; one message always fits; 0 = no bound
+	// Unprov are the candidates that may lack the group's consumer row
+	// (queen.pop_v2's p_unprov); nil = all of them. Only with Names.
+	Unprov []string
 }
 
 // Verdict is the claim core's answer for one candidate.
@@ -57,21 +60,71 @@ type PopOutcome struct {
 	Messages []PopMessage // grouped by partition, in offset order
 }
 
-// Pop runs the claim core (queen.pop_v1) in one round trip.
-func (db *DB) Pop(ctx context.Context, a PopArgs) (*PopOutcome, error) {
-	var names any
+// popSQL calls the claim core (queen.pop_v2, 21_pop_v2.sql).
+const popSQL = `SELECT o_kind, o_pname, o_pid, o_verdict, o_until, o_drained, o_off,
+		o_mid, o_txid, o_trace, o_payload::text, o_created, o_sub, o_retry, o_delay, o_window
+	FROM queen.pop_v2($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`
+
+func popParams(a PopArgs) []any {
+	// nil slices as SQL NULL, whatever the encoder does with them
+	var names, unprov any
 	if a.Names != nil {
 		names = a.Names
 	}
-	rs, err := db.pool.Query(ctx, `SELECT o_kind, o_pname, o_pid, o_verdict, o_until, o_drained, o_off,
-			o_mid, o_txid, o_trace, o_payload::text, o_created, o_sub, o_retry, o_delay, o_window
-		FROM queen.pop_v1($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
-		a.Tenant, a.Queue, a.Group, names, a.ScanLimit, a.Budget, a.MaxParts, a.LeaseID,
-		a.LeaseSeconds, a.AutoAck, a.Owner, a.SubMode, a.SubFrom, a.MaxBytes)
+	if a.Unprov != nil {
+		unprov = a.Unprov
+	}
+	return []any{a.Tenant, a.Queue, a.Group, names, a.ScanLimit, a.Budget, a.MaxParts, a.LeaseID,
+		a.LeaseSeconds, a.AutoAck, a.Owner, a.SubMode, a.SubFrom, a.MaxBytes, unprov}
+}
+
+// Pop runs the claim core in one round trip.
+func (db *DB) Pop(ctx context.Context, a PopArgs) (*PopOutcome, error) {
+	rs, err := db.pool.Query(ctx, popSQL, popParams(a)...)
 	if err != nil {
 		return nil, fmt.Errorf("pop %s: %w", a.Queue, err)
 	}
 	defer rs.Close()
+	out, err := scanPop(rs)
+	if err != nil {
+		return nil, fmt.Errorf("pop %s: %w", a.Queue, err)
+	}
+	return out, nil
+}
+
+// PopMany runs the claim core once per job, in one round trip and one
+// transaction (a pipelined batch: implicit transaction, one commit). The
+// outcomes are in job order. Any failure rolls every job back: nothing was
+// claimed, and the caller may run the jobs again, each alone.
+func (db *DB) PopMany(ctx context.Context, jobs []PopArgs) ([]*PopOutcome, error) {
+	b := &pgx.Batch{}
+	for _, a := range jobs {
+		b.Queue(popSQL, popParams(a)...)
+	}
+	br := db.pool.SendBatch(ctx, b)
+	outs := make([]*PopOutcome, len(jobs))
+	for i, a := range jobs {
+		rs, err := br.Query()
+		if err != nil {
+			br.Close()
+			return nil, fmt.Errorf("pop %s (job %d of %d): %w", a.Queue, i+1, len(jobs), err)
+		}
+		out, err := scanPop(rs)
+		rs.Close()
+		if err != nil {
+			br.Close()
+			return nil, fmt.Errorf("pop %s (job %d of %d): %w", a.Queue, i+1, len(jobs), err)
+		}
+		outs[i] = out
+	}
+	// Close reads the Sync: the commit's outcome.
+	if err := br.Close(); err != nil {
+		return nil, fmt.Errorf("pop: commit of %d jobs: %w", len(jobs), err)
+	}
+	return outs, nil
+}
+
+func scanPop(rs pgx.Rows) (*PopOutcome, error) {
 	out := &PopOutcome{}
 	for rs.Next() {
 		var (
@@ -85,7 +138,7 @@ func (db *DB) Pop(ctx context.Context, a PopArgs) (*PopOutcome, error) {
 		)
 		if err := rs.Scan(&kind, &pname, &pid, &verdict, &until, &drained, &off, &mid, &txid,
 			&trace, &payload, &created, &sub, &retry, &delay, &window); err != nil {
-			return nil, fmt.Errorf("pop %s: scan: %w", a.Queue, err)
+			return nil, fmt.Errorf("scan: %w", err)
 		}
 		switch kind {
 		case protocol.PopRowMeta:
@@ -119,7 +172,7 @@ func (db *DB) Pop(ctx context.Context, a PopArgs) (*PopOutcome, error) {
 		}
 	}
 	if err := rs.Err(); err != nil {
-		return nil, fmt.Errorf("pop %s: %w", a.Queue, err)
+		return nil, err
 	}
 	return out, nil
 }

@@ -95,6 +95,8 @@ func settings() []setting {
 			}},
 		{env: "QUEEN_PUSH_COMBINE", flag: "push-combine", def: boolDef(d.Broker.PushCombine), isBool: true, usage: "pushes waiting for the one being written go to PostgreSQL together (group commit); 0 = one transaction per push",
 			apply: func(c *Config, v string) error { return boolean(v, &c.Node.Broker.PushCombine) }},
+		{env: "QUEEN_POP_COMBINE", flag: "pop-combine", def: boolDef(d.Broker.PopCombine), isBool: true, usage: "claims waiting for the ones being run go to PostgreSQL together, one transaction per flush; 0 = one transaction per claim",
+			apply: func(c *Config, v string) error { return boolean(v, &c.Node.Broker.PopCombine) }},
 		{env: "QUEEN_POP_MAX_BYTES", flag: "pop-max-bytes", def: strconv.Itoa(int(d.Broker.MaxPopBytes)),
 			usage: "payload bytes of one pop response, about (fewer messages past it; the first always fits)",
 			apply: func(c *Config, v string) error {

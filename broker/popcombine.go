@@ -1,0 +1,202 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"queen-node/pg"
+)
+
+// popCombiner merges claims that reach the claim core while others are
+// being run into one transaction (pg.DB.PopMany: one pipelined round trip,
+// one commit), the pop side of the push combiner (combine.go). Up to
+// popMaxInflight flushes run at once; a claim that arrives while all are
+// running waits for the next flush, and each flush takes every claim waiting
+// (up to popMaxJobs). There is no timer: an idle node flushes at once.
+//
+// Only claims that need no provisioning are merged (named candidates all
+// known to have their consumer row, see provisioned): the core then takes
+// row locks only with SKIP LOCKED, which never wait, so two merged
+// transactions cannot deadlock. A row that went missing since (a stale
+// name) is still inserted by the core; should that deadlock, it is handled
+// as any failure of the flush: nothing of it committed, and each claim runs
+// again alone under its own context (Broker.claimAlone: pg.DB.Retry, and
+// its lease dropped if its client left). A claim is never given another's
+// rows: each job is its own pop_v2 call in the batch and gets that call's
+// rows back.
+//
+// A claim whose client leaves before its flush is sent is skipped. One
+// whose client leaves after is answered at once; when its flush claimed
+// messages for it, its lease is released as soon as the flush ends, as
+// claimAlone does for a claim its client left during.
+type popCombiner struct {
+	db      *pg.DB
+	alone   func(context.Context, pg.PopArgs) (*pg.PopOutcome, error)
+	drop    func(leaseID string)
+	flushes *atomic.Int64 // Stats.PopFlushes
+
+	mu       sync.Mutex
+	pending  []*popJob
+	inflight int
+}
+
+// Bounds of the pop combiner.
+const (
+	popMaxInflight  = 2
+	popMaxJobs      = 64
+	popFlushTimeout = 2 * time.Second // a flush runs under no single client's context
+)
+
+// A job's life, guarded by popCombiner.mu: waiting -> sent -> done, or
+// left from waiting or sent when its client goes.
+const (
+	jobWaiting = iota
+	jobSent
+	jobDone
+	jobLeft
+)
+
+type popJob struct {
+	ctx   context.Context
+	args  pg.PopArgs
+	done  chan struct{}
+	state int
+	out   *pg.PopOutcome
+	err   error
+}
+
+func newPopCombiner(db *pg.DB, alone func(context.Context, pg.PopArgs) (*pg.PopOutcome, error),
+	drop func(string), flushes *atomic.Int64) *popCombiner {
+	return &popCombiner{db: db, alone: alone, drop: drop, flushes: flushes}
+}
+
+// claim queues one claim and waits for the flush that carries it.
+func (c *popCombiner) claim(ctx context.Context, args pg.PopArgs) (*pg.PopOutcome, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	j := &popJob{ctx: ctx, args: args, done: make(chan struct{})}
+	c.mu.Lock()
+	c.pending = append(c.pending, j)
+	if c.inflight < popMaxInflight {
+		c.inflight++
+		go c.run()
+	}
+	c.mu.Unlock()
+	select {
+	case <-j.done:
+		return j.out, j.err
+	case <-ctx.Done():
+	}
+	c.mu.Lock()
+	state := j.state
+	if state != jobDone {
+		j.state = jobLeft // skipped if not sent; its lease dropped by deliver if sent
+	}
+	c.mu.Unlock()
+	if state == jobDone && !args.AutoAck && j.out != nil && len(j.out.Messages) > 0 {
+		c.drop(args.LeaseID)
+	}
+	return nil, ctx.Err()
+}
+
+// run flushes until nothing is waiting.
+func (c *popCombiner) run() {
+	for {
+		c.mu.Lock()
+		var batch []*popJob
+		n := 0
+		for n < len(c.pending) && len(batch) < popMaxJobs {
+			j := c.pending[n]
+			n++
+			if j.state == jobWaiting {
+				j.state = jobSent
+				batch = append(batch, j)
+			}
+		}
+		c.pending = c.pending[n:]
+		if len(batch) == 0 {
+			c.inflight--
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
+		c.flush(batch)
+	}
+}
+
+func (c *popCombiner) flush(batch []*popJob) {
+	defer func() {
+		// A panic must neither kill the node nor leave claims waiting.
+		if p := recover(); p != nil {
+			for _, j := range batch {
+				c.deliver(j, nil, fmt.Errorf("pop: internal error: %v", p))
+			}
+		}
+	}()
+	jobs := make([]pg.PopArgs, len(batch))
+	for i, j := range batch {
+		jobs[i] = j.args
+	}
+	c.flushes.Add(1)
+	ctx, cancel := context.WithTimeout(context.Background(), popFlushTimeout)
+	outs, err := c.db.PopMany(ctx, jobs)
+	cancel()
+	if err == nil {
+		for i, j := range batch {
+			c.deliver(j, outs[i], nil)
+		}
+		return
+	}
+	for _, j := range batch {
+		go c.again(j)
+	}
+}
+
+// again runs a claim of a failed flush alone. The flush's transaction did
+// not commit, unless the failure hid the commit's outcome (a lost
+// connection, the flush timeout): the claim's lease is released first so
+// such rows are not held until expiry.
+func (c *popCombiner) again(j *popJob) {
+	defer func() {
+		if p := recover(); p != nil {
+			c.deliver(j, nil, fmt.Errorf("pop: internal error: %v", p))
+		}
+	}()
+	if !j.args.AutoAck {
+		c.drop(j.args.LeaseID)
+	}
+	c.mu.Lock()
+	left := j.state == jobLeft
+	c.mu.Unlock()
+	if left {
+		return
+	}
+	out, err := c.alone(j.ctx, j.args)
+	c.deliver(j, out, err)
+}
+
+// deliver hands a job its outcome, or releases the lease of a job whose
+// client has left.
+func (c *popCombiner) deliver(j *popJob, out *pg.PopOutcome, err error) {
+	c.mu.Lock()
+	if j.state == jobLeft {
+		c.mu.Unlock()
+		// (an error left nothing to release: a failed flush released it
+		// before running the claim alone, which releases its own)
+		if !j.args.AutoAck && out != nil && len(out.Messages) > 0 {
+			c.drop(j.args.LeaseID)
+		}
+		return
+	}
+	if j.state == jobDone {
+		c.mu.Unlock()
+		return
+	}
+	j.state, j.out, j.err = jobDone, out, err
+	c.mu.Unlock()
+	close(j.done)
+}
