@@ -389,6 +389,8 @@ var Table = []Row{
 		Help: "Messages delivered by pops.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.PoppedItems })},
 	{Status: "requests.pop_sql_calls", Metric: "queen_pop_sql_calls_total", Kind: Counter,
 		Help: "SQL calls made by pops (hot-list efficiency: low per pop is good).", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.PopSQLCalls })},
+	{Status: "requests.pop_flushes", Metric: "queen_pop_flushes_total", Kind: Counter,
+		Help: "Claim transactions sent to PostgreSQL; fewer than pop_sql_calls when concurrent claims are combined (QUEEN_POP_COMBINE).", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.PopFlushes })},
 	{Status: "requests.claim_verdicts.took", Metric: "queen_claim_verdicts_total", Label: Label{"verdict", "took"}, Kind: Counter,
 		Help: helpVerdicts, Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.ClaimTook })},
 	{Status: "requests.claim_verdicts.empty", Metric: "queen_claim_verdicts_total", Label: Label{"verdict", "empty"}, Kind: Counter,

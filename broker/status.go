@@ -42,6 +42,7 @@ type Counters struct {
 	PopsEmpty     int64
 	PoppedItems   int64
 	PopSQLCalls   int64
+	PopFlushes    int64
 	ClaimTook     int64
 	ClaimEmpty    int64
 	ClaimLeased   int64
@@ -78,7 +79,7 @@ func (s *Stats) Snapshot() Counters {
 	return Counters{
 		Pushes: s.Pushes.Load(), PushedItems: s.PushedItems.Load(), PushFlushes: s.PushFlushes.Load(),
 		Duplicates: s.Duplicates.Load(), Pops: s.Pops.Load(), PopsMessages: s.PopsMessages.Load(),
-		PopsEmpty: s.PopsEmpty.Load(), PoppedItems: s.PoppedItems.Load(), PopSQLCalls: s.PopSQLCalls.Load(),
+		PopsEmpty: s.PopsEmpty.Load(), PoppedItems: s.PoppedItems.Load(), PopSQLCalls: s.PopSQLCalls.Load(), PopFlushes: s.PopFlushes.Load(),
 		ClaimTook: s.ClaimTook.Load(), ClaimEmpty: s.ClaimEmpty.Load(), ClaimLeased: s.ClaimLeased.Load(),
 		ClaimBusy: s.ClaimBusy.Load(), ClaimRequeue: s.ClaimRequeue.Load(),
 		Acks: s.Acks.Load(), AcksRefused: s.AcksRefused.Load(), DeadLettered: s.DeadLettered.Load(),
