@@ -29,6 +29,7 @@ type Broker struct {
 	prov  *provisioned  // consumer rows known to exist, for the claim core
 
 	hot        *hotlist.Hotlist // nil with QUEEN_HOTLIST=0: every hook is one branch on it
+	wakeKick   chan struct{}    // a quiet mark happened: the wake loop runs (wake.go)
 	mesh       atomic.Pointer[meshRef]
 	hotLog     hclog.Logger
 	lastReport struct {
@@ -98,13 +99,14 @@ func New(ctx context.Context, cfg Config, log hclog.Logger) (*Broker, error) {
 		backoff = min(backoff*2, 5*time.Second)
 	}
 	b := &Broker{
-		cfg:     cfg,
-		log:     log,
-		db:      db,
-		gates:   newGates(),
-		stop:    make(chan struct{}),
-		hotLog:  log.Named("hotlist"),
-		started: time.Now(),
+		cfg:      cfg,
+		log:      log,
+		db:       db,
+		gates:    newGates(),
+		stop:     make(chan struct{}),
+		wakeKick: make(chan struct{}, 1),
+		hotLog:   log.Named("hotlist"),
+		started:  time.Now(),
 	}
 	b.lastReport.at = time.Now()
 	if cfg.PushCombine {

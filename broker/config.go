@@ -66,6 +66,10 @@ type PGConfig struct {
 type HotlistConfig struct {
 	Enabled   bool          // QUEEN_HOTLIST, default true
 	IdleSweep time.Duration // QUEEN_HOTLIST_IDLE_SWEEP_MS, default 300 s; 0 disables (the sweep loop is the broker's)
+	// WakeTick is the least time between two wakes of the queues that local
+	// pushes marked quietly, default 5 ms (broker/wake.go); an idle node
+	// wakes at once. Tests lengthen it; there is no setting.
+	WakeTick time.Duration
 	// Shards (QUEEN_HOTLIST_SHARDS), ReseedInterval (QUEEN_HOTLIST_RESEED_MS),
 	// WindowBatch (QUEEN_HOTLIST_WINDOW_BATCH), TracePrefix
 	// (QUEEN_HOTLIST_TRACE) and the rest, with hotlist.DefaultConfig's values.

@@ -39,11 +39,7 @@ func (b *Broker) startHotLoops() {
 			b.gates.notify(key)
 		}
 	})
-	b.every(wakeTick, func(time.Time) {
-		for _, key := range b.hot.TakeWakes() {
-			b.gates.notify(key)
-		}
-	})
+	b.startWakeLoop()
 	b.every(reseedTick, func(now time.Time) {
 		for _, r := range b.hot.DueReseeds(now) {
 			b.runReseed(r)

@@ -244,3 +244,42 @@ func TestWaitFalseSeesPushBehindManyLeasedCandidates(t *testing.T) {
 		t.Fatalf("wait=false pop missed a committed push: %v", ms)
 	}
 }
+
+// TestIdleNodeWakesAtOnce: a pop parked on an idle node is woken by a local
+// push at once, not at the next tick of the quiet-mark wake loop. The tick is
+// 3 s here and the parked pop's own re-polls are off (10 s back-off), so a
+// fixed-cadence loop would answer after up to 3 s.
+func TestIdleNodeWakesAtOnce(t *testing.T) {
+	n := nodetest.Start(t, func(c *broker.Config) {
+		c.Hotlist.WakeTick = 3 * time.Second
+		c.PopBackoffMin, c.PopBackoffMax = 10*time.Second, 10*time.Second
+	})
+	q := "wake-idle"
+	push(t, n, q, "p0", 1)
+	// Two pops: the first registers the group's ring, the second drains it.
+	popUntil(t, n, q, "batch=10&autoAck=true", 5*time.Second)
+	if ms, _ := pop(t, n, q, "batch=10&autoAck=true"); ms != nil {
+		t.Fatalf("queue not drained: %v", ms)
+	}
+	for i := 0; i < 3; i++ {
+		time.Sleep(3100 * time.Millisecond) // idle for longer than the tick
+		got := make(chan time.Time, 1)
+		go func() {
+			r := n.Do(t, "GET", "/api/v1/pop/queue/"+q+"?batch=10&autoAck=true&wait=true&timeout=8000", nil)
+			if r.Status == 200 {
+				got <- time.Now()
+			}
+			close(got)
+		}()
+		waitFor(t, 5*time.Second, "the pop to park", func() bool { return n.Broker.Parked() == 1 })
+		sent := time.Now()
+		push(t, n, q, "p0", i)
+		at, ok := <-got
+		if !ok {
+			t.Fatalf("round %d: the parked pop got nothing", i)
+		}
+		if d := at.Sub(sent); d > time.Second {
+			t.Fatalf("round %d: woken %v after the push on an idle node (tick 3 s)", i, d)
+		}
+	}
+}

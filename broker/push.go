@@ -145,4 +145,5 @@ func (b *Broker) afterPush(tenant string, res []PushResult, src hotlist.Source) 
 			b.gates.notify(key)
 		}
 	}
+	b.kickWakes()
 }

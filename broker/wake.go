@@ -1,0 +1,56 @@
+package broker
+
+import "time"
+
+// The wake loop wakes the pops parked on queues that local pushes marked
+// quietly (docs/hotlist.md, "Background ticks"): one notify per marked queue,
+// so a hot queue is woken at most once per wakeTick rather than once per
+// push. A push on an idle node kicks the loop, which then wakes at once: a
+// fixed tick made every local wake wait half a tick on average. The ticker
+// stays as a backstop.
+
+// kickWakes tells the wake loop that quiet marks may be waiting.
+func (b *Broker) kickWakes() {
+	select {
+	case b.wakeKick <- struct{}{}:
+	default: // already kicked
+	}
+}
+
+// startWakeLoop runs the wake loop until Close.
+func (b *Broker) startWakeLoop() {
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		every := b.cfg.Hotlist.WakeTick
+		if every <= 0 {
+			every = wakeTick
+		}
+		t := time.NewTicker(every)
+		defer t.Stop()
+		var last time.Time
+		for {
+			select {
+			case <-b.stop:
+				return
+			case <-b.wakeKick:
+			case <-t.C:
+			}
+			if wait := every - time.Since(last); wait > 0 {
+				select {
+				case <-b.stop:
+					return
+				case <-time.After(wait):
+				}
+			}
+			keys := b.hot.TakeWakes()
+			if len(keys) == 0 {
+				continue
+			}
+			last = time.Now()
+			for _, key := range keys {
+				b.gates.notify(key)
+			}
+		}
+	}()
+}
