@@ -25,6 +25,9 @@ type Broker struct {
 	db    *pg.DB
 	gates *gates
 	push  *pushCombiner // nil with PushCombine off
+	// acks and leases are the CAS ack (ackcas.go); nil with AckCAS off
+	acks   *ackCombiner
+	leases *leaseMemory
 
 	hot        *hotlist.Hotlist // nil with QUEEN_HOTLIST=0: every hook is one branch on it
 	mesh       atomic.Pointer[meshRef]
@@ -60,6 +63,9 @@ type Stats struct {
 	DeadLettered  atomic.Int64 // messages moved to the DLQ
 	Transactions  atomic.Int64 // transaction requests
 	LeasesDropped atomic.Int64 // leases released because the client was gone
+	AcksCAS       atomic.Int64 // ack items resolved by the CAS ack (broker/ackcas.go)
+	AcksGeneral   atomic.Int64 // ack items sent to queen.ack_v1
+	AckCASFlushes atomic.Int64 // CAS ack statements sent (fewer than acks when merged)
 }
 
 // New connects to PostgreSQL (retrying until ctx ends, since a database that
@@ -102,6 +108,10 @@ func New(ctx context.Context, cfg Config, log hclog.Logger) (*Broker, error) {
 	b.lastReport.at = time.Now()
 	if cfg.PushCombine {
 		b.push = newPushCombiner(db, DefaultMaxPushRows, &b.stats.PushFlushes)
+	}
+	if cfg.AckCAS {
+		b.acks = newAckCombiner(db, DefaultMaxPushRows, &b.stats.AckCASFlushes)
+		b.leases = newLeaseMemory(defaultLeaseMemLeases, defaultLeaseMemBytes)
 	}
 	if cfg.Hotlist.Enabled {
 		b.hot = newHotlist(cfg, func(key, event string, kv ...any) {

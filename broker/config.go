@@ -17,6 +17,7 @@ const (
 	DefaultMaxPopBatch    = 10000
 	DefaultMaxPushRows    = 10000 // rows of one combined push flush (broker/combine.go)
 	DefaultPushCombine    = true
+	DefaultAckCAS         = true
 	DefaultMaxPopBytes    = 16 << 20 // a pop response's payload bytes, about (docs/operations.md, "Limits")
 	DefaultHotlistEnabled = true
 	DefaultHotlistIdle    = 300 * time.Second // the idle sweep is the broker's loop (broker/hot.go)
@@ -38,6 +39,10 @@ type Config struct {
 	// for the one being written into one transaction: group commit
 	// (broker/combine.go). Off, every push is its own transaction.
 	PushCombine bool
+	// AckCAS (default on): an ack naming exactly a batch this node served
+	// under a lease is one compare-and-set of the cursor, merged with
+	// concurrent ones (broker/ackcas.go); off, every ack calls ack_v1.
+	AckCAS bool
 
 	Hotlist             HotlistConfig // the candidate rings; off = the SQL candidate scan
 	LogTopNQueues       int           // QUEEN_LOG_TOPN_QUEUES, default 10
@@ -75,6 +80,7 @@ func DefaultConfig() Config {
 		PopBackoffMax: DefaultPopBackoffMax,
 		MaxPopBytes:   DefaultMaxPopBytes,
 		PushCombine:   DefaultPushCombine,
+		AckCAS:        DefaultAckCAS,
 		Hotlist: HotlistConfig{Enabled: DefaultHotlistEnabled, IdleSweep: DefaultHotlistIdle,
 			Config: hotlist.DefaultConfig()},
 		LogTopNQueues: DefaultLogTopN,
