@@ -71,6 +71,8 @@ type twin struct {
 type twinPop struct {
 	res   [2]*broker.PopResult
 	group string
+	node  int // the broker instance that popped it
+	index int // in the run's pops
 }
 
 // ackSpec is one ack item, resolved on each side against a twinPop.
@@ -95,6 +97,62 @@ func (tw *twin) run(seed int64, steps int) {
 	var sent [][]ackSpec // every ack request, to repeat some
 	var txids []string
 	leaseIdx := [2]map[string]int{{}, {}} // lease id -> pop index, per side
+
+	doPop := func(where string, node int, req broker.PopRequest) {
+		tp := twinPop{group: req.Group, node: node, index: len(pops)}
+		for side, ns := range [][]*nodetest.Node{tw.a, tw.b} {
+			res, err := ns[node].Broker.Pop(ctx, broker.DefaultTenant, req)
+			if err != nil {
+				t.Fatalf("%s: pop: %v", where, err)
+			}
+			tp.res[side] = res
+		}
+		if sa, sb := popShape(tp.res[0]), popShape(tp.res[1]); sa != sb {
+			t.Fatalf("%s: pops differ:\nA %s\nB %s", where, sa, sb)
+		}
+		if tp.res[0] != nil {
+			for side := range 2 {
+				leaseIdx[side][tp.res[side].LeaseID] = len(pops)
+			}
+			pops = append(pops, tp)
+		}
+	}
+	doAck := func(where string, node int, specs []ackSpec) {
+		if len(specs) == 0 {
+			return
+		}
+		sent = append(sent, specs)
+		var got [2][]broker.AckResult
+		for side, ns := range [][]*nodetest.Node{tw.a, tw.b} {
+			items := make([]broker.AckItem, len(specs))
+			for j, s := range specs {
+				tp := pops[s.pop]
+				res := tp.res[side]
+				it := broker.AckItem{Group: tp.group, Status: s.status}
+				if s.msg < 0 {
+					it.TransactionID, it.PartitionID = "unknown-"+fmt.Sprint(j), res.Messages[0].PartitionID
+				} else {
+					m := res.Messages[s.msg]
+					it.TransactionID, it.PartitionID = m.TransactionID, m.PartitionID
+				}
+				switch s.lease {
+				case "own":
+					it.LeaseID = res.LeaseID
+				case "wrong":
+					it.LeaseID = fmt.Sprintf("00000000-0000-4000-8000-%012d", j)
+				}
+				items[j] = it
+			}
+			res, err := ns[node].Broker.Ack(ctx, broker.DefaultTenant, items)
+			if err != nil {
+				t.Fatalf("%s: ack: %v", where, err)
+			}
+			got[side] = res
+		}
+		if !reflect.DeepEqual(got[0], got[1]) {
+			t.Fatalf("%s: ack %+v answers differ:\nCAS     %+v\nack_v1 %+v", where, specs, got[0], got[1])
+		}
+	}
 
 	for step := 0; step < steps; step++ {
 		where := fmt.Sprintf("seed %d step %d", seed, step)
@@ -126,26 +184,8 @@ func (tw *twin) run(seed int64, steps int) {
 				t.Fatalf("%s: push answers differ: %v vs %v", where, st[0], st[1])
 			}
 		case r < 48: // pop a partition
-			req := broker.PopRequest{Queue: queue, Partition: parts[rng.Intn(len(parts))],
-				Group: groups[rng.Intn(len(groups))], Batch: 1 + rng.Intn(12)}
-			var tp twinPop
-			tp.group = req.Group
-			for side, ns := range [][]*nodetest.Node{tw.a, tw.b} {
-				res, err := ns[node].Broker.Pop(ctx, broker.DefaultTenant, req)
-				if err != nil {
-					t.Fatalf("%s: pop: %v", where, err)
-				}
-				tp.res[side] = res
-			}
-			if sa, sb := popShape(tp.res[0]), popShape(tp.res[1]); sa != sb {
-				t.Fatalf("%s: pops differ:\nA %s\nB %s", where, sa, sb)
-			}
-			if tp.res[0] != nil {
-				for side := range 2 {
-					leaseIdx[side][tp.res[side].LeaseID] = len(pops)
-				}
-				pops = append(pops, tp)
-			}
+			doPop(where, node, broker.PopRequest{Queue: queue, Partition: parts[rng.Intn(len(parts))],
+				Group: groups[rng.Intn(len(groups))], Batch: 1 + rng.Intn(12)})
 		case len(pops) == 0:
 			continue
 		case r < 88: // ack
@@ -155,40 +195,7 @@ func (tw *twin) run(seed int64, steps int) {
 			} else {
 				specs = tw.randomAck(rng, pops)
 			}
-			if len(specs) == 0 {
-				continue
-			}
-			sent = append(sent, specs)
-			var got [2][]broker.AckResult
-			for side, ns := range [][]*nodetest.Node{tw.a, tw.b} {
-				items := make([]broker.AckItem, len(specs))
-				for j, s := range specs {
-					tp := pops[s.pop]
-					res := tp.res[side]
-					it := broker.AckItem{Group: tp.group, Status: s.status}
-					if s.msg < 0 {
-						it.TransactionID, it.PartitionID = "unknown-"+fmt.Sprint(j), res.Messages[0].PartitionID
-					} else {
-						m := res.Messages[s.msg]
-						it.TransactionID, it.PartitionID = m.TransactionID, m.PartitionID
-					}
-					switch s.lease {
-					case "own":
-						it.LeaseID = res.LeaseID
-					case "wrong":
-						it.LeaseID = fmt.Sprintf("00000000-0000-4000-8000-%012d", j)
-					}
-					items[j] = it
-				}
-				res, err := ns[node].Broker.Ack(ctx, broker.DefaultTenant, items)
-				if err != nil {
-					t.Fatalf("%s: ack: %v", where, err)
-				}
-				got[side] = res
-			}
-			if !reflect.DeepEqual(got[0], got[1]) {
-				t.Fatalf("%s: ack %+v answers differ:\nCAS     %+v\nack_v1 %+v", where, specs, got[0], got[1])
-			}
+			doAck(where, node, specs)
 		case r < 93: // a lease expires
 			p := pops[rng.Intn(len(pops))]
 			for side := range 2 {
@@ -197,6 +204,13 @@ func (tw *twin) run(seed int64, steps int) {
 					WHERE lease_id = $1`, p.res[side].LeaseID); err != nil {
 					t.Fatal(err)
 				}
+			}
+			if rng.Intn(2) == 0 {
+				// another consumer takes the batch again, then the first
+				// one's ack comes (as the test of the lease condition)
+				doPop(where, rng.Intn(2), broker.PopRequest{Queue: queue, Partition: p.res[0].Partition,
+					Group: p.group, Batch: len(p.res[0].Messages)})
+				doAck(where, p.node, fullAck(rng, pops, p.index))
 			}
 		case r < 96: // a message deleted under its lease, as a retention pass racing a claim can
 			p := pops[len(pops)-1-rng.Intn(min(3, len(pops)))]
@@ -207,6 +221,9 @@ func (tw *twin) run(seed int64, steps int) {
 					WHERE partition_id = $1 AND transaction_id = $2`, m.PartitionID, m.TransactionID); err != nil {
 					t.Fatal(err)
 				}
+			}
+			if rng.Intn(2) == 0 {
+				doAck(where, p.node, fullAck(rng, pops, p.index))
 			}
 		case r < 98: // a message deleted through the API
 			p := pops[len(pops)-1-rng.Intn(min(3, len(pops)))]
@@ -245,14 +262,7 @@ func (tw *twin) randomAck(rng *rand.Rand, pops []twinPop) []ackSpec {
 		pi -= rng.Intn(min(4, len(pops)))
 	}
 	n := len(pops[pi].res[0].Messages)
-	all := func(pi, n int) []ackSpec {
-		s := make([]ackSpec, n)
-		for i, k := range rng.Perm(n) {
-			s[i] = ackSpec{pop: pi, msg: k, lease: "own"}
-		}
-		return s
-	}
-	s := all(pi, n)
+	s := fullAck(rng, pops, pi)
 	switch r := rng.Intn(100); {
 	case r < 45: // the whole batch, any order
 	case r < 55: // a part of it
@@ -279,8 +289,19 @@ func (tw *twin) randomAck(rng *rand.Rand, pops []twinPop) []ackSpec {
 		s = append(s, ackSpec{pop: pi, msg: -1, lease: "own"})
 	default: // two batches in one request
 		pj := len(pops) - 1 - rng.Intn(min(4, len(pops)))
-		s = append(s, all(pj, len(pops[pj].res[0].Messages))...)
+		s = append(s, fullAck(rng, pops, pj)...)
 		rng.Shuffle(len(s), func(i, j int) { s[i], s[j] = s[j], s[i] })
+	}
+	return s
+}
+
+// fullAck acks every message of pops[pi], completed, with its lease, in a
+// random order.
+func fullAck(rng *rand.Rand, pops []twinPop, pi int) []ackSpec {
+	n := len(pops[pi].res[0].Messages)
+	s := make([]ackSpec, n)
+	for i, k := range rng.Perm(n) {
+		s[i] = ackSpec{pop: pi, msg: k, lease: "own"}
 	}
 	return s
 }
