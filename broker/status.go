@@ -44,6 +44,8 @@ type Counters struct {
 	PopSQLCalls   int64
 	Acks          int64
 	AcksRefused   int64
+	AcksCAS       int64 // ack items resolved by the CAS ack (ackcas.go)
+	AcksGeneral   int64 // ack items sent to queen.ack_v1
 	DeadLettered  int64
 	Transactions  int64
 	LeasesDropped int64
@@ -75,6 +77,7 @@ func (s *Stats) Snapshot() Counters {
 		Duplicates: s.Duplicates.Load(), Pops: s.Pops.Load(), PopsMessages: s.PopsMessages.Load(),
 		PopsEmpty: s.PopsEmpty.Load(), PoppedItems: s.PoppedItems.Load(), PopSQLCalls: s.PopSQLCalls.Load(),
 		Acks: s.Acks.Load(), AcksRefused: s.AcksRefused.Load(), DeadLettered: s.DeadLettered.Load(),
+		AcksCAS: s.AcksCAS.Load(), AcksGeneral: s.AcksGeneral.Load(),
 		Transactions: s.Transactions.Load(), LeasesDropped: s.LeasesDropped.Load(),
 	}
 }
