@@ -39,7 +39,7 @@ type Config struct {
 	// for the one being written into one transaction: group commit
 	// (broker/combine.go). Off, every push is its own transaction.
 	PushCombine bool
-	// AckCAS (default on): an ack naming exactly a batch this node served
+	// AckCAS (QUEEN_ACK_CAS, default on): an ack naming exactly a batch this node served
 	// under a lease is one compare-and-set of the cursor, merged with
 	// concurrent ones (broker/ackcas.go); off, every ack calls ack_v1.
 	AckCAS bool
