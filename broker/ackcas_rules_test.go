@@ -294,3 +294,105 @@ func TestAckCASConcurrent(t *testing.T) {
 		t.Fatalf("both paths must run: %d CAS, %d general", cas, gen)
 	}
 }
+
+// While two CAS flushes are in flight (held up here by a row lock), more
+// acks wait and then go together in one flush, and one whose client left
+// meanwhile is skipped: its batch stays leased.
+func TestAckCASMerges(t *testing.T) {
+	n := nodetest.Start(t)
+	b := n.Broker
+	ctx := context.Background()
+	const parts = 8
+	queue := "cas-merge"
+	configure(t, n, queue, msg{"leaseTime": 600})
+	pops := make([]*broker.PopResult, parts)
+	for p := range pops {
+		part := fmt.Sprint("p", p)
+		casPush(t, b, queue, part, 5, part)
+		res, err := b.Pop(ctx, broker.DefaultTenant, broker.PopRequest{Queue: queue, Partition: part, Batch: 5})
+		if err != nil || res == nil || len(res.Messages) != 5 {
+			t.Fatalf("pop %s: %+v %v", part, res, err)
+		}
+		pops[p] = res
+	}
+	conn, err := pgx.Connect(ctx, n.DBURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM queen.consumers c JOIN queen.partitions p ON p.id = c.partition_id
+		WHERE p.name IN ('p0', 'p1') FOR UPDATE OF c`); err != nil {
+		t.Fatal(err)
+	}
+	flushes0, cas0 := b.Stats().AckCASFlushes.Load(), b.Stats().AcksCAS.Load()
+	type answer struct {
+		p   int
+		res []broker.AckResult
+		err error
+	}
+	answers := make(chan answer, parts)
+	ack := func(ctx context.Context, p int) {
+		res, err := b.Ack(ctx, broker.DefaultTenant, casAckAll(pops[p], pops[p].LeaseID))
+		answers <- answer{p, res, err}
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !cond(); {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+			time.Sleep(time.Millisecond) // polling, not synchronisation
+		}
+	}
+	go ack(ctx, 0)
+	go ack(ctx, 1)
+	waitFor("two flushes", func() bool { return b.Stats().AckCASFlushes.Load()-flushes0 == 2 })
+	gone, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go ack(gone, 2)
+	for p := 3; p < parts; p++ {
+		go ack(ctx, p)
+	}
+	waitFor("six waiting acks", func() bool { return broker.AckCASPending(b) == parts-2 })
+	if got := b.Stats().AckCASFlushes.Load() - flushes0; got != 2 {
+		t.Fatalf("%d flushes in flight, want 2", got)
+	}
+	cancel()
+	a := <-answers
+	if a.p != 2 || a.err == nil {
+		t.Fatalf("the first answer is %+v, want the cancelled ack's error", a)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < parts-1; i++ {
+		a := <-answers
+		if a.err != nil {
+			t.Fatalf("ack %d: %v", a.p, a.err)
+		}
+		for _, r := range a.res {
+			if !r.Success || !r.LeaseReleased {
+				t.Fatalf("ack %d: %+v", a.p, r)
+			}
+		}
+	}
+	if got := b.Stats().AckCASFlushes.Load() - flushes0; got != 3 {
+		t.Fatalf("%d flushes, want 3 (two held up, then the five waiting ones together)", got)
+	}
+	if got := b.Stats().AcksCAS.Load() - cas0; got != (parts-1)*5 {
+		t.Fatalf("%d items by CAS, want %d", got, (parts-1)*5)
+	}
+	var lease *string
+	if err := conn.QueryRow(ctx, `SELECT c.lease_id FROM queen.consumers c JOIN queen.partitions p ON p.id = c.partition_id
+		WHERE p.name = 'p2'`).Scan(&lease); err != nil {
+		t.Fatal(err)
+	}
+	if lease == nil || *lease != pops[2].LeaseID {
+		t.Fatalf("the cancelled ack's batch: lease %v, want still %s", lease, pops[2].LeaseID)
+	}
+}
