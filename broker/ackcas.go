@@ -144,6 +144,12 @@ func (b *Broker) ackWithCAS(ctx context.Context, tenant string, items []AckItem)
 		}
 	}
 	b.stats.AcksCAS.Add(cas)
+	if ctx.Err() != nil {
+		// The client left while its flush ran: what committed still wakes
+		// pops, the rest is not sent.
+		b.afterAck(tenant, casOnly(outs, done))
+		return nil, true, ctx.Err()
+	}
 	var rest []int
 	for i := range items {
 		if !done[i] {
@@ -203,6 +209,7 @@ const ackMaxInFlight = 2
 type casReq struct {
 	ctx   context.Context
 	pairs []pg.CASPair
+	sent  bool // taken by a flush (under ackCombiner.mu)
 	done  chan struct{}
 	once  sync.Once
 	res   []pg.CASResult
@@ -232,7 +239,14 @@ func (c *ackCombiner) submit(ctx context.Context, pairs []pg.CASPair) ([]pg.CASR
 	select {
 	case <-r.done:
 	case <-ctx.Done():
-		r.finish(nil, ctx.Err()) // skipped if not sent yet
+		// Skipped if not sent yet. Once sent, its rows may commit: wait
+		// for the flush (bounded by combineFlushTimeout), so that the
+		// caller still applies the hot-list effects of what committed.
+		c.mu.Lock()
+		if !r.sent {
+			r.finish(nil, ctx.Err())
+		}
+		c.mu.Unlock()
 		<-r.done
 	}
 	return r.res, r.err
@@ -253,6 +267,9 @@ func (c *ackCombiner) run() {
 		}
 		batch := c.pending[:n:n]
 		c.pending = c.pending[n:]
+		for _, r := range batch {
+			r.sent = true
+		}
 		c.mu.Unlock()
 		c.flush(batch)
 	}
