@@ -183,13 +183,12 @@ func (f hist) prometheus(s *Snapshot) (uint64, float64, map[float64]uint64) {
 
 // Help of the families several rows share.
 const (
-	helpMarks = "Partition marks by source: local push, remote (peer hint), commit (transaction commit or DLQ move)."
-	helpInRef = "Inbound hint streams refused, by reason: limit (per-address or total streams), not_member."
-	helpPops  = "Finished pops by outcome: messages or empty (timed-out long-polls included)."
-	// the CAS ack (broker/ackcas.go) or queen.ack_v1
-	helpAckPath = "Ack items by path: cas (a whole served batch, one compare-and-set) or general (queen.ack_v1)."
-	helpMembs   = "Members this node knows, itself included, by state."
-	helpRetDel  = "Messages the retention job deleted on this node, by reason: completed (passed by every group, past the dedup window or completedRetentionSeconds) or pending (retentionSeconds, maxWaitTimeSeconds)."
+	helpMarks  = "Partition marks by source: local push, remote (peer hint), commit (transaction commit or DLQ move)."
+	helpInRef  = "Inbound hint streams refused, by reason: limit (per-address or total streams), not_member."
+	helpPops   = "Finished pops by outcome: messages or empty (timed-out long-polls included)."
+	helpMembs  = "Members this node knows, itself included, by state."
+	helpRetDel = "Messages the retention job deleted on this node, by reason: completed (passed by every group, past the dedup window or completedRetentionSeconds) or pending (retentionSeconds, maxWaitTimeSeconds)."
+	helpAckVia = "Ack items by path: cas (a whole batch this node served, one compare-and-set; broker/ackcas.go) or general (queen.ack_v1)."
 )
 
 // membersIn counts the members in one state.
@@ -395,9 +394,9 @@ var Table = []Row{
 	{Status: "requests.acks_refused", Metric: "queen_acks_refused_total", Kind: Counter,
 		Help: "Acknowledged items refused (e.g. unknown or expired lease).", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.AcksRefused })},
 	{Status: "requests.acks_cas", Metric: "queen_ack_items_total", Label: Label{"path", "cas"}, Kind: Counter,
-		Help: helpAckPath, Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.AcksCAS })},
+		Help: helpAckVia, Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.AcksCAS })},
 	{Status: "requests.acks_general", Metric: "queen_ack_items_total", Label: Label{"path", "general"}, Kind: Counter,
-		Help: helpAckPath, Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.AcksGeneral })},
+		Help: helpAckVia, Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.AcksGeneral })},
 	{Status: "requests.dead_lettered", Metric: "queen_dead_lettered_total", Kind: Counter,
 		Help: "Messages moved to the dead-letter queue.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.DeadLettered })},
 	{Status: "requests.transactions", Metric: "queen_transactions_total", Kind: Counter,
