@@ -189,6 +189,7 @@ const (
 	helpVerdicts = "Candidates the claim core evaluated, by verdict: took (messages delivered), empty, leased (another consumer of the group holds it), busy (row locked by another transaction), requeue (not evaluated)."
 	helpMembs    = "Members this node knows, itself included, by state."
 	helpRetDel   = "Messages the retention job deleted on this node, by reason: completed (passed by every group, past the dedup window or completedRetentionSeconds) or pending (retentionSeconds, maxWaitTimeSeconds)."
+	helpAckVia   = "Ack items by path: cas (a whole batch this node served, one compare-and-set; broker/ackcas.go) or general (queen.ack_v1)."
 )
 
 // membersIn counts the members in one state.
@@ -405,6 +406,10 @@ var Table = []Row{
 		Help: "Acknowledged items.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.Acks })},
 	{Status: "requests.acks_refused", Metric: "queen_acks_refused_total", Kind: Counter,
 		Help: "Acknowledged items refused (e.g. unknown or expired lease).", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.AcksRefused })},
+	{Status: "requests.acks_cas", Metric: "queen_ack_items_total", Label: Label{"path", "cas"}, Kind: Counter,
+		Help: helpAckVia, Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.AcksCAS })},
+	{Status: "requests.acks_general", Metric: "queen_ack_items_total", Label: Label{"path", "general"}, Kind: Counter,
+		Help: helpAckVia, Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.AcksGeneral })},
 	{Status: "requests.dead_lettered", Metric: "queen_dead_lettered_total", Kind: Counter,
 		Help: "Messages moved to the dead-letter queue.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.DeadLettered })},
 	{Status: "requests.transactions", Metric: "queen_transactions_total", Kind: Counter,

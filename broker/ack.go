@@ -16,15 +16,19 @@ func (b *Broker) Ack(ctx context.Context, tenant string, items []AckItem) ([]Ack
 	if len(items) == 0 {
 		return []AckResult{}, nil
 	}
-	// One autocommit call: a deadlock or a concurrent delete rolls it back
-	// whole, so running it again cannot apply an item twice.
-	var outs []pg.AckOutcome
-	err := b.db.Retry(ctx, func() (err error) {
-		outs, err = b.db.Ack(ctx, tenant, ackRows(items))
-		return err
-	})
+	var (
+		outs []pg.AckOutcome
+		used bool
+		err  error
+	)
+	if b.acks != nil {
+		outs, used, err = b.ackWithCAS(ctx, tenant, items)
+	}
+	if !used {
+		outs, err = b.ackGeneral(ctx, tenant, items)
+	}
 	if err != nil {
-		return nil, wrap(err)
+		return nil, err
 	}
 	b.afterAck(tenant, outs)
 	res := make([]AckResult, len(items))
@@ -37,6 +41,22 @@ func (b *Broker) Ack(ctx context.Context, tenant string, items []AckItem) ([]Ack
 		}
 	}
 	return res, nil
+}
+
+// ackGeneral runs the items through queen.ack_v1.
+func (b *Broker) ackGeneral(ctx context.Context, tenant string, items []AckItem) ([]pg.AckOutcome, error) {
+	b.stats.AcksGeneral.Add(int64(len(items)))
+	// One autocommit call: a deadlock or a concurrent delete rolls it back
+	// whole, so running it again cannot apply an item twice.
+	var outs []pg.AckOutcome
+	err := b.db.Retry(ctx, func() (err error) {
+		outs, err = b.db.Ack(ctx, tenant, ackRows(items))
+		return err
+	})
+	if err != nil {
+		return nil, wrap(err)
+	}
+	return outs, nil
 }
 
 func ackRows(items []AckItem) []pg.AckRow {

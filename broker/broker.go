@@ -27,6 +27,9 @@ type Broker struct {
 	push  *pushCombiner // nil with PushCombine off
 	popc  *popCombiner  // nil with PopCombine off
 	prov  *provisioned  // consumer rows known to exist, for the claim core
+	// acks and leases are the CAS ack (ackcas.go); nil with AckCAS off
+	acks   *ackCombiner
+	leases *leaseMemory
 
 	hot        *hotlist.Hotlist // nil with QUEEN_HOTLIST=0: every hook is one branch on it
 	wakeKick   chan struct{}    // a quiet mark happened: the wake loop runs (wake.go)
@@ -68,6 +71,9 @@ type Stats struct {
 	// a pop's SQL evaluated for each one it took. Leased verdicts grow when
 	// nodes probe partitions another node's consumers hold.
 	ClaimTook, ClaimEmpty, ClaimLeased, ClaimBusy, ClaimRequeue atomic.Int64
+	AcksCAS                                                     atomic.Int64 // ack items resolved by the CAS ack (broker/ackcas.go)
+	AcksGeneral                                                 atomic.Int64 // ack items sent to queen.ack_v1
+	AckCASFlushes                                               atomic.Int64 // CAS ack statements sent (fewer than acks when merged)
 }
 
 // New connects to PostgreSQL (retrying until ctx ends, since a database that
@@ -115,6 +121,10 @@ func New(ctx context.Context, cfg Config, log hclog.Logger) (*Broker, error) {
 	b.prov = newProvisioned()
 	if cfg.PopCombine {
 		b.popc = newPopCombiner(db, b.claimAlone, b.dropLease, &b.stats.PopFlushes)
+	}
+	if cfg.AckCAS {
+		b.acks = newAckCombiner(db, DefaultMaxPushRows, &b.stats.AckCASFlushes)
+		b.leases = newLeaseMemory(defaultLeaseMemLeases, defaultLeaseMemBytes)
 	}
 	if cfg.Hotlist.Enabled {
 		b.hot = newHotlist(cfg, func(key, event string, kv ...any) {

@@ -18,6 +18,7 @@ const (
 	DefaultMaxPushRows    = 10000 // rows of one combined push flush (broker/combine.go)
 	DefaultPushCombine    = true
 	DefaultPopCombine     = true
+	DefaultAckCAS         = true
 	DefaultMaxPopBytes    = 16 << 20 // a pop response's payload bytes, about (docs/operations.md, "Limits")
 	DefaultHotlistEnabled = true
 	DefaultHotlistIdle    = 300 * time.Second // the idle sweep is the broker's loop (broker/hot.go)
@@ -43,6 +44,10 @@ type Config struct {
 	// for the ones being run into one transaction (broker/popcombine.go).
 	// Off, every claim is its own call.
 	PopCombine bool
+	// AckCAS (QUEEN_ACK_CAS, default on): an ack naming exactly a batch this node served
+	// under a lease is one compare-and-set of the cursor, merged with
+	// concurrent ones (broker/ackcas.go); off, every ack calls ack_v1.
+	AckCAS bool
 
 	Hotlist             HotlistConfig // the candidate rings; off = the SQL candidate scan
 	LogTopNQueues       int           // QUEEN_LOG_TOPN_QUEUES, default 10
@@ -85,6 +90,7 @@ func DefaultConfig() Config {
 		MaxPopBytes:   DefaultMaxPopBytes,
 		PushCombine:   DefaultPushCombine,
 		PopCombine:    DefaultPopCombine,
+		AckCAS:        DefaultAckCAS,
 		Hotlist: HotlistConfig{Enabled: DefaultHotlistEnabled, IdleSweep: DefaultHotlistIdle,
 			Config: hotlist.DefaultConfig()},
 		LogTopNQueues: DefaultLogTopN,

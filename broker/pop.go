@@ -228,6 +228,7 @@ func (b *Broker) popResult(args pg.PopArgs, out *pg.PopOutcome) *PopResult {
 	}
 	b.stats.PopsMessages.Add(1)
 	b.stats.PoppedItems.Add(int64(len(out.Messages)))
+	b.leases.rememberPop(args, out) // for the CAS ack (ackcas.go)
 	return res
 }
 

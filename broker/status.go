@@ -50,6 +50,8 @@ type Counters struct {
 	ClaimRequeue  int64
 	Acks          int64
 	AcksRefused   int64
+	AcksCAS       int64 // ack items resolved by the CAS ack (ackcas.go)
+	AcksGeneral   int64 // ack items sent to queen.ack_v1
 	DeadLettered  int64
 	Transactions  int64
 	LeasesDropped int64
@@ -83,6 +85,7 @@ func (s *Stats) Snapshot() Counters {
 		ClaimTook: s.ClaimTook.Load(), ClaimEmpty: s.ClaimEmpty.Load(), ClaimLeased: s.ClaimLeased.Load(),
 		ClaimBusy: s.ClaimBusy.Load(), ClaimRequeue: s.ClaimRequeue.Load(),
 		Acks: s.Acks.Load(), AcksRefused: s.AcksRefused.Load(), DeadLettered: s.DeadLettered.Load(),
+		AcksCAS: s.AcksCAS.Load(), AcksGeneral: s.AcksGeneral.Load(),
 		Transactions: s.Transactions.Load(), LeasesDropped: s.LeasesDropped.Load(),
 	}
 }

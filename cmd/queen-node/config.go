@@ -97,6 +97,8 @@ func settings() []setting {
 			apply: func(c *Config, v string) error { return boolean(v, &c.Node.Broker.PushCombine) }},
 		{env: "QUEEN_POP_COMBINE", flag: "pop-combine", def: boolDef(d.Broker.PopCombine), isBool: true, usage: "claims waiting for the ones being run go to PostgreSQL together, one transaction per flush; 0 = one transaction per claim",
 			apply: func(c *Config, v string) error { return boolean(v, &c.Node.Broker.PopCombine) }},
+		{env: "QUEEN_ACK_CAS", flag: "ack-cas", def: boolDef(d.Broker.AckCAS), isBool: true, usage: "an ack of exactly a batch this node served under a lease is one compare-and-set, merged with concurrent ones; 0 = every ack through ack_v1",
+			apply: func(c *Config, v string) error { return boolean(v, &c.Node.Broker.AckCAS) }},
 		{env: "QUEEN_POP_MAX_BYTES", flag: "pop-max-bytes", def: strconv.Itoa(int(d.Broker.MaxPopBytes)),
 			usage: "payload bytes of one pop response, about (fewer messages past it; the first always fits)",
 			apply: func(c *Config, v string) error {

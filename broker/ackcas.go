@@ -1,0 +1,340 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/google/uuid"
+
+	"queen-node/pg"
+	"queen-node/protocol"
+)
+
+// The CAS ack (docs/storage.md, "CAS ack"): an ack that names, for a
+// (partition, group), exactly the batch this node served under a lease, all
+// completed, is one compare-and-set of the consumer row (pg.AckCAS) instead
+// of a queen.ack_v1 call, and the CAS of concurrent acks share one statement
+// and one commit (ackCombiner). What does not qualify, and what the CAS did
+// not match, goes through ack_v1 as before, so every answer is ack_v1's.
+
+// casPlan is the CAS part of one ack request.
+type casPlan struct {
+	pairs   []pg.CASPair
+	batches []*servedBatch
+	items   [][]int // per pair, the request's item indices
+}
+
+// planCAS picks the (partition, group) pairs of the request that qualify:
+// all their items completed (or success, or no status), carrying one lease
+// id this node served that pair under, naming each served message once.
+func (b *Broker) planCAS(tenant string, items []AckItem) casPlan {
+	type key struct{ pid, group string }
+	type acc struct {
+		lease string
+		ok    bool
+		idx   []int
+	}
+	var keys []key
+	byKey := map[key]*acc{}
+	for i, it := range items {
+		k := key{canonicalPID(it.PartitionID), it.Group}
+		if k.group == "" {
+			k.group = QueueMode // as ack_v1 reads it
+		}
+		a := byKey[k]
+		if a == nil {
+			a = &acc{lease: it.LeaseID, ok: true}
+			byKey[k] = a
+			keys = append(keys, k)
+		}
+		a.idx = append(a.idx, i)
+		if it.LeaseID == "" || it.LeaseID != a.lease || !completedStatus(string(it.Status)) {
+			a.ok = false
+		}
+	}
+	var p casPlan
+	for _, k := range keys {
+		a := byKey[k]
+		if !a.ok || k.pid == "" {
+			continue
+		}
+		txids := make([]string, len(a.idx))
+		for j, i := range a.idx {
+			txids[j] = items[i].TransactionID
+		}
+		slices.Sort(txids)
+		sb := b.leases.take(tenant, a.lease, k.pid, k.group, txids)
+		if sb == nil {
+			continue
+		}
+		p.pairs = append(p.pairs, pg.CASPair{Tenant: tenant, PartitionID: k.pid, Group: k.group,
+			LeaseID: a.lease, First: sb.first, End: sb.end, N: len(sb.txids)})
+		p.batches = append(p.batches, sb)
+		p.items = append(p.items, a.idx)
+	}
+	return p
+}
+
+// canonicalPID spells a partition id as ackRows sends it; "" when it is not
+// a uuid (such an item is never the CAS's).
+func canonicalPID(s string) string {
+	u, err := uuid.Parse(s)
+	if err != nil {
+		return ""
+	}
+	return u.String()
+}
+
+// completedStatus tells whether ack_v1 reads s as completed: its
+// COALESCE(NULLIF(lower(s), ”), 'completed') in ('completed', 'success').
+// ASCII folding only: lower() of a non-ASCII letter is never an ASCII one
+// of these words, and anything doubtful just takes the general path.
+func completedStatus(s string) bool {
+	if s == "" {
+		return true
+	}
+	if len(s) != len("completed") && len(s) != len("success") {
+		return false
+	}
+	buf := make([]byte, len(s))
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		buf[i] = c
+	}
+	l := string(buf)
+	return l == string(protocol.AckCompleted) || l == "success"
+}
+
+// ackWithCAS answers an ack request: the qualifying pairs by CAS (merged
+// with concurrent requests), everything else, and every pair the CAS did
+// not match, in one ack_v1 call. Outcomes come in input order, as ack_v1's.
+func (b *Broker) ackWithCAS(ctx context.Context, tenant string, items []AckItem) ([]pg.AckOutcome, bool, error) {
+	plan := b.planCAS(tenant, items)
+	if len(plan.pairs) == 0 {
+		return nil, false, nil
+	}
+	res, err := b.acks.submit(ctx, plan.pairs)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, true, ctx.Err()
+		}
+		res = make([]pg.CASResult, len(plan.pairs)) // nothing written: all general
+	}
+	outs := make([]pg.AckOutcome, len(items))
+	done := make([]bool, len(items))
+	var cas int64
+	for j, r := range res {
+		if !r.OK {
+			continue
+		}
+		for _, i := range plan.items[j] {
+			p := plan.pairs[j]
+			// What ack_v1 answers for each completed item of a batch it
+			// resolves whole under the live lease, its summary applied.
+			outs[i] = pg.AckOutcome{Idx: i, Success: true, Queue: r.Queue, Partition: r.Partition,
+				Released: true, Pending: r.Pending, PartitionID: p.PartitionID, Group: p.Group}
+			done[i] = true
+			cas++
+		}
+	}
+	b.stats.AcksCAS.Add(cas)
+	if ctx.Err() != nil {
+		// The client left while its flush ran: what committed still wakes
+		// pops, the rest is not sent.
+		b.afterAck(tenant, casOnly(outs, done))
+		return nil, true, ctx.Err()
+	}
+	var rest []int
+	for i := range items {
+		if !done[i] {
+			rest = append(rest, i)
+		}
+	}
+	if len(rest) > 0 {
+		sub := make([]AckItem, len(rest))
+		for j, i := range rest {
+			sub[j] = items[i]
+		}
+		gen, err := b.ackGeneral(ctx, tenant, sub)
+		if err != nil {
+			// The CAS part committed; a retried request is told success for
+			// those (docs/api.md, "Acks", rule 5), as after a lost answer.
+			b.afterAck(tenant, casOnly(outs, done))
+			return nil, true, err
+		}
+		for j, i := range rest {
+			o := gen[j]
+			o.Idx = i
+			outs[i] = o
+		}
+	}
+	return outs, true, nil
+}
+
+func casOnly(outs []pg.AckOutcome, done []bool) []pg.AckOutcome {
+	var r []pg.AckOutcome
+	for i, o := range outs {
+		if done[i] {
+			r = append(r, o)
+		}
+	}
+	return r
+}
+
+// ackCombiner merges the CAS pairs of concurrent ack requests into one
+// pg.AckCAS statement per flush, like pushCombiner does for pushes: a
+// request that arrives while ackMaxInFlight flushes run waits and goes with
+// the next one; an idle node flushes at once (no timer). A request is
+// answered only once the flush carrying it committed; one whose client left
+// before its pairs were sent is skipped. A flush that fails wrote nothing:
+// its requests take the general path under their own contexts.
+type ackCombiner struct {
+	db       *pg.DB
+	maxPairs int
+	flushes  *atomic.Int64
+
+	mu       sync.Mutex
+	pending  []*casReq
+	inflight int
+}
+
+const ackMaxInFlight = 2
+
+type casReq struct {
+	ctx   context.Context
+	pairs []pg.CASPair
+	sent  bool // taken by a flush (under ackCombiner.mu)
+	done  chan struct{}
+	once  sync.Once
+	res   []pg.CASResult
+	err   error
+}
+
+func (r *casReq) finish(res []pg.CASResult, err error) {
+	r.once.Do(func() {
+		r.res, r.err = res, err
+		close(r.done)
+	})
+}
+
+func newAckCombiner(db *pg.DB, maxPairs int, flushes *atomic.Int64) *ackCombiner {
+	return &ackCombiner{db: db, maxPairs: maxPairs, flushes: flushes}
+}
+
+func (c *ackCombiner) submit(ctx context.Context, pairs []pg.CASPair) ([]pg.CASResult, error) {
+	r := &casReq{ctx: ctx, pairs: pairs, done: make(chan struct{})}
+	c.mu.Lock()
+	c.pending = append(c.pending, r)
+	if c.inflight < ackMaxInFlight {
+		c.inflight++
+		go c.run()
+	}
+	c.mu.Unlock()
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+		// Skipped if not sent yet. Once sent, its rows may commit: wait
+		// for the flush (bounded by combineFlushTimeout), so that the
+		// caller still applies the hot-list effects of what committed.
+		c.mu.Lock()
+		if !r.sent {
+			r.finish(nil, ctx.Err())
+		}
+		c.mu.Unlock()
+		<-r.done
+	}
+	return r.res, r.err
+}
+
+func (c *ackCombiner) run() {
+	for {
+		c.mu.Lock()
+		if len(c.pending) == 0 {
+			c.inflight--
+			c.mu.Unlock()
+			return
+		}
+		n, pairs := 0, 0
+		for n < len(c.pending) && (n == 0 || pairs+len(c.pending[n].pairs) <= c.maxPairs) {
+			pairs += len(c.pending[n].pairs)
+			n++
+		}
+		batch := c.pending[:n:n]
+		c.pending = c.pending[n:]
+		for _, r := range batch {
+			r.sent = true
+		}
+		c.mu.Unlock()
+		c.flush(batch)
+	}
+}
+
+func (c *ackCombiner) flush(batch []*casReq) {
+	live := batch[:0:0]
+	for _, r := range batch {
+		select {
+		case <-r.done: // its client left before its pairs were sent
+		default:
+			live = append(live, r)
+		}
+	}
+	if len(live) == 0 {
+		return
+	}
+	defer func() {
+		// A panic must neither kill the node nor leave acks waiting.
+		if p := recover(); p != nil {
+			for _, r := range live {
+				r.finish(nil, fmt.Errorf("ack: internal error: %v", p))
+			}
+		}
+	}()
+	// A (partition, group) goes to the statement once: a second request
+	// for the same batch (a duplicate ack) takes the general path after
+	// this flush, which then answers as ack_v1 does for a repeated ack.
+	type key struct{ pid, group string }
+	seen := map[key]bool{}
+	var all []pg.CASPair
+	var where [][2]int // index in all -> (request, pair)
+	for ri, r := range live {
+		for pi, p := range r.pairs {
+			k := key{p.PartitionID, p.Group}
+			if seen[k] {
+				continue
+			}
+			seen[k] = true
+			all = append(all, p)
+			where = append(where, [2]int{ri, pi})
+		}
+	}
+	c.flushes.Add(1)
+	ctx, cancel := context.WithTimeout(context.Background(), combineFlushTimeout)
+	var res []pg.CASResult
+	err := c.db.Retry(ctx, func() (err error) {
+		res, err = c.db.AckCAS(ctx, all)
+		return err
+	})
+	cancel()
+	if err != nil {
+		for _, r := range live {
+			r.finish(nil, fmt.Errorf("ack cas flush: %w", err))
+		}
+		return
+	}
+	mine := make([][]pg.CASResult, len(live))
+	for ri, r := range live {
+		mine[ri] = make([]pg.CASResult, len(r.pairs))
+	}
+	for j, w := range where {
+		mine[w[0]][w[1]] = res[j]
+	}
+	for ri, r := range live {
+		r.finish(mine[ri], nil)
+	}
+}
