@@ -37,7 +37,7 @@ run_one() { # bin label
 	local bin=$1 label=$2 db="ab_$(date +%s%N)"
 	shift 2
 	"$PSQL" -q "$PG_URL" -c "CREATE DATABASE $db" >/dev/null
-	local url="$base/$db$query" urls="" join=""
+	local url="$base/$db$query" urls="" join="" i n u
 	for i in $(seq 1 "$NODES"); do
 		local hp=$((16700 + i * 2)) mp=$((16701 + i * 2))
 		QUEEN_PG_URL=$url QUEEN_HTTP_ADDR=127.0.0.1:$hp QUEEN_MESH_BIND=127.0.0.1:$mp \
@@ -60,7 +60,7 @@ run_one() { # bin label
 		done
 	done
 	"$BENCH" --nodes "$urls" --pg-url "$url" --json "$OUT/$label.json" "$@" >"$OUT/$label.txt" 2>&1 || echo "run $label failed (exit $?)" >&2
-	local n=0
+	n=0
 	for u in ${urls//,/ }; do
 		n=$((n + 1))
 		curl -fs "$u/metrics" >"$OUT/$label.node$n.metrics" 2>/dev/null || true
