@@ -2,6 +2,7 @@ package hotlist
 
 import (
 	"container/heap"
+	"math"
 	"sync"
 	"sync/atomic"
 )
@@ -35,8 +36,13 @@ type slot struct {
 	remoteGen uint32 // the ring's reseed generation at the last remote mark (remote only)
 	revisitAt int64  // unix nanos, meaningful in Wheel
 	takenAt   int64  // unix nanos, meaningful in Inflight
-	prev      int32  // ready list links, shard-local positions
-	next      int32
+	// readyAt (unix nanos) is the entry's place in the ring's line: when it
+	// became ready. Ready: the ready list is sorted on it and Take serves the
+	// oldest first across sub-rings. Inflight: kept, so a candidate that was
+	// not evaluated (Requeue, Abandon) goes back to its old place.
+	readyAt int64
+	prev    int32 // ready list links, shard-local positions
+	next    int32
 }
 
 type wheelEntry struct {
@@ -65,9 +71,14 @@ func (h *wheelHeap) Pop() any {
 type subRing struct {
 	mu    sync.Mutex
 	slots []slot
-	head  int32
+	head  int32 // the ready list, sorted on readyAt (oldest first)
 	tail  int32
 	wheel wheelHeap
+
+	// headAt is the head's readyAt (math.MaxInt64 when the list is empty),
+	// written under mu, so Take finds the oldest head of a ring without
+	// taking every sub-ring's lock.
+	headAt atomic.Int64
 
 	// counts, readable without the lock (status, top rings, wheel tick skip)
 	nReady, nWheel, nInflight atomic.Int32
@@ -78,7 +89,11 @@ type subRing struct {
 	detached bool
 }
 
-func newSubRing() *subRing { return &subRing{head: none, tail: none} }
+func newSubRing() *subRing {
+	s := &subRing{head: none, tail: none}
+	s.headAt.Store(math.MaxInt64)
+	return s
+}
 
 // counters is where state changes are also totalled for the whole Hotlist.
 type counters struct {
@@ -93,7 +108,8 @@ func (s *subRing) slot(pos int32) *slot {
 }
 
 // set moves a slot to a new state, maintaining the ready list, the wheel
-// and the counters. at is the revisit time when moving to Wheel.
+// and the counters. at is the revisit time when moving to Wheel, and the
+// readyAt (the place in line) when moving to Ready.
 func (s *subRing) set(pos int32, to State, at int64, c *counters) {
 	sl := &s.slots[pos]
 	from := sl.state
@@ -105,7 +121,8 @@ func (s *subRing) set(pos int32, to State, at int64, c *counters) {
 	s.count(to, 1, c)
 	switch to {
 	case Ready:
-		s.pushTail(pos)
+		sl.readyAt = at
+		s.link(pos)
 	case Wheel:
 		sl.revisitAt = at
 		heap.Push(&s.wheel, wheelEntry{at: at, pos: pos})
@@ -162,16 +179,51 @@ func (s *subRing) count(st State, d int32, c *counters) {
 	}
 }
 
-func (s *subRing) pushTail(pos int32) {
+// link inserts a slot into the ready list at its readyAt, after any entry
+// of the same readyAt. It searches from both ends at once, so the cost is
+// the distance to the nearer end: a new mark (the newest) lands at the tail
+// in one step, a requeued candidate (among the oldest) near the head in a
+// few.
+func (s *subRing) link(pos int32) {
+	at := s.slots[pos].readyAt
+	p, q := s.head, s.tail
+	for p != none && q != none {
+		if s.slots[q].readyAt <= at {
+			s.insertAfter(pos, q)
+			return
+		}
+		if s.slots[p].readyAt > at {
+			s.insertBefore(pos, p)
+			return
+		}
+		p, q = s.slots[p].next, s.slots[q].prev
+	}
+	// The list is empty (on a sorted list the search always stops above).
+	s.insertAfter(pos, s.tail)
+}
+
+// insertAfter links pos after q (none: at the head).
+func (s *subRing) insertAfter(pos, q int32) {
 	sl := &s.slots[pos]
-	sl.prev, sl.next = s.tail, none
-	if s.tail != none {
-		s.slots[s.tail].next = pos
+	if q == none {
+		sl.prev, sl.next = none, s.head
+	} else {
+		sl.prev, sl.next = q, s.slots[q].next
+	}
+	if sl.prev != none {
+		s.slots[sl.prev].next = pos
 	} else {
 		s.head = pos
+		s.headAt.Store(sl.readyAt)
 	}
-	s.tail = pos
+	if sl.next != none {
+		s.slots[sl.next].prev = pos
+	} else {
+		s.tail = pos
+	}
 }
+
+func (s *subRing) insertBefore(pos, p int32) { s.insertAfter(pos, s.slots[p].prev) }
 
 func (s *subRing) unlink(pos int32) {
 	sl := &s.slots[pos]
@@ -179,6 +231,11 @@ func (s *subRing) unlink(pos int32) {
 		s.slots[sl.prev].next = sl.next
 	} else {
 		s.head = sl.next
+		if s.head != none {
+			s.headAt.Store(s.slots[s.head].readyAt)
+		} else {
+			s.headAt.Store(math.MaxInt64)
+		}
 	}
 	if sl.next != none {
 		s.slots[sl.next].prev = sl.prev
