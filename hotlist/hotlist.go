@@ -437,10 +437,11 @@ func (h *Hotlist) Take(r *Ring, k int, now time.Time) []Candidate {
 	// re-chosen; after a few misses the head is taken anyway, so the order
 	// is exact between pops and approximate only across concurrent ones.
 	for misses := 0; len(out) < k; {
+		// Ties (wheel entries due at the same instant) go to the lowest
+		// shard; every other readyAt is distinct (Ring.stamp).
 		best, bestAt, next := -1, int64(math.MaxInt64), int64(math.MaxInt64)
-		for j := 0; j < S; j++ {
-			shard := (start + j) % S
-			a := r.subs[shard].headAt.Load()
+		for shard, sr := range r.subs {
+			a := sr.headAt.Load()
 			if a < bestAt {
 				best, bestAt, next = shard, a, bestAt
 			} else if a < next {
