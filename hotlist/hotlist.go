@@ -347,7 +347,7 @@ func (h *Hotlist) markSlot(r *Ring, i uint32, count int, opts QueueOpts, src Sou
 	case Wheel:
 		// A windowBuffer hold ends early once the batch is fat enough; a
 		// delayedProcessing deadline is never shortened.
-		if opts.Delay == 0 && opts.Window > 0 && int(sl.batch) >= h.cfg.WindowBatch && sl.revisitAt > n {
+		if opts.Delay == 0 && opts.Window > 0 && int(sl.batch) >= h.cfg.WindowBatch && sl.readyAt > n {
 			s.set(pos, Ready, r.stamp(n), &h.c)
 			return true
 		}
@@ -422,9 +422,9 @@ func (h *Hotlist) Take(r *Ring, k int, now time.Time) []Candidate {
 			if !ok {
 				break
 			}
-			// It has been ready since it fell due: should it come back
-			// unevaluated, that is its place in line.
-			s.slots[pos].readyAt = s.slots[pos].revisitAt
+			// Its readyAt (the revisit time) stays: it has been ready
+			// since it fell due, and should it come back unevaluated, that
+			// is its place in line.
 			take(s, shard, pos)
 		}
 		s.compact()
@@ -673,9 +673,9 @@ func (h *Hotlist) WheelTick(now time.Time) []string {
 					if !ok {
 						break
 					}
-					// In line since it fell due, ahead of anything
-					// that became ready after that.
-					s.set(pos, Ready, s.slots[pos].revisitAt, &h.c)
+					// In line since it fell due (readyAt, the revisit
+					// time), ahead of anything ready after that.
+					s.set(pos, Ready, s.slots[pos].readyAt, &h.c)
 					promoted = true
 				}
 				s.compact()

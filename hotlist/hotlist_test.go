@@ -71,8 +71,8 @@ func wantState(t *testing.T, h *Hotlist, r *Ring, name string, want State) slot 
 func wantRevisit(t *testing.T, h *Hotlist, r *Ring, name string, want time.Time) {
 	t.Helper()
 	sl := wantState(t, h, r, name, Wheel)
-	if sl.revisitAt != want.UnixNano() {
-		t.Fatalf("%s: revisit at %v, want %v", name, time.Unix(0, sl.revisitAt).Sub(base), want.Sub(base))
+	if sl.readyAt != want.UnixNano() {
+		t.Fatalf("%s: revisit at %v, want %v", name, time.Unix(0, sl.readyAt).Sub(base), want.Sub(base))
 	}
 }
 
@@ -166,7 +166,7 @@ func checkInvariants(t testing.TB, h *Hotlist) {
 				}
 				live := map[int32]bool{}
 				for _, e := range s.wheel {
-					if sl := s.slots[e.pos]; sl.state == Wheel && sl.revisitAt == e.at {
+					if sl := s.slots[e.pos]; sl.state == Wheel && sl.readyAt == e.at {
 						live[e.pos] = true
 					}
 				}

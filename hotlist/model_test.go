@@ -248,7 +248,7 @@ func (m *model) take() {
 		switch sl := m.state(grp, p); {
 		case sl.state == Ready:
 			ready = append(ready, sl.readyAt)
-		case sl.state == Wheel && sl.revisitAt <= m.now.UnixNano():
+		case sl.state == Wheel && sl.readyAt <= m.now.UnixNano():
 			due[mNames[p]] = true
 		}
 	}
@@ -462,9 +462,9 @@ func (m *model) checkFloor() {
 			switch sl.state {
 			case Ready:
 			case Wheel:
-				if sl.revisitAt > m.now.Add(bound).UnixNano() {
+				if sl.readyAt > m.now.Add(bound).UnixNano() {
 					m.fatalf("g%d/%s parked until %v, beyond the bound %v", grp, mNames[p],
-						time.Unix(0, sl.revisitAt).Sub(m.now), bound)
+						time.Unix(0, sl.readyAt).Sub(m.now), bound)
 				}
 			default:
 				m.fatalf("g%d/%s pending but %v after the floor", grp, mNames[p], sl.state)

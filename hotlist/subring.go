@@ -13,7 +13,7 @@ type State uint8
 const (
 	Idle     State = iota // not tracked: not ready, not in the wheel, not checked out
 	Ready                 // in the ready list, claimable now
-	Wheel                 // deferred or lease-parked; promoted to Ready at revisitAt
+	Wheel                 // deferred or lease-parked; promoted to Ready at readyAt (its revisit time)
 	Inflight              // checked out by a pop whose SQL call is in flight
 )
 
@@ -34,13 +34,14 @@ type slot struct {
 	gen       uint32 // checkout generation: a stale check-in is ignored
 	batch     uint32 // marks accumulated since the entry was last taken
 	remoteGen uint32 // the ring's reseed generation at the last remote mark (remote only)
-	revisitAt int64  // unix nanos, meaningful in Wheel
-	takenAt   int64  // unix nanos, meaningful in Inflight
-	// readyAt (unix nanos) is the entry's place in the ring's line: when it
-	// became ready. Ready: the ready list is sorted on it and Take serves the
+	// readyAt (unix nanos) is when the entry became ready, its place in the
+	// ring's line. Ready: the ready list is sorted on it and Take serves the
 	// oldest first across sub-rings. Inflight: kept, so a candidate that was
-	// not evaluated (Requeue, Abandon) goes back to its old place.
+	// not evaluated (Requeue, Abandon) goes back to its old place. Wheel:
+	// when it becomes ready (the revisit time), which is also its place once
+	// promoted; one field for both keeps the slot at 48 bytes.
 	readyAt int64
+	takenAt int64 // unix nanos, meaningful in Inflight
 	prev    int32 // ready list links, shard-local positions
 	next    int32
 }
@@ -50,7 +51,7 @@ type wheelEntry struct {
 	pos int32
 }
 
-// wheelHeap is a binary min-heap on revisitAt. Entries are not removed when
+// wheelHeap is a binary min-heap on the revisit time (readyAt). Entries are not removed when
 // a slot leaves the wheel; they are discarded lazily on drain when the slot
 // no longer matches them.
 type wheelHeap []wheelEntry
@@ -108,8 +109,8 @@ func (s *subRing) slot(pos int32) *slot {
 }
 
 // set moves a slot to a new state, maintaining the ready list, the wheel
-// and the counters. at is the revisit time when moving to Wheel, and the
-// readyAt (the place in line) when moving to Ready.
+// and the counters. at is the new readyAt when moving to Ready (its place
+// in line) or to Wheel (its revisit time).
 func (s *subRing) set(pos int32, to State, at int64, c *counters) {
 	sl := &s.slots[pos]
 	from := sl.state
@@ -124,7 +125,7 @@ func (s *subRing) set(pos int32, to State, at int64, c *counters) {
 		sl.readyAt = at
 		s.link(pos)
 	case Wheel:
-		sl.revisitAt = at
+		sl.readyAt = at
 		heap.Push(&s.wheel, wheelEntry{at: at, pos: pos})
 	case Idle:
 		sl.batch, sl.drained, sl.tookValid = 0, false, false
@@ -265,7 +266,7 @@ func (s *subRing) popDue(now int64) (int32, bool) {
 	for len(s.wheel) > 0 {
 		top := s.wheel[0]
 		sl := &s.slots[top.pos]
-		if sl.state != Wheel || sl.revisitAt != top.at {
+		if sl.state != Wheel || sl.readyAt != top.at {
 			heap.Pop(&s.wheel) // stale: the slot left the wheel or was rescheduled
 			continue
 		}
@@ -288,7 +289,7 @@ func (s *subRing) compact() {
 	kept := s.wheel[:0]
 	for _, e := range s.wheel {
 		sl := &s.slots[e.pos]
-		if sl.state == Wheel && sl.revisitAt == e.at {
+		if sl.state == Wheel && sl.readyAt == e.at {
 			kept = append(kept, e)
 		}
 	}
