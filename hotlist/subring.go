@@ -51,9 +51,9 @@ type wheelEntry struct {
 	pos int32
 }
 
-// wheelHeap is a binary min-heap on the revisit time (readyAt). Entries are not removed when
-// a slot leaves the wheel; they are discarded lazily on drain when the slot
-// no longer matches them.
+// wheelHeap is a binary min-heap on the revisit time (a Wheel slot's
+// readyAt). Entries are not removed when a slot leaves the wheel; they are
+// discarded lazily on drain when the slot no longer matches them.
 type wheelHeap []wheelEntry
 
 func (h wheelHeap) Len() int           { return len(h) }
