@@ -138,7 +138,13 @@ func (b *Broker) hotPop(ctx context.Context, args pg.PopArgs, wait bool) (*PopRe
 			return nil, wrap(err)
 		}
 	}
-	k := clamp(args.MaxParts*8, 16, 256)
+	// Check out what one claim can use: the MaxParts it may claim plus three
+	// spares each for stale entries (empty, leased) in the same round trip.
+	// Unevaluated candidates go back to the head of the line, so a small k
+	// loses nothing: the next pop is offered them first. A large k hid
+	// entries from concurrent pops (issue 20: 8 consumers x 16 > 100
+	// partitions) and they were served out of turn.
+	k := clamp(args.MaxParts*4, 4, 256)
 	for round := 0; round < 8; round++ {
 		now := time.Now()
 		if b.hot.BeginPrune(ring, now) {

@@ -95,16 +95,19 @@ func BenchmarkMarkRemote(b *testing.B) {
 	}
 }
 
-// BenchmarkTakeCheckIn measures one Take of k=16 and the CheckIn of its 16
-// verdicts per op, on a ring of 10,000 Ready partitions. Requeue re-appends
-// every entry (a steady state); Empty clears them, so the ring is re-marked
-// (untimed) once it runs dry.
+// BenchmarkTakeCheckIn measures one Take of k candidates and the CheckIn
+// of their k verdicts per op, on a ring of 10,000 Ready partitions: k=16
+// (the old check-out of a partitions=1 pop, the names without a suffix) and
+// k=4 (the current one). Requeue puts every entry back (a steady state);
+// Empty clears them, so the ring is re-marked (untimed) once it runs dry.
 func BenchmarkTakeCheckIn(b *testing.B) {
-	const size, k = 10_000, 16
+	const size = 10_000
 	for _, v := range []struct {
 		name    string
 		verdict Verdict
-	}{{"requeue", Requeue}, {"empty", Empty}} {
+		k       int
+	}{{"requeue", Requeue, 16}, {"empty", Empty, 16}, {"requeue-k4", Requeue, 4}, {"empty-k4", Empty, 4}} {
+		k := v.k
 		b.Run(v.name, func(b *testing.B) {
 			h, rs, key := benchQueue(1)
 			r := rs[0]

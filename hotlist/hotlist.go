@@ -1,6 +1,7 @@
 package hotlist
 
 import (
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -63,6 +64,11 @@ type Ring struct {
 	subs  []*subRing
 	rr    atomic.Uint32
 
+	// last is the newest readyAt handed out by stamp: entries that join the
+	// back of the line get distinct, increasing readyAt values even when
+	// their clock readings tie, so the line is a strict order.
+	last atomic.Int64
+
 	resMu      sync.Mutex
 	nextReseed int64 // unix nanos
 	cold       bool  // never reseeded: the pop path reseeds before trusting it
@@ -81,6 +87,19 @@ type Ring struct {
 	// that nothing confirmed (Hotlist.prune).
 	gen      atomic.Uint32
 	beginGen uint32 // gen of the reseed in progress (resMu)
+}
+
+// stamp returns the readyAt of an entry joining the back of the line at n:
+// n, or just after the newest stamp when that is not older (equal clock
+// readings, or a caller whose now was read before another's).
+func (r *Ring) stamp(n int64) int64 {
+	for {
+		l := r.last.Load()
+		v := max(n, l+1)
+		if r.last.CompareAndSwap(l, v) {
+			return v
+		}
+	}
 }
 
 // New returns an empty Hotlist.
@@ -322,14 +341,14 @@ func (h *Hotlist) markSlot(r *Ring, i uint32, count int, opts QueueOpts, src Sou
 		case opts.Window > 0 && int(sl.batch) < h.cfg.WindowBatch:
 			s.set(pos, Wheel, now.Add(opts.Window).UnixNano(), &h.c)
 		default:
-			s.set(pos, Ready, 0, &h.c)
+			s.set(pos, Ready, r.stamp(n), &h.c)
 			return true
 		}
 	case Wheel:
 		// A windowBuffer hold ends early once the batch is fat enough; a
 		// delayedProcessing deadline is never shortened.
-		if opts.Delay == 0 && opts.Window > 0 && int(sl.batch) >= h.cfg.WindowBatch && sl.revisitAt > n {
-			s.set(pos, Ready, 0, &h.c)
+		if opts.Delay == 0 && opts.Window > 0 && int(sl.batch) >= h.cfg.WindowBatch && sl.readyAt > n {
+			s.set(pos, Ready, r.stamp(n), &h.c)
 			return true
 		}
 	case Ready, Inflight:
@@ -368,8 +387,9 @@ type Candidate struct {
 }
 
 // Take checks out up to k candidates of the ring: due wheel entries first,
-// then ready entries round-robin across sub-rings. Each becomes Inflight
-// with its epoch snapshotted. It returns nil when nothing is ready or due.
+// then ready entries oldest first (by readyAt) across all sub-rings. Each
+// becomes Inflight with its epoch snapshotted. It returns nil when nothing
+// is ready or due.
 func (h *Hotlist) Take(r *Ring, k int, now time.Time) []Candidate {
 	if k <= 0 {
 		return nil
@@ -402,30 +422,46 @@ func (h *Hotlist) Take(r *Ring, k int, now time.Time) []Candidate {
 			if !ok {
 				break
 			}
+			// Its readyAt (the revisit time) stays: it has been ready
+			// since it fell due, and should it come back unevaluated, that
+			// is its place in line.
 			take(s, shard, pos)
 		}
 		s.compact()
 		s.mu.Unlock()
 	}
-	// Ready entries, round-robin: a fair share per sub-ring per pass.
-	for len(out) < k {
-		progress := false
-		share := max(1, (k-len(out)+S-1)/S)
-		for j := 0; j < S && len(out) < k; j++ {
-			shard := (start + j) % S
-			s := r.subs[shard]
-			if s.nReady.Load() == 0 {
-				continue
+	// Ready entries, oldest first: a k-way merge of the sub-ring heads. The
+	// heads' readyAt are read without locks; the chosen sub-ring then yields
+	// entries, under its lock, while they are no newer than the runner-up
+	// head. A head that changed meanwhile (a concurrent pop or check-in) is
+	// re-chosen; after a few misses the head is taken anyway, so the order
+	// is exact between pops and approximate only across concurrent ones.
+	for misses := 0; len(out) < k; {
+		// Ties (wheel entries due at the same instant) go to the lowest
+		// shard; every other readyAt is distinct (Ring.stamp).
+		best, bestAt, next := -1, int64(math.MaxInt64), int64(math.MaxInt64)
+		for shard, sr := range r.subs {
+			a := sr.headAt.Load()
+			if a < bestAt {
+				best, bestAt, next = shard, a, bestAt
+			} else if a < next {
+				next = a
 			}
-			s.mu.Lock()
-			for got := 0; got < share && len(out) < k && s.head != none; got++ {
-				take(s, shard, s.head)
-				progress = true
-			}
-			s.mu.Unlock()
 		}
-		if !progress {
+		if best < 0 {
 			break
+		}
+		s := r.subs[best]
+		force := misses >= S
+		s.mu.Lock()
+		got := 0
+		for len(out) < k && s.head != none && (s.slots[s.head].readyAt <= next || force && got == 0) {
+			take(s, best, s.head)
+			got++
+		}
+		s.mu.Unlock()
+		if got == 0 {
+			misses++
 		}
 	}
 	if len(out) == 0 {
@@ -452,6 +488,10 @@ const (
 	Requeue                // not evaluated (budget ran out, or the row was busy)
 )
 
+// evaluated tells whether SQL answered for the partition (any verdict but
+// Requeue and unknown ones, which are checked in as not evaluated).
+func (v Verdict) evaluated() bool { return v == Took || v == Empty || v == Leased }
+
 // Result is a verdict to check back in.
 type Result struct {
 	Cand        Candidate
@@ -475,64 +515,84 @@ func (h *Hotlist) CheckIn(r *Ring, results []Result, now time.Time) bool {
 	q.mu.RLock()
 	opts := q.opts
 	q.mu.RUnlock()
-	n := now.UnixNano()
 	wake := false
-	for _, res := range results {
-		s, pos := h.sub(r, res.Cand.Index)
-		s.mu.Lock()
-		if int(pos) >= len(s.slots) {
-			s.mu.Unlock()
-			continue
-		}
-		sl := &s.slots[pos]
-		if sl.state != Inflight || sl.gen != res.Cand.Gen {
-			// A reseed reclaimed this entry meanwhile and someone else owns it.
-			s.mu.Unlock()
-			continue
-		}
-		if res.Verdict == Took || res.Verdict == Leased {
-			s.confirm(pos, &h.c) // the partition exists and has (or had) data
-		}
-		switch res.Verdict {
-		case Took:
-			sl.drained, sl.tookEpoch, sl.tookValid = res.Drained, res.Cand.Epoch, true
-			switch {
-			case !res.AutoAck:
-				// Our own lease: park until expiry (capped); our ack pulls it back early.
-				at := min(res.Until.UnixNano(), now.Add(LeaseParkCap).UnixNano())
-				s.set(pos, Wheel, at, &h.c)
-			case opts.Window > 0:
-				// Debounce: the partition just fired, hold it for another window.
-				s.set(pos, Wheel, now.Add(opts.Window).UnixNano(), &h.c)
-			default:
-				s.set(pos, Ready, 0, &h.c)
-				wake = true
-			}
-		case Empty:
-			switch {
-			case opts.deferral():
-				wait := RevisitMax
-				if !res.Until.IsZero() {
-					wait = max(RevisitMin, min(RevisitMax, res.Until.Sub(now)))
-				}
-				s.set(pos, Wheel, n+int64(wait), &h.c)
-			case sl.epoch == res.Cand.Epoch:
-				s.set(pos, Idle, 0, &h.c) // epoch-CAS: no mark since check-out
-			default:
-				s.set(pos, Ready, 0, &h.c) // a push raced the probe: its data is real
-				wake = true
-			}
-		case Leased:
-			at := min(res.Until.Add(LeasePad).UnixNano(), now.Add(LeaseParkCap).UnixNano())
-			s.set(pos, Wheel, at, &h.c)
-		default:
-			s.set(pos, Ready, 0, &h.c)
+	// Candidates come in the order Take served them (oldest first). The
+	// unevaluated ones are linked newest first, each at the head of what is
+	// left (one step each); the others then join the back of the line in
+	// the order they were served.
+	for j := len(results) - 1; j >= 0; j-- {
+		if !results[j].Verdict.evaluated() && h.checkIn(r, results[j], opts, now) {
 			wake = true
 		}
-		s.mu.Unlock()
+	}
+	for _, res := range results {
+		if res.Verdict.evaluated() && h.checkIn(r, res, opts, now) {
+			wake = true
+		}
 	}
 	if q.traced {
 		h.trace(q, "checkin", "group", r.group, "results", len(results), "wake", wake)
+	}
+	return wake
+}
+
+// checkIn applies one verdict and reports whether the entry became ready.
+func (h *Hotlist) checkIn(r *Ring, res Result, opts QueueOpts, now time.Time) (wake bool) {
+	n := now.UnixNano()
+	s, pos := h.sub(r, res.Cand.Index)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if int(pos) >= len(s.slots) {
+		return false
+	}
+	sl := &s.slots[pos]
+	if sl.state != Inflight || sl.gen != res.Cand.Gen {
+		// A reseed reclaimed this entry meanwhile and someone else owns it.
+		return false
+	}
+	if res.Verdict == Took || res.Verdict == Leased {
+		s.confirm(pos, &h.c) // the partition exists and has (or had) data
+	}
+	switch res.Verdict {
+	case Took:
+		sl.drained, sl.tookEpoch, sl.tookValid = res.Drained, res.Cand.Epoch, true
+		switch {
+		case !res.AutoAck:
+			// Our own lease: park until expiry (capped); our ack pulls it back early.
+			at := min(res.Until.UnixNano(), now.Add(LeaseParkCap).UnixNano())
+			s.set(pos, Wheel, at, &h.c)
+		case opts.Window > 0:
+			// Debounce: the partition just fired, hold it for another window.
+			s.set(pos, Wheel, now.Add(opts.Window).UnixNano(), &h.c)
+		default:
+			// Visited: back of the line, behind everyone older.
+			s.set(pos, Ready, r.stamp(n), &h.c)
+			wake = true
+		}
+	case Empty:
+		switch {
+		case opts.deferral():
+			wait := RevisitMax
+			if !res.Until.IsZero() {
+				wait = max(RevisitMin, min(RevisitMax, res.Until.Sub(now)))
+			}
+			s.set(pos, Wheel, n+int64(wait), &h.c)
+		case sl.epoch == res.Cand.Epoch:
+			s.set(pos, Idle, 0, &h.c) // epoch-CAS: no mark since check-out
+		default:
+			// A push raced the probe: its data is real, and it is new, so
+			// the entry goes to the back of the line.
+			s.set(pos, Ready, r.stamp(n), &h.c)
+			wake = true
+		}
+	case Leased:
+		at := min(res.Until.Add(LeasePad).UnixNano(), now.Add(LeaseParkCap).UnixNano())
+		s.set(pos, Wheel, at, &h.c)
+	default:
+		// Not evaluated: back to its old place in line (near the head),
+		// so the next pop asks about it before anything newer.
+		s.set(pos, Ready, sl.readyAt, &h.c)
+		wake = true
 	}
 	return wake
 }
@@ -578,7 +638,8 @@ func (h *Hotlist) AckRelease(key, group, partitionID string, pending bool, now t
 				s.set(pos, Idle, 0, &h.c)
 			}
 		} else if pending || sl.state == Wheel {
-			s.set(pos, Ready, 0, &h.c)
+			// Its claim was served: back of the line.
+			s.set(pos, Ready, r.stamp(now.UnixNano()), &h.c)
 			wake = true
 		}
 	case Ready:
@@ -612,7 +673,9 @@ func (h *Hotlist) WheelTick(now time.Time) []string {
 					if !ok {
 						break
 					}
-					s.set(pos, Ready, 0, &h.c)
+					// In line since it fell due (readyAt, the revisit
+					// time), ahead of anything ready after that.
+					s.set(pos, Ready, s.slots[pos].readyAt, &h.c)
 					promoted = true
 				}
 				s.compact()

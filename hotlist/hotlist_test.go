@@ -2,6 +2,7 @@ package hotlist
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -70,8 +71,8 @@ func wantState(t *testing.T, h *Hotlist, r *Ring, name string, want State) slot 
 func wantRevisit(t *testing.T, h *Hotlist, r *Ring, name string, want time.Time) {
 	t.Helper()
 	sl := wantState(t, h, r, name, Wheel)
-	if sl.revisitAt != want.UnixNano() {
-		t.Fatalf("%s: revisit at %v, want %v", name, time.Unix(0, sl.revisitAt).Sub(base), want.Sub(base))
+	if sl.readyAt != want.UnixNano() {
+		t.Fatalf("%s: revisit at %v, want %v", name, time.Unix(0, sl.readyAt).Sub(base), want.Sub(base))
 	}
 }
 
@@ -101,7 +102,8 @@ func warm(h *Hotlist, r *Ring, now time.Time) {
 
 // checkInvariants verifies, for a quiescent Hotlist, that every sub-ring's
 // counters equal its slot states, that the ready list is a consistent list
-// of exactly the Ready slots, that every Wheel slot has a live heap entry,
+// of exactly the Ready slots sorted on readyAt (headAt mirroring its head),
+// that every Wheel slot has a live heap entry,
 // and that the Stats totals equal the sums over the registered rings and are
 // never negative.
 func checkInvariants(t testing.TB, h *Hotlist) {
@@ -140,6 +142,9 @@ func checkInvariants(t testing.TB, h *Hotlist) {
 					if s.slots[p].prev != prev {
 						t.Errorf("%q/%s sub %d: broken prev link at pos %d", key, g, si, p)
 					}
+					if prev != none && s.slots[prev].readyAt > s.slots[p].readyAt {
+						t.Errorf("%q/%s sub %d: ready list not sorted on readyAt at pos %d", key, g, si, p)
+					}
 					prev = p
 					if n++; int(n) > len(s.slots) {
 						t.Errorf("%q/%s sub %d: ready list cycle", key, g, si)
@@ -149,12 +154,19 @@ func checkInvariants(t testing.TB, h *Hotlist) {
 				if s.tail != prev {
 					t.Errorf("%q/%s sub %d: tail %d, list ends at %d", key, g, si, s.tail, prev)
 				}
+				wantHead := int64(math.MaxInt64)
+				if s.head != none {
+					wantHead = s.slots[s.head].readyAt
+				}
+				if got := s.headAt.Load(); got != wantHead {
+					t.Errorf("%q/%s sub %d: headAt %d, head's readyAt %d", key, g, si, got, wantHead)
+				}
 				if n != cr {
 					t.Errorf("%q/%s sub %d: ready list length %d, %d Ready slots", key, g, si, n, cr)
 				}
 				live := map[int32]bool{}
 				for _, e := range s.wheel {
-					if sl := s.slots[e.pos]; sl.state == Wheel && sl.revisitAt == e.at {
+					if sl := s.slots[e.pos]; sl.state == Wheel && sl.readyAt == e.at {
 						live[e.pos] = true
 					}
 				}
@@ -562,7 +574,7 @@ func TestSetOptsAppliesToLaterMarks(t *testing.T) {
 
 // ----------------------------------------------------------------- serve
 
-func TestTakeDueWheelFirstThenReadyRoundRobin(t *testing.T) {
+func TestTakeDueWheelFirstThenReadyOldestFirst(t *testing.T) {
 	h := newHL(shards(2))
 	k := Key("t", "q")
 	r := h.Register(k, "g", QueueOpts{}, base)
@@ -582,24 +594,13 @@ func TestTakeDueWheelFirstThenReadyRoundRobin(t *testing.T) {
 	if cs := h.Take(r, 1, now); len(cs) != 1 || cs[0].Name != "w" {
 		t.Fatalf("Take(1) = %v: a due wheel entry goes first", names(cs))
 	}
-	cs := h.Take(r, 4, now)
-	per := map[uint32]int{}
-	for _, c := range cs {
-		per[c.Index%2]++
+	// Then the oldest ready entries across both sub-rings, in marking order.
+	if got := names(h.Take(r, 4, now)); !slices.Equal(got, []string{"e01", "e02", "e03", "e04"}) {
+		t.Fatalf("Take(4) = %v, want the four oldest in order", got)
 	}
-	if len(cs) != 4 || per[0] != 2 || per[1] != 2 {
-		t.Fatalf("Take(4) = %v: want 2 per sub-ring (round robin)", names(cs))
-	}
-	// FIFO within a sub-ring: shard 0 gave e02, e04; shard 1 gave e01, e03.
-	got := names(cs)
-	sort.Strings(got)
-	if !slices.Equal(got, []string{"e01", "e02", "e03", "e04"}) {
-		t.Fatalf("Take(4) = %v, want the oldest of each sub-ring", names(cs))
-	}
-	// Uneven shards: the remainder comes from whoever has entries.
 	rest := h.Take(r, 100, now)
-	if len(rest) != 12 {
-		t.Fatalf("Take(100) = %d entries, want 12", len(rest))
+	if len(rest) != 12 || rest[0].Name != "e05" || rest[11].Name != "e16" {
+		t.Fatalf("Take(100) = %v, want e05..e16", names(rest))
 	}
 	if h.Take(r, 4, now) != nil {
 		t.Fatal("Take on an empty ring must return nil")
@@ -820,7 +821,7 @@ func TestTookAutoAckWindowDebounced(t *testing.T) {
 	checkInvariants(t, h)
 }
 
-func TestRequeueReappends(t *testing.T) {
+func TestRequeueKeepsPlace(t *testing.T) {
 	h := newHL(shards(1))
 	k := Key("t", "q")
 	r := h.Register(k, "g", QueueOpts{}, base)
@@ -829,8 +830,8 @@ func TestRequeueReappends(t *testing.T) {
 	if !h.CheckIn(r, []Result{{Cand: c, Verdict: Requeue}}, base) {
 		t.Fatal("requeue must wake")
 	}
-	if got := names(h.Take(r, 8, base)); !slices.Equal(got, []string{"b", "a"}) {
-		t.Fatalf("order after requeue %v, want re-appended at the tail", got)
+	if got := names(h.Take(r, 8, base)); !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("order after requeue %v, want a back at its place (the head)", got)
 	}
 	checkInvariants(t, h)
 }

@@ -237,10 +237,84 @@ func (m *model) push() {
 	m.h.Mark(m.key, []PartMark{{Name: mNames[p], Count: n}}, Source(m.rng.IntN(3)), m.now)
 }
 
+// take checks out candidates and asserts the visiting order: due wheel
+// entries first, then the oldest ready entries (readyAt) of the whole ring
+// in order. The model is sequential, so the order is exact.
 func (m *model) take() {
 	grp := m.rng.IntN(mGroups)
-	if cs := m.h.Take(m.rings[grp], 1+m.rng.IntN(8), m.now); cs != nil {
-		m.pops = append(m.pops, &mpop{grp: grp, cands: cs})
+	due := map[string]bool{}
+	var ready []int64
+	for p := range mParts {
+		switch sl := m.state(grp, p); {
+		case sl.state == Ready:
+			ready = append(ready, sl.readyAt)
+		case sl.state == Wheel && sl.readyAt <= m.now.UnixNano():
+			due[mNames[p]] = true
+		}
+	}
+	slices.Sort(ready)
+	k := 1 + m.rng.IntN(8)
+	cs := m.h.Take(m.rings[grp], k, m.now)
+	if cs == nil {
+		if len(ready)+len(due) > 0 {
+			m.fatalf("g%d: Take returned nothing with %d ready and %d due", grp, len(ready), len(due))
+		}
+		return
+	}
+	w := 0
+	for w < len(cs) && due[cs[w].Name] {
+		w++
+	}
+	if w != min(k, len(due)) {
+		m.fatalf("g%d: Take(%d) = %v served %d due wheel entries first, %d were due", grp, k, names(cs), w, len(due))
+	}
+	if want := min(k-w, len(ready)); len(cs)-w != want {
+		m.fatalf("g%d: Take(%d) = %v served %d ready entries, want %d", grp, k, names(cs), len(cs)-w, want)
+	}
+	for j, c := range cs[w:] {
+		if at := m.state(grp, mIndex(c.Name)).readyAt; at != ready[j] {
+			m.fatalf("g%d: Take(%d) = %v: ready candidate %d (%s) has readyAt %d, the %d-th oldest is %d",
+				grp, k, names(cs), j, c.Name, at, j, ready[j])
+		}
+	}
+	m.pops = append(m.pops, &mpop{grp: grp, cands: cs})
+}
+
+// checkIn checks a pop's verdicts in and asserts the place each entry that
+// became ready took in line: its old readyAt when it was not evaluated
+// (Requeue, the drop guard), the back of the line (after now) otherwise.
+func (m *model) checkIn(grp int, results []Result, abandon bool) {
+	before := make([]slot, len(results))
+	for j, res := range results {
+		before[j] = m.state(grp, mIndex(res.Cand.Name))
+	}
+	if abandon {
+		cands := make([]Candidate, len(results))
+		for j, res := range results {
+			cands[j] = res.Cand
+		}
+		m.h.Abandon(m.rings[grp], cands, m.now)
+	} else {
+		m.h.CheckIn(m.rings[grp], results, m.now)
+	}
+	for j, res := range results {
+		b := before[j]
+		if b.state != Inflight || b.gen != res.Cand.Gen {
+			continue // reclaimed meanwhile: this check-in is ignored
+		}
+		a := m.state(grp, mIndex(res.Cand.Name))
+		if a.state != Ready {
+			continue
+		}
+		switch {
+		case abandon || !res.Verdict.evaluated():
+			if a.readyAt != b.readyAt {
+				m.fatalf("g%d/%s not evaluated but re-linked at readyAt %d, it had %d", grp, res.Cand.Name, a.readyAt, b.readyAt)
+			}
+		case a.readyAt < m.now.UnixNano():
+			m.fatalf("g%d/%s %v: re-linked at readyAt %d, before now %d (not the back of the line)",
+				grp, res.Cand.Name, res.Verdict, a.readyAt, m.now.UnixNano())
+		}
 	}
 }
 
@@ -281,7 +355,7 @@ func (m *model) advance() {
 	if stale {
 		m.h.SetOpts(m.key, QueueOpts{}) // a stale-config hard clear
 	}
-	m.h.CheckIn(m.rings[pop.grp], pop.results, m.now)
+	m.checkIn(pop.grp, pop.results, false)
 	if stale {
 		m.h.SetOpts(m.key, m.conf.opts)
 	}
@@ -296,7 +370,11 @@ func (m *model) drop() {
 	}
 	i := m.rng.IntN(len(m.pops))
 	if m.rng.IntN(2) == 0 {
-		m.h.Abandon(m.rings[m.pops[i].grp], m.pops[i].cands, m.now)
+		res := make([]Result, len(m.pops[i].cands))
+		for j, c := range m.pops[i].cands {
+			res[j] = Result{Cand: c}
+		}
+		m.checkIn(m.pops[i].grp, res, true)
 	}
 	m.pops = slices.Delete(m.pops, i, i+1)
 }
@@ -384,9 +462,9 @@ func (m *model) checkFloor() {
 			switch sl.state {
 			case Ready:
 			case Wheel:
-				if sl.revisitAt > m.now.Add(bound).UnixNano() {
+				if sl.readyAt > m.now.Add(bound).UnixNano() {
 					m.fatalf("g%d/%s parked until %v, beyond the bound %v", grp, mNames[p],
-						time.Unix(0, sl.revisitAt).Sub(m.now), bound)
+						time.Unix(0, sl.readyAt).Sub(m.now), bound)
 				}
 			default:
 				m.fatalf("g%d/%s pending but %v after the floor", grp, mNames[p], sl.state)

@@ -151,7 +151,9 @@ func (h *Hotlist) Reseed(r *Ring, rows []ReseedRow, now time.Time) int {
 			added++
 			sl.epoch++
 			sl.batch++
-			s.set(pos, Ready, 0, &h.c)
+			// Back of the line, as a mark: placing it by the row's age
+			// would cost a sorted insert per row of a 10,000-row page.
+			s.set(pos, Ready, r.stamp(now.UnixNano()), &h.c)
 			if early && rows[k].AgeKnown {
 				// Found by an early reseed, missing from the ring: without
 				// it the partition would have stayed dark until the floor.
@@ -163,7 +165,7 @@ func (h *Hotlist) Reseed(r *Ring, rows []ReseedRow, now time.Time) int {
 				// Nobody will check this in: a mark or a promote cannot
 				// re-link it, so the reseed does.
 				sl.gen++
-				s.set(pos, Ready, 0, &h.c)
+				s.set(pos, Ready, sl.readyAt, &h.c) // never evaluated: its old place
 				added++
 				h.reclaimed.Add(1)
 			}
@@ -262,7 +264,7 @@ func (h *Hotlist) reclaimUnlisted(r *Ring, now time.Time) {
 			sl := &s.slots[pos]
 			if sl.state == Inflight && sl.takenAt <= stranded {
 				sl.gen++
-				s.set(int32(pos), Ready, 0, &h.c)
+				s.set(int32(pos), Ready, sl.readyAt, &h.c) // never evaluated: its old place
 				h.reclaimed.Add(1)
 			}
 		}

@@ -2,6 +2,7 @@ package hotlist
 
 import (
 	"container/heap"
+	"math"
 	"sync"
 	"sync/atomic"
 )
@@ -12,7 +13,7 @@ type State uint8
 const (
 	Idle     State = iota // not tracked: not ready, not in the wheel, not checked out
 	Ready                 // in the ready list, claimable now
-	Wheel                 // deferred or lease-parked; promoted to Ready at revisitAt
+	Wheel                 // deferred or lease-parked; promoted to Ready at readyAt (its revisit time)
 	Inflight              // checked out by a pop whose SQL call is in flight
 )
 
@@ -33,10 +34,16 @@ type slot struct {
 	gen       uint32 // checkout generation: a stale check-in is ignored
 	batch     uint32 // marks accumulated since the entry was last taken
 	remoteGen uint32 // the ring's reseed generation at the last remote mark (remote only)
-	revisitAt int64  // unix nanos, meaningful in Wheel
-	takenAt   int64  // unix nanos, meaningful in Inflight
-	prev      int32  // ready list links, shard-local positions
-	next      int32
+	// readyAt (unix nanos) is when the entry became ready, its place in the
+	// ring's line. Ready: the ready list is sorted on it and Take serves the
+	// oldest first across sub-rings. Inflight: kept, so a candidate that was
+	// not evaluated (Requeue, Abandon) goes back to its old place. Wheel:
+	// when it becomes ready (the revisit time), which is also its place once
+	// promoted; one field for both keeps the slot at 48 bytes.
+	readyAt int64
+	takenAt int64 // unix nanos, meaningful in Inflight
+	prev    int32 // ready list links, shard-local positions
+	next    int32
 }
 
 type wheelEntry struct {
@@ -44,9 +51,9 @@ type wheelEntry struct {
 	pos int32
 }
 
-// wheelHeap is a binary min-heap on revisitAt. Entries are not removed when
-// a slot leaves the wheel; they are discarded lazily on drain when the slot
-// no longer matches them.
+// wheelHeap is a binary min-heap on the revisit time (a Wheel slot's
+// readyAt). Entries are not removed when a slot leaves the wheel; they are
+// discarded lazily on drain when the slot no longer matches them.
 type wheelHeap []wheelEntry
 
 func (h wheelHeap) Len() int           { return len(h) }
@@ -65,9 +72,14 @@ func (h *wheelHeap) Pop() any {
 type subRing struct {
 	mu    sync.Mutex
 	slots []slot
-	head  int32
+	head  int32 // the ready list, sorted on readyAt (oldest first)
 	tail  int32
 	wheel wheelHeap
+
+	// headAt is the head's readyAt (math.MaxInt64 when the list is empty),
+	// written under mu, so Take finds the oldest head of a ring without
+	// taking every sub-ring's lock.
+	headAt atomic.Int64
 
 	// counts, readable without the lock (status, top rings, wheel tick skip)
 	nReady, nWheel, nInflight atomic.Int32
@@ -78,7 +90,11 @@ type subRing struct {
 	detached bool
 }
 
-func newSubRing() *subRing { return &subRing{head: none, tail: none} }
+func newSubRing() *subRing {
+	s := &subRing{head: none, tail: none}
+	s.headAt.Store(math.MaxInt64)
+	return s
+}
 
 // counters is where state changes are also totalled for the whole Hotlist.
 type counters struct {
@@ -93,7 +109,8 @@ func (s *subRing) slot(pos int32) *slot {
 }
 
 // set moves a slot to a new state, maintaining the ready list, the wheel
-// and the counters. at is the revisit time when moving to Wheel.
+// and the counters. at is the new readyAt when moving to Ready (its place
+// in line) or to Wheel (its revisit time).
 func (s *subRing) set(pos int32, to State, at int64, c *counters) {
 	sl := &s.slots[pos]
 	from := sl.state
@@ -105,9 +122,10 @@ func (s *subRing) set(pos int32, to State, at int64, c *counters) {
 	s.count(to, 1, c)
 	switch to {
 	case Ready:
-		s.pushTail(pos)
+		sl.readyAt = at
+		s.link(pos)
 	case Wheel:
-		sl.revisitAt = at
+		sl.readyAt = at
 		heap.Push(&s.wheel, wheelEntry{at: at, pos: pos})
 	case Idle:
 		sl.batch, sl.drained, sl.tookValid = 0, false, false
@@ -162,16 +180,51 @@ func (s *subRing) count(st State, d int32, c *counters) {
 	}
 }
 
-func (s *subRing) pushTail(pos int32) {
+// link inserts a slot into the ready list at its readyAt, after any entry
+// of the same readyAt. It searches from both ends at once, so the cost is
+// the distance to the nearer end: a new mark (the newest) lands at the tail
+// in one step, a requeued candidate (among the oldest) near the head in a
+// few.
+func (s *subRing) link(pos int32) {
+	at := s.slots[pos].readyAt
+	p, q := s.head, s.tail
+	for p != none && q != none {
+		if s.slots[q].readyAt <= at {
+			s.insertAfter(pos, q)
+			return
+		}
+		if s.slots[p].readyAt > at {
+			s.insertBefore(pos, p)
+			return
+		}
+		p, q = s.slots[p].next, s.slots[q].prev
+	}
+	// The list is empty (on a sorted list the search always stops above).
+	s.insertAfter(pos, s.tail)
+}
+
+// insertAfter links pos after q (none: at the head).
+func (s *subRing) insertAfter(pos, q int32) {
 	sl := &s.slots[pos]
-	sl.prev, sl.next = s.tail, none
-	if s.tail != none {
-		s.slots[s.tail].next = pos
+	if q == none {
+		sl.prev, sl.next = none, s.head
+	} else {
+		sl.prev, sl.next = q, s.slots[q].next
+	}
+	if sl.prev != none {
+		s.slots[sl.prev].next = pos
 	} else {
 		s.head = pos
+		s.headAt.Store(sl.readyAt)
 	}
-	s.tail = pos
+	if sl.next != none {
+		s.slots[sl.next].prev = pos
+	} else {
+		s.tail = pos
+	}
 }
+
+func (s *subRing) insertBefore(pos, p int32) { s.insertAfter(pos, s.slots[p].prev) }
 
 func (s *subRing) unlink(pos int32) {
 	sl := &s.slots[pos]
@@ -179,6 +232,11 @@ func (s *subRing) unlink(pos int32) {
 		s.slots[sl.prev].next = sl.next
 	} else {
 		s.head = sl.next
+		if s.head != none {
+			s.headAt.Store(s.slots[s.head].readyAt)
+		} else {
+			s.headAt.Store(math.MaxInt64)
+		}
 	}
 	if sl.next != none {
 		s.slots[sl.next].prev = sl.prev
@@ -208,7 +266,7 @@ func (s *subRing) popDue(now int64) (int32, bool) {
 	for len(s.wheel) > 0 {
 		top := s.wheel[0]
 		sl := &s.slots[top.pos]
-		if sl.state != Wheel || sl.revisitAt != top.at {
+		if sl.state != Wheel || sl.readyAt != top.at {
 			heap.Pop(&s.wheel) // stale: the slot left the wheel or was rescheduled
 			continue
 		}
@@ -231,7 +289,7 @@ func (s *subRing) compact() {
 	kept := s.wheel[:0]
 	for _, e := range s.wheel {
 		sl := &s.slots[e.pos]
-		if sl.state == Wheel && sl.revisitAt == e.at {
+		if sl.state == Wheel && sl.readyAt == e.at {
 			kept = append(kept, e)
 		}
 	}

@@ -113,7 +113,7 @@ func (h *Hotlist) scanRing(r *Ring, maxParts int, n int64) (out []EntryView, idx
 			e := EntryView{State: sl.state, Unconfirmed: sl.remote}
 			switch sl.state {
 			case Wheel:
-				e.DueIn = time.Duration(sl.revisitAt - n)
+				e.DueIn = time.Duration(sl.readyAt - n)
 			case Inflight:
 				e.Held = time.Duration(n - sl.takenAt)
 			}
