@@ -27,6 +27,13 @@ type PopArgs struct {
 	// Unprov are the candidates that may lack the group's consumer row
 	// (queen.pop_v2's p_unprov); nil = all of them. Only with Names.
 	Unprov []string
+	// AsyncCommit lets the claim's commit return before its WAL is flushed
+	// (synchronous_commit off for that transaction). Only for a claim that
+	// takes a lease on rows that exist: a crash of PostgreSQL can then lose
+	// the lease, which only makes the messages claimable again, as an
+	// expired lease does; never for autoAck, whose commit moves the cursor
+	// (docs/storage.md, "Leases commit without waiting for the WAL").
+	AsyncCommit bool
 }
 
 // Verdict is the claim core's answer for one candidate.
@@ -80,6 +87,13 @@ func popParams(a PopArgs) []any {
 
 // Pop runs the claim core in one round trip.
 func (db *DB) Pop(ctx context.Context, a PopArgs) (*PopOutcome, error) {
+	if a.AsyncCommit && !a.AutoAck {
+		outs, err := db.PopMany(ctx, []PopArgs{a})
+		if err != nil {
+			return nil, err
+		}
+		return outs[0], nil
+	}
 	rs, err := db.pool.Query(ctx, popSQL, popParams(a)...)
 	if err != nil {
 		return nil, fmt.Errorf("pop %s: %w", a.Queue, err)
@@ -98,10 +112,24 @@ func (db *DB) Pop(ctx context.Context, a PopArgs) (*PopOutcome, error) {
 // claimed, and the caller may run the jobs again, each alone.
 func (db *DB) PopMany(ctx context.Context, jobs []PopArgs) ([]*PopOutcome, error) {
 	b := &pgx.Batch{}
+	async := true
+	for _, a := range jobs {
+		async = async && a.AsyncCommit && !a.AutoAck
+	}
+	if async {
+		// Local to this (implicit) transaction: every job only takes leases.
+		b.Queue(`SELECT set_config('synchronous_commit', 'off', true)`)
+	}
 	for _, a := range jobs {
 		b.Queue(popSQL, popParams(a)...)
 	}
 	br := db.pool.SendBatch(ctx, b)
+	if async {
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return nil, fmt.Errorf("pop: asynchronous commit: %w", err)
+		}
+	}
 	outs := make([]*PopOutcome, len(jobs))
 	for i, a := range jobs {
 		rs, err := br.Query()
