@@ -91,3 +91,46 @@ func TestPushModel(t *testing.T) {
 		}
 	}
 }
+
+// TestTxPushesTakeNoSubtransaction: pushes inside a transaction request
+// (Tx.Push) skip the fast path's subtransaction, which would take one
+// transaction id per push: past 64 open subtransactions every snapshot in
+// the cluster has to look them up in pg_subtrans. 100 pushes in one
+// transaction must consume about no transaction ids (the margin is for other
+// tests sharing the server).
+func TestTxPushesTakeNoSubtransaction(t *testing.T) {
+	db, url := openDB(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	nextXID := func() int64 {
+		var x int64
+		if err := conn.QueryRow(ctx, `SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint`).Scan(&x); err != nil {
+			t.Fatal(err)
+		}
+		return x
+	}
+	parts := []pg.QueuePartition{{Queue: "txq", Partition: "p"}}
+	if err := db.EnsurePartitions(ctx, "t", parts); err != nil {
+		t.Fatal(err)
+	}
+	before := nextXID()
+	err = db.InPushTx(ctx, "t", pg.TxLocks{Parts: parts}, func(tx *pg.Tx) error {
+		for i := 0; i < 100; i++ {
+			if _, err := tx.Push(ctx, "t", []pg.PushRow{{Queue: "txq", Partition: "p", TxID: fmt.Sprintf("x%d", i),
+				ID: fmt.Sprintf("0190a0b0-0000-7000-8000-%012d", i), Payload: `1`}}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if used := nextXID() - before; used > 50 {
+		t.Fatalf("100 pushes in one transaction used %d transaction ids: one subtransaction each", used)
+	}
+}

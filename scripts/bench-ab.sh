@@ -9,6 +9,7 @@
 # (start one with production settings: docs/benchmarks.md, "A/B pairs").
 # NODES is the node count of each run (1..5); nodes listen on 127.0.0.1.
 # QUEEN_BENCH (default bin/queen-bench) is the load generator.
+# PRODUCER_NODES=N puts the producers on the first N nodes only (consumers on all).
 set -euo pipefail
 if [ $# -lt 6 ] || [ "$6" != "--" ]; then
 	echo "usage: $0 A/queen-node B/queen-node OUTDIR PAIRS NODES -- queen-bench flags..." >&2
@@ -59,7 +60,12 @@ run_one() { # bin label
 			sleep 0.1
 		done
 	done
-	"$BENCH" --nodes "$urls" --pg-url "$url" --json "$OUT/$label.json" "$@" >"$OUT/$label.txt" 2>&1 || echo "run $label failed (exit $?)" >&2
+	local pn=$urls cn=()
+	if [ -n "${PRODUCER_NODES:-}" ]; then # producers on the first N nodes only, consumers on all
+		pn=$(echo "$urls" | cut -d, -f1-"$PRODUCER_NODES")
+		cn=(--consumer-nodes "$urls")
+	fi
+	"$BENCH" --nodes "$pn" "${cn[@]}" --pg-url "$url" --json "$OUT/$label.json" "$@" >"$OUT/$label.txt" 2>&1 || echo "run $label failed (exit $?)" >&2
 	n=0
 	for u in ${urls//,/ }; do
 		n=$((n + 1))

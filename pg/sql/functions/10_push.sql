@@ -119,6 +119,12 @@ DECLARE
     v_pids  uuid[];
     v_bases bigint[];
     v_fast  boolean := false;
+    -- The fast path below is a subtransaction. Only when this call is its
+    -- transaction's first writer (an autocommit push or combined flush): a
+    -- transaction request may push thousands of times in one transaction,
+    -- and past 64 subtransactions PostgreSQL's snapshots, everyone's, have
+    -- to look them up in pg_subtrans.
+    v_first boolean := pg_current_xact_id_if_assigned() IS NULL;
 BEGIN
     -- The same statement as queen.lock_partitions_v1, inline so that
     -- PL/pgSQL caches its plan, and counting the distinct pairs asked for
@@ -150,7 +156,7 @@ BEGIN
     -- descent per message, about half of this statement). A duplicate
     -- raises unique_violation, which rolls back this block's
     -- subtransaction, and the probing statement below decides instead.
-    BEGIN
+    IF v_first THEN BEGIN
         WITH items AS (
             SELECT i.qn, i.pn, i.seq, i.txid, i.mid, i.trace, i.payload, i.sub
             FROM unnest(p_queues, p_partitions, p_seqs, p_txids, p_ids, p_traces, p_payloads, p_subs)
@@ -182,7 +188,7 @@ BEGIN
         v_fast := true;
     EXCEPTION WHEN unique_violation THEN
         NULL; -- a duplicate (or a concurrent push of the same id): probe below
-    END;
+    END; END IF;
     IF v_fast THEN
         -- Answered from the inputs, after the block: rows returned inside
         -- it would stay returned had it rolled back.
