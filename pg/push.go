@@ -269,6 +269,14 @@ func push(ctx context.Context, q querier, tenant string, rows []PushRow) ([]Push
 			continue
 		}
 		i := uniq[j]
+		if st == protocol.PushDuplicate && deref(mid) == rows[i].ID {
+			// The stored message is this row itself: an earlier attempt of
+			// this very push committed although its caller saw an error (a
+			// flush that timed out during its commit, then replayed). The
+			// id is new for every request, so a client's own retry of a
+			// stored message still reads duplicate.
+			st = protocol.PushQueued
+		}
 		out[i] = PushOutcome{Idx: i, Status: st, MessageID: deref(mid), PartitionID: deref(pid), TxID: rows[i].TxID}
 	}
 	if err := rs.Err(); err != nil {

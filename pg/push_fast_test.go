@@ -134,3 +134,37 @@ func TestTxPushesTakeNoSubtransaction(t *testing.T) {
 		t.Fatalf("100 pushes in one transaction used %d transaction ids: one subtransaction each", used)
 	}
 }
+
+// TestReplayedPushIsQueued: a push whose earlier attempt committed unseen
+// (a combined flush that timed out during its commit is replayed) finds its
+// own rows, with its own message ids: it is answered queued, not
+// duplicate, while another push of the same transaction id (a client's
+// retry gets a new id) still reads duplicate.
+func TestReplayedPushIsQueued(t *testing.T) {
+	db, _ := openDB(t)
+	ctx := context.Background()
+	rows := []pg.PushRow{
+		{Queue: "rq", Partition: "p", TxID: "a", ID: "0190a0b0-0000-7000-8000-00000000000a", Payload: `1`},
+		{Queue: "rq", Partition: "p", TxID: "b", ID: "0190a0b0-0000-7000-8000-00000000000b", Payload: `2`},
+	}
+	for round := 0; round < 2; round++ {
+		out, err := db.Push(ctx, "t", rows)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, o := range out {
+			if o.Status != "queued" || o.MessageID != rows[i].ID {
+				t.Fatalf("attempt %d item %d: %s %s, want queued %s", round+1, i, o.Status, o.MessageID, rows[i].ID)
+			}
+		}
+	}
+	retry := rows[0]
+	retry.ID = "0190a0b0-0000-7000-8000-0000000000aa"
+	out, err := db.Push(ctx, "t", []pg.PushRow{retry})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out[0].Status != "duplicate" || out[0].MessageID != rows[0].ID {
+		t.Fatalf("client retry: %s %s, want duplicate of %s", out[0].Status, out[0].MessageID, rows[0].ID)
+	}
+}

@@ -49,6 +49,9 @@ func printReport(w io.Writer, o *Output) {
 	row("", "total", "per second")
 	row("pushed (queued)", num(float64(r.Pushed)), num(r.PushedPerSec))
 	row("delivered (first, all groups)", num(float64(r.Delivered)), num(r.DeliveredPerSec))
+	if c.Backlog {
+		row("drained (consumers started after the pushes)", fmt.Sprintf("%.1f s", r.DrainSeconds), num(r.DrainedPerSec))
+	}
 	row("acked", num(float64(r.Acked)), num(r.AckedPerSec))
 	row("redeliveries", num(float64(r.Redeliveries)), "")
 	row("push requests / pops / empty pops / acks", fmt.Sprintf("%s / %s / %s / %s",

@@ -186,3 +186,19 @@ func TestPayloadRoundTrip(t *testing.T) {
 		t.Fatal("partitionIndex")
 	}
 }
+
+// TestCompleteCountsOnlyQueued: a delivered message whose push was not
+// answered queued does not stand in for a queued one that is missing.
+func TestCompleteCountsOnlyQueued(t *testing.T) {
+	c := NewChecker(1, 2, []string{"g"}, false)
+	c.Pushed(0, 0, 0, true)
+	c.Pushed(0, 1, 0, false) // e.g. answered duplicate, yet stored
+	c.Delivered("g", []Delivery{{Producer: 0, Seq: 1, Partition: 0}})
+	if c.Complete("g") {
+		t.Fatal("complete with the queued message 0 never delivered")
+	}
+	c.Delivered("g", []Delivery{{Producer: 0, Seq: 0, Partition: 0}})
+	if !c.Complete("g") {
+		t.Fatal("not complete with every queued message delivered")
+	}
+}

@@ -79,6 +79,10 @@ type Config struct {
 	// Rate is the target push rate in messages per second over all
 	// producers (open loop, paced per batch). 0 = as fast as possible.
 	Rate float64 `json:"rate"`
+	// Backlog starts the consumers only once every push was answered, so
+	// they drain a queued backlog (issue 20: a real backlog per partition)
+	// instead of keeping up with the producers. Default false.
+	Backlog bool `json:"backlog"`
 	// Drain is how long consumers may keep going after the producers stop
 	// before undelivered messages count as lost. Default 30s.
 	Drain time.Duration `json:"drain_ns"`

@@ -31,6 +31,10 @@ type Result struct {
 	Queue        string    `json:"queue"`
 	PushSeconds  float64   `json:"push_seconds"`  // producers' phase
 	TotalSeconds float64   `json:"total_seconds"` // start to the last delivery
+	// With Config.Backlog: the consumers' phase (end of the pushes to the
+	// last delivery) and first deliveries per second over it.
+	DrainSeconds  float64 `json:"drain_seconds,omitempty"`
+	DrainedPerSec float64 `json:"drained_per_s,omitempty"`
 
 	PushRequests    int64   `json:"push_requests"`
 	Pushed          int64   `json:"pushed"` // items answered "queued"
@@ -108,17 +112,26 @@ func Run(ctx context.Context, cfg Config, progress func(Progress)) (*Result, err
 	// acks run under hard, so a popped batch is acked even then.
 	var consumers sync.WaitGroup
 	var endGroups []context.CancelFunc
-	for gi, g := range groups {
-		gctx, gcancel := context.WithCancel(hard)
-		endGroups = append(endGroups, gcancel)
-		defer gcancel()
-		for k := range cfg.Consumers {
-			consumers.Add(1)
-			go func() {
-				defer consumers.Done()
-				r.consumer(gctx, hard, gi*cfg.Consumers+k, g, gcancel)
-			}()
+	startConsumers := func() {
+		for gi, g := range groups {
+			gctx, gcancel := context.WithCancel(hard)
+			endGroups = append(endGroups, gcancel)
+			for k := range cfg.Consumers {
+				consumers.Add(1)
+				go func() {
+					defer consumers.Done()
+					r.consumer(gctx, hard, gi*cfg.Consumers+k, g, gcancel)
+				}()
+			}
 		}
+	}
+	defer func() {
+		for _, end := range endGroups {
+			end()
+		}
+	}()
+	if !cfg.Backlog {
+		startConsumers()
 	}
 
 	stopProgress := make(chan struct{})
@@ -152,6 +165,9 @@ func Run(ctx context.Context, cfg Config, progress func(Progress)) (*Result, err
 	producers.Wait()
 	pushEnd := time.Now()
 	r.producersDone.Store(true)
+	if cfg.Backlog {
+		startConsumers()
+	}
 
 	// Consumers that already hold everything may be parked in a long-poll
 	// and never see the flag: end complete groups here.
@@ -261,6 +277,13 @@ func (r *runner) result(start, pushEnd, last time.Time, cpu0, cpu1 cpuSnapshot) 
 	if res.TotalSeconds > 0 {
 		res.DeliveredPerSec = float64(res.Delivered) / res.TotalSeconds
 		res.AckedPerSec = float64(res.Acked) / res.TotalSeconds
+	}
+	if r.cfg.Backlog {
+		// The consumers started at pushEnd: their own rate.
+		res.DrainSeconds = last.Sub(pushEnd).Seconds()
+		if res.DrainSeconds > 0 {
+			res.DrainedPerSec = float64(res.Delivered) / res.DrainSeconds
+		}
 	}
 	if full := res.Pops - res.EmptyPops; full > 0 {
 		res.MsgsPerPop = float64(res.Received) / float64(full)

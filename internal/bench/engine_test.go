@@ -91,6 +91,33 @@ func TestSmokeQueueModeAutoAck(t *testing.T) {
 	}
 }
 
+// TestSmokeBacklog: with Backlog the consumers start only after the last
+// push was answered, so every message is still queued then (no pop ran
+// during the push phase) and the drain rate covers the consumers' phase.
+func TestSmokeBacklog(t *testing.T) {
+	node := nodetest.Start(t)
+	cfg := DefaultConfig(node.URL)
+	cfg.Producers, cfg.Consumers, cfg.Partitions = 2, 2, 20
+	cfg.PushBatch, cfg.PopBatch = 25, 25
+	cfg.Messages = 1000
+	cfg.Rate = 400 // a push phase of about 2.5 s: progress ticks see it
+	cfg.Backlog = true
+	cfg.Drain = 30 * time.Second
+	var popsDuringPush int64
+	res, err := Run(context.Background(), cfg, func(p Progress) {
+		if !p.Draining && p.DelivRate > 0 {
+			popsDuringPush++
+		}
+	})
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if !res.OK || res.Delivered != 1000 || popsDuringPush != 0 || res.DrainSeconds <= 0 || res.DrainedPerSec <= res.DeliveredPerSec {
+		t.Fatalf("backlog run: OK=%v delivered %d, deliveries during the pushes %d, drain %.2f s at %.0f/s (overall %.0f/s); check %+v",
+			res.OK, res.Delivered, popsDuringPush, res.DrainSeconds, res.DrainedPerSec, res.DeliveredPerSec, res.Check)
+	}
+}
+
 // TestRunAgainstNoNodeFails: a run whose pushes all fail (nothing listens
 // on the address) queued nothing and must not report a pass.
 func TestRunAgainstNoNodeFails(t *testing.T) {
