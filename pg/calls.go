@@ -27,7 +27,8 @@ type PopArgs struct {
 	// Unprov are the candidates that may lack the group's consumer row
 	// (queen.pop_v2's p_unprov); nil = all of them. Only with Names.
 	Unprov []string
-	// AsyncCommit lets the claim's commit return before its WAL is flushed
+	// AsyncCommit (unused by the broker, see docs/storage.md: a failover
+	// loses such leases) lets the claim's commit return before its WAL is flushed
 	// (synchronous_commit off for that transaction). Meant for a claim that
 	// takes a lease on rows that exist: a crash of PostgreSQL can then lose
 	// the lease, which only makes the messages claimable again, as an

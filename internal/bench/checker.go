@@ -46,6 +46,10 @@ type groupState struct {
 	last  map[streamKey]int64
 	first int64 // first deliveries
 	redel int64
+	// Complete's scan position: every queued message before (scanP,
+	// scanSeq) was delivered. Deliveries only add up, so a scan resumes
+	// there and all of Complete's scans together read each message once.
+	scanP, scanSeq int
 	// errors seen online (order, unknown messages); capped examples.
 	outOfOrder int64
 	unknown    int64
@@ -166,7 +170,9 @@ func (c *Checker) FirstDeliveries() int64 {
 	return n
 }
 
-// Complete tells whether group has received every queued message. First
+// Complete tells whether group has received every queued message; call it
+// once the pushes ended (a message queued after the scan passed its place
+// would be missed). First
 // deliveries can include messages whose push was not answered queued (a
 // failed push that was stored anyway), so a count that reached the queued
 // total is confirmed message by message: ending a run on the count alone left
@@ -180,9 +186,10 @@ func (c *Checker) Complete(group string) bool {
 	if g.first < c.queued {
 		return false
 	}
-	for p, row := range c.pushed {
-		for seq, part := range row {
-			if part >= 0 && (seq >= len(g.msgs[p]) || g.msgs[p][seq].delivered == 0) {
+	for ; g.scanP < len(c.pushed); g.scanP, g.scanSeq = g.scanP+1, 0 {
+		row := c.pushed[g.scanP]
+		for ; g.scanSeq < len(row); g.scanSeq++ {
+			if row[g.scanSeq] >= 0 && (g.scanSeq >= len(g.msgs[g.scanP]) || g.msgs[g.scanP][g.scanSeq].delivered == 0) {
 				return false
 			}
 		}
