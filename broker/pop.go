@@ -152,10 +152,6 @@ func (b *Broker) sqlPop(ctx context.Context, args pg.PopArgs) (*PopResult, *pg.P
 func (b *Broker) claim(ctx context.Context, args pg.PopArgs) (*pg.PopOutcome, error) {
 	b.stats.PopSQLCalls.Add(1)
 	args.Unprov = b.prov.unprov(args)
-	// args.AsyncCommit stays off: a lease committed without waiting for
-	// the WAL is lost when a synchronous standby takes over, and the
-	// messages are then served again while their lease still runs
-	// (TestPostgresFailover; docs/storage.md).
 	var (
 		out *pg.PopOutcome
 		err error

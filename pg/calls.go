@@ -27,16 +27,6 @@ type PopArgs struct {
 	// Unprov are the candidates that may lack the group's consumer row
 	// (queen.pop_v2's p_unprov); nil = all of them. Only with Names.
 	Unprov []string
-	// AsyncCommit (unused by the broker, see docs/storage.md: a failover
-	// loses such leases) lets the claim's commit return before its WAL is flushed
-	// (synchronous_commit off for that transaction). Meant for a claim that
-	// takes a lease on rows that exist: a crash of PostgreSQL can then lose
-	// the lease, which only makes the messages claimable again, as an
-	// expired lease does. Ignored for autoAck, whose commit moves the
-	// cursor; and the claim core makes the commit durable again when it
-	// creates a queue, group marker or cursor after all (docs/storage.md,
-	// "Leases commit without waiting for the WAL").
-	AsyncCommit bool
 }
 
 // Verdict is the claim core's answer for one candidate.
@@ -90,13 +80,6 @@ func popParams(a PopArgs) []any {
 
 // Pop runs the claim core in one round trip.
 func (db *DB) Pop(ctx context.Context, a PopArgs) (*PopOutcome, error) {
-	if a.AsyncCommit && !a.AutoAck {
-		outs, err := db.PopMany(ctx, []PopArgs{a})
-		if err != nil {
-			return nil, err
-		}
-		return outs[0], nil
-	}
 	rs, err := db.pool.Query(ctx, popSQL, popParams(a)...)
 	if err != nil {
 		return nil, fmt.Errorf("pop %s: %w", a.Queue, err)
@@ -114,14 +97,11 @@ func (db *DB) Pop(ctx context.Context, a PopArgs) (*PopOutcome, error) {
 // outcomes are in job order. Any failure rolls every job back: nothing was
 // claimed, and the caller may run the jobs again, each alone.
 func (db *DB) PopMany(ctx context.Context, jobs []PopArgs) ([]*PopOutcome, error) {
-	b, async := popBatch(jobs)
-	br := db.pool.SendBatch(ctx, b)
-	if async {
-		if _, err := br.Exec(); err != nil {
-			br.Close()
-			return nil, fmt.Errorf("pop: asynchronous commit: %w", err)
-		}
+	b := &pgx.Batch{}
+	for _, a := range jobs {
+		b.Queue(popSQL, popParams(a)...)
 	}
+	br := db.pool.SendBatch(ctx, b)
 	outs := make([]*PopOutcome, len(jobs))
 	for i, a := range jobs {
 		rs, err := br.Query()
@@ -142,24 +122,6 @@ func (db *DB) PopMany(ctx context.Context, jobs []PopArgs) ([]*PopOutcome, error
 		return nil, fmt.Errorf("pop: commit of %d jobs: %w", len(jobs), err)
 	}
 	return outs, nil
-}
-
-// popBatch queues one claim per job. When every job asked for it, the
-// batch starts by turning synchronous_commit off for its (implicit)
-// transaction; the claim core turns it back on if it creates anything.
-func popBatch(jobs []PopArgs) (b *pgx.Batch, async bool) {
-	b = &pgx.Batch{}
-	async = true
-	for _, a := range jobs {
-		async = async && a.AsyncCommit && !a.AutoAck
-	}
-	if async {
-		b.Queue(`SELECT set_config('synchronous_commit', 'off', true)`)
-	}
-	for _, a := range jobs {
-		b.Queue(popSQL, popParams(a)...)
-	}
-	return b, async
 }
 
 func scanPop(rs pgx.Rows) (*PopOutcome, error) {

@@ -77,9 +77,6 @@ DECLARE
 BEGIN
     SELECT * INTO v_q FROM queen.queues q WHERE q.tenant = p_tenant AND q.name = p_queue;
     IF NOT FOUND THEN
-        -- What this call creates must be durable whatever the caller asked
-        -- (pg.PopArgs.AsyncCommit): only a lease may be lost in a crash.
-        SET LOCAL synchronous_commit TO DEFAULT;
         INSERT INTO queen.queues (id, tenant, name) VALUES (gen_random_uuid(), p_tenant, p_queue)
         ON CONFLICT (tenant, name) DO NOTHING;
         SELECT * INTO v_q FROM queen.queues q WHERE q.tenant = p_tenant AND q.name = p_queue;
@@ -93,8 +90,6 @@ BEGIN
     WHERE md.queue_id = v_q.id AND md.consumer_group = p_group;
     IF NOT FOUND THEN
         v_seeded := false;
-        -- a lost marker would move a 'new' subscription's start: durable
-        SET LOCAL synchronous_commit TO DEFAULT;
         INSERT INTO queen.consumer_groups_metadata (queue_id, consumer_group, subscription_from)
         VALUES (v_q.id, p_group, CASE p_sub_mode WHEN 'new' THEN v_now WHEN 'from' THEN p_sub_from ELSE NULL END)
         ON CONFLICT (queue_id, consumer_group) DO NOTHING;
@@ -139,7 +134,6 @@ BEGIN
     -- Skipped when no candidate can lack its row (p_unprov): even with every
     -- row present, the statement costs more than the rest of the claim.
     IF cardinality(v_unprov) > 0 THEN
-        SET LOCAL synchronous_commit TO DEFAULT; -- new cursors are durable
         INSERT INTO queen.consumers (partition_id, consumer_group, committed_offset, batch_end, acked)
         SELECT s.id, p_group, s.seed, s.seed, queen.dlq_copies_past(s.id, p_group, s.seed)
         FROM (SELECT p.id,
@@ -197,7 +191,6 @@ BEGIN
                 SELECT COALESCE(max(m.off), 0) INTO v_seed
                 FROM queen.messages m WHERE m.partition_id = v_pid AND m.created_at <= v_from;
             END IF;
-            SET LOCAL synchronous_commit TO DEFAULT; -- a new cursor is durable
             INSERT INTO queen.consumers (partition_id, consumer_group, committed_offset, batch_end, acked)
             VALUES (v_pid, p_group, v_seed, v_seed, queen.dlq_copies_past(v_pid, p_group, v_seed))
             ON CONFLICT (partition_id, consumer_group) DO NOTHING;
