@@ -96,7 +96,7 @@ func completedStatus(s string) bool {
 	if s == "" {
 		return true
 	}
-	if len(s) != len("completed") && len(s) != len("success") {
+	if len(s) != len(protocol.AckCompleted) && len(s) != len(protocol.AckSuccess) {
 		return false
 	}
 	buf := make([]byte, len(s))
@@ -108,7 +108,7 @@ func completedStatus(s string) bool {
 		buf[i] = c
 	}
 	l := string(buf)
-	return l == string(protocol.AckCompleted) || l == "success"
+	return l == string(protocol.AckCompleted) || l == string(protocol.AckSuccess)
 }
 
 // ackWithCAS answers an ack request: the qualifying pairs by CAS (merged
@@ -205,6 +205,10 @@ type ackCombiner struct {
 }
 
 const ackMaxInFlight = 2
+
+// maxCASPairs bounds the (partition, group) pairs of one CAS flush; a
+// larger request flushes alone.
+const maxCASPairs = 10000
 
 type casReq struct {
 	ctx   context.Context

@@ -123,7 +123,7 @@ func New(ctx context.Context, cfg Config, log hclog.Logger) (*Broker, error) {
 		b.popc = newPopCombiner(db, b.claimAlone, b.dropLease, &b.stats.PopFlushes)
 	}
 	if cfg.AckCAS {
-		b.acks = newAckCombiner(db, DefaultMaxPushRows, &b.stats.AckCASFlushes)
+		b.acks = newAckCombiner(db, maxCASPairs, &b.stats.AckCASFlushes)
 		b.leases = newLeaseMemory(defaultLeaseMemLeases, defaultLeaseMemBytes)
 	}
 	if cfg.Hotlist.Enabled {
