@@ -2,6 +2,8 @@ package api
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -28,15 +30,94 @@ import (
 // connStats are the connection counters of /status and /metrics.
 type connStats struct {
 	open         atomic.Int64 // client connections open now
-	refused      atomic.Int64 // connections answered 503 (or closed) beyond MaxConns
+	refused      atomic.Int64 // connections answered 503 (or closed) beyond MaxConns or their address's share
+	refusedShare atomic.Int64 // of refused: those refused because their address held its share
 	bodyTimeouts atomic.Int64 // requests cut because their body did not arrive within BodyTimeout
 	acceptErrors atomic.Int64 // failed accepts (descriptor exhaustion and the like)
+
+	// Per source address (sourceKey): open connections and refusals in
+	// progress. One address (a client flooding idle sockets) can then hold
+	// at most MaxConnsPerAddr slots, and at most maxRefusingPerAddr of the
+	// refusal goroutines, so the others stay servable.
+	mu       sync.Mutex
+	byAddr   map[string]int
+	refusing map[string]int
+}
+
+// take claims a connection slot for the address key: false past MaxConns
+// or past the address's share (share is true then).
+func (c *connStats) take(key string, maxConns, perAddr int) (ok, share bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.open.Load() >= int64(maxConns) {
+		return false, false
+	}
+	if c.byAddr[key] >= perAddr {
+		return false, true
+	}
+	if c.byAddr == nil {
+		c.byAddr = make(map[string]int)
+	}
+	c.byAddr[key]++
+	c.open.Add(1)
+	return true, false
+}
+
+// give returns a slot taken by take.
+func (c *connStats) give(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.open.Add(-1)
+	if c.byAddr[key] <= 1 {
+		delete(c.byAddr, key) // the map holds only addresses with connections
+	} else {
+		c.byAddr[key]--
+	}
+}
+
+// startRefusal counts a refusal in progress for key; false when the
+// address already has maxRefusingPerAddr of them.
+func (c *connStats) startRefusal(key string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.refusing[key] >= maxRefusingPerAddr {
+		return false
+	}
+	if c.refusing == nil {
+		c.refusing = make(map[string]int)
+	}
+	c.refusing[key]++
+	return true
+}
+
+func (c *connStats) endRefusal(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.refusing[key] <= 1 {
+		delete(c.refusing, key)
+	} else {
+		c.refusing[key]--
+	}
+}
+
+// sourceKey is the address a connection counts against: its IP, or for
+// IPv6 its /64 network, which one host usually holds whole.
+func sourceKey(a net.Addr) string {
+	ta, ok := a.(*net.TCPAddr)
+	if !ok {
+		return a.String()
+	}
+	if ip4 := ta.IP.To4(); ip4 != nil {
+		return ip4.String()
+	}
+	return ta.IP.Mask(net.CIDRMask(64, 128)).String() + "/64"
 }
 
 // ConnStatus reports the connection counters (the "http" section of
 // /status; their names are in table.go).
 func (s *Server) ConnStatus() ConnSnapshot {
-	return ConnSnapshot{OpenConns: s.conns.open.Load(), MaxConns: s.cfg.MaxConns, ConnsRefused: s.conns.refused.Load(),
+	return ConnSnapshot{OpenConns: s.conns.open.Load(), MaxConns: s.cfg.MaxConns, MaxConnsPerAddr: s.cfg.MaxConnsPerAddr,
+		ConnsRefused: s.conns.refused.Load(), ConnsRefusedShare: s.conns.refusedShare.Load(),
 		BodyTimeouts: s.conns.bodyTimeouts.Load(), AcceptErrors: s.conns.acceptErrors.Load()}
 }
 
@@ -138,20 +219,23 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// Listener wraps ln: at most MaxConns client connections are open at once;
-// a connection beyond gets a 503 with a JSON error and is closed, so the
-// client learns why at once instead of waiting in the accept backlog.
-// Failed accepts (EMFILE when descriptors run out) are retried with a
+// Listener wraps ln: at most MaxConns client connections are open at once,
+// and at most MaxConnsPerAddr from one source address (sourceKey); a
+// connection beyond gets a 503 with a JSON error and is closed, so the
+// client learns why at once instead of waiting in the accept backlog. A
+// refused `GET /health` is answered for real instead, so probes see the
+// node's health while its slots are full. Failed accepts (EMFILE when descriptors run out) are retried with a
 // back-off and logged as errors, at most one line per acceptLogEvery.
 func (s *Server) Listener(ln net.Listener) net.Listener {
 	return &capListener{Listener: ln, s: s, log: s.log.Named("http"), refusing: make(chan struct{}, maxRefusing)}
 }
 
 const (
-	maxRefusing    = 64               // refusals answered at once; beyond, a refused connection is just closed
-	refuseLinger   = time.Second      // how long a refusal waits for the request and the client's close
-	acceptLogEvery = 10 * time.Second // at most one accept-error line per this interval
-	acceptBackoff  = time.Second      // cap of the retry delay after a failed accept
+	maxRefusing        = 64               // refusals answered at once; beyond, a refused connection is just closed
+	maxRefusingPerAddr = 4                // of those, from one source address
+	refuseLinger       = time.Second      // how long a refusal waits for the request and the client's close
+	acceptLogEvery     = 10 * time.Second // at most one accept-error line per this interval
+	acceptBackoff      = time.Second      // cap of the retry delay after a failed accept
 )
 
 type capListener struct {
@@ -180,13 +264,16 @@ func (l *capListener) Accept() (net.Conn, error) {
 			continue
 		}
 		delay = 0
-		if l.s.conns.open.Add(1) > int64(l.s.cfg.MaxConns) {
-			l.s.conns.open.Add(-1)
+		key := sourceKey(c.RemoteAddr())
+		if ok, share := l.s.conns.take(key, l.s.cfg.MaxConns, l.s.cfg.MaxConnsPerAddr); !ok {
 			l.s.conns.refused.Add(1)
-			l.refuse(c)
+			if share {
+				l.s.conns.refusedShare.Add(1)
+			}
+			l.refuse(c, key)
 			continue
 		}
-		return &countedConn{Conn: c, open: &l.s.conns.open}, nil
+		return &countedConn{Conn: c, key: key, stats: &l.s.conns}, nil
 	}
 }
 
@@ -216,23 +303,40 @@ func (l *capListener) logAcceptError(err error) {
 	l.lastLog, l.suppressed = time.Now(), 0
 }
 
-// refuse answers a connection beyond the cap. It reads the request head
-// first and lingers for the client's close, so the client reads the answer
-// rather than a connection reset.
-func (l *capListener) refuse(c net.Conn) {
+// refuse answers a connection beyond the cap or its address's share. It
+// reads the request head first and lingers for the client's close, so the
+// client reads the answer rather than a connection reset. A `GET /health`
+// gets the health answer (with Connection: close): a load balancer's probe
+// must not mark a healthy node down because clients filled its slots.
+func (l *capListener) refuse(c net.Conn, key string) {
+	if !l.s.conns.startRefusal(key) {
+		_ = c.Close() // this address already has its refusals in progress
+		return
+	}
 	select {
 	case l.refusing <- struct{}{}:
 	default:
+		l.s.conns.endRefusal(key)
 		_ = c.Close() // a flood of refusals: spend nothing more on them
 		return
 	}
 	go func() {
-		defer func() { <-l.refusing }()
+		defer func() { <-l.refusing; l.s.conns.endRefusal(key) }()
 		defer c.Close()
 		_ = c.SetDeadline(time.Now().Add(refuseLinger))
-		readHead(c)
-		body := fmt.Sprintf(`{"error":"too many connections (max %d); retry later"}`+"\n", l.s.cfg.MaxConns)
-		resp := "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n" +
+		code, body := http.StatusServiceUnavailable,
+			fmt.Sprintf(`{"error":"too many connections (max %d, %d per address); retry later"}`, l.s.cfg.MaxConns, l.s.cfg.MaxConnsPerAddr)
+		if isHealthHead(readHead(c)) {
+			ctx, cancel := context.WithTimeout(context.Background(), refuseLinger)
+			var hr healthResponse
+			code, hr = l.s.health(ctx)
+			cancel()
+			b, _ := json.Marshal(hr)
+			body = string(b)
+		}
+		body += "\n"
+		resp := fmt.Sprintf("HTTP/1.1 %d %s\r\n", code, http.StatusText(code)) +
+			"Content-Type: application/json\r\nConnection: close\r\n" +
 			"Retry-After: 1\r\nAccess-Control-Allow-Origin: *\r\n" +
 			fmt.Sprintf("Content-Length: %d\r\n\r\n", len(body)) + body
 		if _, err := io.WriteString(c, resp); err != nil {
@@ -245,26 +349,39 @@ func (l *capListener) refuse(c net.Conn) {
 	}()
 }
 
-// readHead reads until the end of a request head, 8 KiB or the deadline.
-func readHead(c net.Conn) {
+// readHead reads until the end of a request head, 8 KiB or the deadline,
+// and returns what it read.
+func readHead(c net.Conn) []byte {
 	buf := make([]byte, 0, 8<<10)
 	for len(buf) < cap(buf) {
 		n, err := c.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
 		if bytes.Contains(buf, []byte("\r\n\r\n")) || err != nil {
-			return
+			break
 		}
 	}
+	return buf
+}
+
+// isHealthHead tells a complete `GET /health` request head.
+func isHealthHead(head []byte) bool {
+	if !bytes.Contains(head, []byte("\r\n\r\n")) {
+		return false
+	}
+	line, _, _ := bytes.Cut(head, []byte("\r\n"))
+	target, ok := bytes.CutPrefix(line, []byte("GET /health"))
+	return ok && (bytes.HasPrefix(target, []byte(" ")) || bytes.HasPrefix(target, []byte("?")))
 }
 
 // countedConn gives its slot back once, however often it is closed.
 type countedConn struct {
 	net.Conn
-	open *atomic.Int64
-	once sync.Once
+	key   string
+	stats *connStats
+	once  sync.Once
 }
 
 func (c *countedConn) Close() error {
-	c.once.Do(func() { c.open.Add(-1) })
+	c.once.Do(func() { c.stats.give(c.key) })
 	return c.Conn.Close()
 }

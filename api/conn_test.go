@@ -175,7 +175,7 @@ func TestConnectionCap(t *testing.T) {
 	}
 	defer c.Close()
 	br := bufio.NewReader(c)
-	resp := rawRequest(t, c, br, healthReq)
+	resp := rawRequest(t, c, br, "GET /api/v1/resources/queues HTTP/1.1\r\nHost: x\r\n\r\n")
 	body, _ := io.ReadAll(resp.Body)
 	var eb struct{ Error string }
 	if resp.StatusCode != http.StatusServiceUnavailable || json.Unmarshal(body, &eb) != nil || eb.Error == "" ||
@@ -305,5 +305,103 @@ func TestSlowHandlerAnswerDelivered(t *testing.T) {
 		"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body))
 	if resp.StatusCode != http.StatusCreated {
 		t.Fatalf("status %d", resp.StatusCode)
+	}
+}
+
+// dialFrom opens a connection to addr from the loopback source address src
+// (127.0.0.0/8 is all local on Linux), as if from another client host.
+func dialFrom(t *testing.T, src, addr string) net.Conn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 5 * time.Second}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatalf("dial from %s: %v", src, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// waitOpen polls until the server counts n open connections.
+func waitOpen(t *testing.T, srv *Server, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for srv.conns.open.Load() != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("open connections %d, want %d", srv.conns.open.Load(), n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// One address holding idle sockets (issue 21: 4,096 of them locked every
+// client out, /health included, for each header-timeout wave) gets its
+// share of the slots and no more; a client from another address is served.
+func TestConnectionShareKeepsOtherAddressesServed(t *testing.T) {
+	srv, addr := serveTCP(t, &fakeBroker{}, func(c *Config) { c.MaxConns, c.MaxConnsPerAddr = 8, 4 })
+	for i := 0; i < 12; i++ {
+		dialFrom(t, "127.0.0.2", addr) // idle: never sends a request
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for srv.conns.refused.Load() < 8 {
+		if time.Now().After(deadline) {
+			t.Fatalf("refused %d of the flood, want 8", srv.conns.refused.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	waitOpen(t, srv, 4)
+	c := dialFrom(t, "127.0.0.3", addr)
+	br := bufio.NewReader(c)
+	for _, req := range []string{healthReq, "GET /api/v1/resources/queues HTTP/1.1\r\nHost: x\r\n\r\n"} {
+		if resp := rawRequest(t, c, br, req); resp.StatusCode != http.StatusOK {
+			t.Fatalf("client beside the flood: %q answered %d, want 200", req, resp.StatusCode)
+		}
+	}
+	st := srv.ConnStatus()
+	if st.ConnsRefusedShare != 8 || st.ConnsRefused != 8 || st.MaxConnsPerAddr != 4 {
+		t.Fatalf("status %+v, want 8 refused for the share", st)
+	}
+	if v := gathered(t, srv, "queen_http_connections_refused_share_total"); v != 8 {
+		t.Fatalf("queen_http_connections_refused_share_total = %v, want 8", v)
+	}
+}
+
+// With every slot taken (by two addresses at their share), a health probe
+// from a third is still answered with the node's health, and closed; any
+// other request there gets the 503.
+func TestHealthAnsweredBeyondTheCap(t *testing.T) {
+	srv, addr := serveTCP(t, &fakeBroker{}, func(c *Config) { c.MaxConns, c.MaxConnsPerAddr = 4, 2 })
+	for _, src := range []string{"127.0.0.2", "127.0.0.2", "127.0.0.3", "127.0.0.3"} {
+		dialFrom(t, src, addr)
+	}
+	waitOpen(t, srv, 4)
+	c := dialFrom(t, "127.0.0.4", addr)
+	br := bufio.NewReader(c)
+	resp := rawRequest(t, c, br, "GET /health?probe=1 HTTP/1.1\r\nHost: x\r\n\r\n")
+	body, _ := io.ReadAll(resp.Body)
+	var hr healthResponse
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &hr) != nil || hr.Status != "healthy" || !resp.Close {
+		t.Fatalf("health beyond the cap: %d %s close=%v, want 200 healthy with Connection: close", resp.StatusCode, body, resp.Close)
+	}
+	c2 := dialFrom(t, "127.0.0.4", addr)
+	resp = rawRequest(t, c2, bufio.NewReader(c2), "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("other request beyond the cap: %d, want 503", resp.StatusCode)
+	}
+}
+
+func TestSourceKey(t *testing.T) {
+	for in, want := range map[string]string{
+		"127.0.0.2:5000":                   "127.0.0.2",
+		"[::ffff:10.0.0.1]:80":             "10.0.0.1",
+		"[2001:db8:1:2:aaaa:bbbb:c:d]:443": "2001:db8:1:2::/64",
+		"[2001:db8:1:2::9]:443":            "2001:db8:1:2::/64",
+	} {
+		a, err := net.ResolveTCPAddr("tcp", in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := sourceKey(a); got != want {
+			t.Errorf("sourceKey(%s) = %s, want %s", in, got, want)
+		}
 	}
 }

@@ -61,6 +61,7 @@ const (
 	DefaultWriteTimeout       = 60 * time.Second
 	DefaultPopMinReadRate     = 64 << 10
 	DefaultMaxConns           = 4096
+	DefaultMaxConnsPerAddr    = 1024 // a quarter of DefaultMaxConns: one address cannot lock the others out
 )
 
 // Config tunes the HTTP layer. Zero fields take their defaults in New.
@@ -82,6 +83,7 @@ type Config struct {
 	WriteTimeout      time.Duration // writing a response, from its first byte (a long-poll's wait is not counted); default 60 s
 	PopMinReadRate    int           // bytes/s: a pop answer gets WriteTimeout plus its size at this rate; default 64 KiB/s
 	MaxConns          int           // open client connections; a new one beyond gets 503 and is closed; default 4096
+	MaxConnsPerAddr   int           // of those, from one source IP (IPv6: one /64); beyond, 503 as above; default 1024, at most MaxConns
 
 	// Auth, when non-nil, guards every API route except /health and routes
 	// added with Handle. nil = authentication off (the default).
@@ -106,6 +108,7 @@ func DefaultConfig() Config {
 		WriteTimeout:      DefaultWriteTimeout,
 		PopMinReadRate:    DefaultPopMinReadRate,
 		MaxConns:          DefaultMaxConns,
+		MaxConnsPerAddr:   DefaultMaxConnsPerAddr,
 	}
 }
 
@@ -161,6 +164,10 @@ func (c Config) withDefaults() Config {
 	if c.MaxConns <= 0 {
 		c.MaxConns = d.MaxConns
 	}
+	if c.MaxConnsPerAddr <= 0 {
+		c.MaxConnsPerAddr = d.MaxConnsPerAddr
+	}
+	c.MaxConnsPerAddr = min(c.MaxConnsPerAddr, c.MaxConns)
 	return c
 }
 

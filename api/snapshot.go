@@ -29,11 +29,13 @@ type Snapshot struct {
 
 // ConnSnapshot is the HTTP layer's connection counters (conn.go).
 type ConnSnapshot struct {
-	OpenConns    int64 // client connections open now
-	MaxConns     int   // Config.MaxConns
-	ConnsRefused int64 // connections beyond MaxConns, answered 503 and closed
-	BodyTimeouts int64 // requests cut (408) because their body was slower than BodyTimeout
-	AcceptErrors int64 // failed accepts, e.g. out of file descriptors
+	OpenConns         int64 // client connections open now
+	MaxConns          int   // Config.MaxConns
+	MaxConnsPerAddr   int   // Config.MaxConnsPerAddr
+	ConnsRefused      int64 // connections beyond MaxConns or their address's share, answered 503 and closed
+	ConnsRefusedShare int64 // of ConnsRefused: refused because their address held MaxConnsPerAddr
+	BodyTimeouts      int64 // requests cut (408) because their body was slower than BodyTimeout
+	AcceptErrors      int64 // failed accepts, e.g. out of file descriptors
 }
 
 // snapshot reads src and the server's own counters. It is called from a

@@ -73,6 +73,12 @@ func settings() []setting {
 				c.Node.API.MaxConns, err = intIn(v, 1, 1000000)
 				return err
 			}},
+		{env: "QUEEN_HTTP_MAX_CONNS_PER_ADDR", flag: "http-max-conns-per-addr", def: strconv.Itoa(d.API.MaxConnsPerAddr), usage: "open client connections from one source IP (IPv6: one /64), at most QUEEN_HTTP_MAX_CONNS; behind one proxy, raise it to QUEEN_HTTP_MAX_CONNS",
+			apply: func(c *Config, v string) error {
+				var err error
+				c.Node.API.MaxConnsPerAddr, err = intIn(v, 1, 1000000)
+				return err
+			}},
 		{env: "QUEEN_NODE_NAME", flag: "node-name", usage: "unique node name in the mesh (default: host name)",
 			apply: func(c *Config, v string) error {
 				c.Node.Broker.NodeName = v
