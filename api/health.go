@@ -44,3 +44,26 @@ func (s *Server) health(ctx context.Context) (int, healthResponse) {
 		Status: "healthy", Database: "connected", Server: "queen-node", Version: s.cfg.Version,
 	}
 }
+
+// StartingHandler answers while the node is not yet serving the API (its
+// broker is still connecting to PostgreSQL): /health says why with a 503,
+// so an orchestrator sees "unhealthy: <reason>" instead of a port that
+// accepts and never answers; every other request gets a 503 to retry.
+// reason returns the latest connect failure ("" before the first).
+func StartingHandler(version string, reason func() string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		why := reason()
+		if why == "" {
+			why = "connecting to PostgreSQL"
+		}
+		why = "starting: " + truncate(why, 200)
+		w.Header().Set("Retry-After", "1")
+		if r.Method == http.MethodGet && r.URL.Path == "/health" {
+			writeJSON(w, http.StatusServiceUnavailable, healthResponse{
+				Status: "unhealthy", Database: "disconnected", Server: "queen-node", Version: version, Error: why,
+			})
+			return
+		}
+		writeError(w, http.StatusServiceUnavailable, "node "+why+"; retry later")
+	})
+}

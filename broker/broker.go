@@ -96,6 +96,14 @@ func New(ctx context.Context, cfg Config, log hclog.Logger) (*Broker, error) {
 		if ctx.Err() != nil || errors.Is(err, pg.ErrBadURL) {
 			return nil, fmt.Errorf("connect to PostgreSQL: %w", err)
 		}
+		if errors.Is(err, pg.ErrRefused) {
+			// Retrying a role, password or database the server refuses only
+			// hides the fault behind "not ready" lines (docs/operations.md).
+			return nil, fmt.Errorf("connect to PostgreSQL: not retrying, the server refuses this role, password or database; fix QUEEN_PG_URL or the server: %w", err)
+		}
+		if cfg.PG.ConnectFailed != nil {
+			cfg.PG.ConnectFailed(err)
+		}
 		log.Warn("PostgreSQL not ready, retrying", "error", err, "in", backoff)
 		select {
 		case <-ctx.Done():

@@ -64,6 +64,9 @@ type Config struct {
 type PGConfig struct {
 	URL      string // QUEEN_PG_URL; "" = pgx/libpq PG* environment variables
 	MaxConns int32  // QUEEN_PG_MAX_CONNS, default 32
+	// ConnectFailed, when set, hears each failed connect while New retries
+	// (the node's /health shows the latest); nil: only the log hears it.
+	ConnectFailed func(err error)
 }
 
 // HotlistConfig is the hot-list's own configuration (package hotlist, its

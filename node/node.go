@@ -42,9 +42,12 @@ type Node struct {
 }
 
 // Start validates cfg and starts a node: it listens first (a taken port
-// fails fast, before any database wait), connects the broker (retrying a
-// database that is not up until ctx ends), serves the API with /status and
-// /metrics, then joins the mesh. ctx bounds startup only. logger may be nil.
+// fails fast, before any database wait and before the mesh hears of it),
+// connects the broker (retrying a database that is not up until ctx ends,
+// with /health answering 503 and the reason meanwhile; a server that
+// refuses the role, password or database stops it at once), serves the API
+// with /status and /metrics, then joins the mesh. ctx bounds startup only.
+// logger may be nil.
 func Start(ctx context.Context, cfg Config, logger hclog.Logger) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("node config: %w", err)
@@ -66,7 +69,13 @@ func Start(ctx context.Context, cfg Config, logger hclog.Logger) (*Node, error) 
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
 	}
-	b, err := broker.New(ctx, cfg.Broker, logger.Named("broker"))
+	// While the broker connects (and retries a database that is not up),
+	// /health answers 503 with the reason instead of leaving the port mute.
+	starting := startStartup(ln, cfg.Version, cfg.API.ReadHeaderTimeout)
+	bcfg := cfg.Broker
+	bcfg.PG.ConnectFailed = starting.setReason
+	b, err := broker.New(ctx, bcfg, logger.Named("broker"))
+	starting.stop()
 	if err != nil {
 		ln.Close()
 		return nil, fmt.Errorf("start broker: %w", err)

@@ -55,7 +55,7 @@ func Open(ctx context.Context, url string, maxConns int32, log hclog.Logger) (*D
 	db := &DB{pool: pool, log: log}
 	if err := db.Migrate(ctx); err != nil {
 		pool.Close()
-		return nil, err
+		return nil, refused(err)
 	}
 	return db, nil
 }

@@ -23,6 +23,28 @@ func CheckURL(url string) error {
 	return nil
 }
 
+// ErrRefused marks a server that answered and refused this connection's
+// role, password or database (SQLSTATE 28000, 28P01, 3D000): retrying
+// cannot help until the URL or the server's roles and databases change.
+var ErrRefused = errors.New("PostgreSQL refuses this role, password or database")
+
+// refused wraps err with ErrRefused when the server's answer says so.
+func refused(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "28000", "28P01", "3D000":
+			return &refusedError{err: err}
+		}
+	}
+	return err
+}
+
+type refusedError struct{ err error }
+
+func (e *refusedError) Error() string   { return e.err.Error() }
+func (e *refusedError) Unwrap() []error { return []error{e.err, ErrRefused} }
+
 type badURLError struct{ reason string }
 
 func (e *badURLError) Error() string { return e.reason }
