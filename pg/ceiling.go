@@ -310,3 +310,19 @@ func WithBackendPID(ctx context.Context, url string, fn func(pid int) error) err
 	}
 	return fn(pid)
 }
+
+// WALPosition is the server's current WAL write position in bytes; two
+// readings around a run give the WAL it wrote (queen-bench's WAL per
+// message, docs/scale.md).
+func WALPosition(ctx context.Context, url string) (int64, error) {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return 0, fmt.Errorf("connect: %w", err)
+	}
+	defer conn.Close(context.Background())
+	var pos int64
+	if err := conn.QueryRow(ctx, "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint").Scan(&pos); err != nil {
+		return 0, fmt.Errorf("pg_current_wal_lsn: %w", err)
+	}
+	return pos, nil
+}

@@ -22,6 +22,7 @@ var headline = []string{
 	"result.latency.p99_9_ms",
 	"result.latency.max_ms",
 	"result.cpu[postgresql].us_per_msg",
+	"result.wal_bytes_per_msg",
 	"raw.insert.rows_per_s",
 	"raw.claim.rows_per_s",
 	"raw.push_of_insert",

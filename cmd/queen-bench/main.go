@@ -124,6 +124,8 @@ func run(args []string) int {
 	if *pgURL != "" {
 		cfg.PGPID = findPostmaster(ctx, *pgURL)
 		out.Config.PGPID = cfg.PGPID
+		url := *pgURL
+		cfg.WALPosition = func(ctx context.Context) (int64, error) { return pg.WALPosition(ctx, url) }
 	}
 	if *raw {
 		rc, err := measureRaw(ctx, *pgURL, cfg, *rawConns, *rawWorkers, *rawClaimRows, *rawDur)

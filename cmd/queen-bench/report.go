@@ -88,6 +88,9 @@ func printReport(w io.Writer, o *Output) {
 			fmt.Fprintf(w, "  (%s: %s)\n", u.Name, u.Error)
 		}
 	}
+	if r.WALBytesPerMsg > 0 {
+		fmt.Fprintf(w, "WAL written: %.0f bytes per delivered message\n", r.WALBytesPerMsg)
+	}
 
 	if o.Raw != nil {
 		fmt.Fprintln(w)

@@ -5,6 +5,7 @@
 package bench
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"time"
@@ -93,6 +94,9 @@ type Config struct {
 	// PGPID is the postmaster's process id when PostgreSQL runs on this
 	// machine; 0 = PostgreSQL CPU is not measured.
 	PGPID int `json:"pg_pid"`
+	// WALPosition, when set, reads the server's WAL position in bytes; the
+	// result then reports WAL bytes per delivered message.
+	WALPosition func(ctx context.Context) (int64, error) `json:"-"`
 }
 
 // DefaultConfig returns the issue's standard workload against one node:

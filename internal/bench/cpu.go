@@ -151,6 +151,8 @@ type cpuSnapshot struct {
 	nodes []float64
 	nErr  []error
 	self  float64
+	wal   int64 // WAL position, bytes (Config.WALPosition)
+	walOK bool
 }
 
 func (r *runner) snapshotCPU(ctx context.Context) cpuSnapshot {
@@ -159,6 +161,11 @@ func (r *runner) snapshotCPU(ctx context.Context) cpuSnapshot {
 		s.pg, s.pgErr = pgCPUSeconds(r.cfg.PGPID)
 	} else {
 		s.pgErr = fmt.Errorf("not measured (no --pg-url, or PostgreSQL not local)")
+	}
+	if r.cfg.WALPosition != nil {
+		if v, err := r.cfg.WALPosition(ctx); err == nil {
+			s.wal, s.walOK = v, true
+		}
 	}
 	c := newClient(10 * time.Second)
 	for _, n := range r.cfg.Nodes {

@@ -63,7 +63,11 @@ type Result struct {
 
 	Check CheckResult `json:"check"`
 	CPU   []CPUUse    `json:"cpu"`
-	OK    bool        `json:"ok"` // check passed and no 5xx
+	// WAL the server wrote during the run per delivered message, bytes
+	// (0 = not measured: no --pg-url). The whole server's WAL: other
+	// databases' writes count too.
+	WALBytesPerMsg float64 `json:"wal_bytes_per_msg,omitempty"`
+	OK             bool    `json:"ok"` // check passed and no 5xx
 }
 
 // runner is one run's shared state.
@@ -305,6 +309,9 @@ func (r *runner) result(start, pushEnd, last time.Time, cpu0, cpu1 cpuSnapshot) 
 	res.Check = r.check.Check()
 	res.Redeliveries = res.Check.Redeliveries
 	res.CPU = cpuUse(cpu0, cpu1, r.cfg.Nodes, res.Delivered)
+	if cpu0.walOK && cpu1.walOK && res.Delivered > 0 {
+		res.WALBytesPerMsg = float64(cpu1.wal-cpu0.wal) / float64(res.Delivered)
+	}
 	// A run that queued nothing (every push failed, e.g. the node never
 	// came up) proves nothing: it must not pass.
 	res.OK = res.Check.OK && res.ServerErrors == 0 && (res.Pushed > 0 || r.cfg.Producers == 0)
