@@ -81,7 +81,9 @@ func Start(ctx context.Context, cfg Config, logger hclog.Logger) (*Node, error) 
 		return nil, fmt.Errorf("start broker: %w", err)
 	}
 
-	ret, err := retention.New(b.Store(), cfg.Retention, logger.Named("retention"))
+	rcfg := cfg.Retention
+	rcfg.Node = cfg.Broker.NodeName
+	ret, err := retention.New(b.Store(), rcfg, logger.Named("retention"))
 	if err != nil {
 		ln.Close()
 		b.Close()

@@ -9,7 +9,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -94,65 +93,68 @@ func functionFiles() ([]string, error) {
 // Migrate brings the schema up to date under the advisory lock: pending
 // migrations first, then every SQL function. Safe to run at every start and
 // from several nodes at once.
+//
+// Everything runs in one transaction under a transaction-scoped lock: no
+// session state outlives it, so Migrate works through a transaction-mode
+// pooler (PgBouncer; docs/operations.md, "Behind PgBouncer") as well as
+// directly, and a failure half way leaves the schema as it was.
 func (db *DB) Migrate(ctx context.Context) error {
 	conn, err := db.pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("migrate: acquire: %w", err)
 	}
 	defer conn.Release()
-	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", migrationLock); err != nil {
-		return fmt.Errorf("migrate: lock: %w", err)
-	}
-	defer func() {
-		// Use a fresh context: the caller's may be cancelled already.
-		uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_, _ = conn.Exec(uctx, "SELECT pg_advisory_unlock($1)", migrationLock)
-	}()
-
 	all, err := migrations()
 	if err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
-	if _, err := conn.Exec(ctx, migrationsTable, pgx.QueryExecModeSimpleProtocol); err != nil {
-		return fmt.Errorf("migrate: version table: %w", err)
-	}
-	var current int
-	if err := conn.QueryRow(ctx, "SELECT COALESCE(max(version), 0) FROM queen.schema_migrations").Scan(&current); err != nil {
-		return fmt.Errorf("migrate: read version: %w", err)
-	}
-	if current > len(all) {
-		// A newer node migrated this database; this node's functions could
-		// not be trusted against its tables.
-		return fmt.Errorf("migrate: database schema version %d is newer than this node's %d", current, len(all))
-	}
-	for _, m := range all[current:] {
-		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-			// Simple protocol: a file holds several statements.
-			if _, err := tx.Exec(ctx, m.SQL, pgx.QueryExecModeSimpleProtocol); err != nil {
-				return err
-			}
-			_, err := tx.Exec(ctx, "INSERT INTO queen.schema_migrations (version, name) VALUES ($1, $2)", m.Version, m.Name)
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("migrate: apply %d_%s: %w", m.Version, m.Name, err)
-		}
-		db.log.Info("schema migration applied", "version", m.Version, "name", m.Name)
-	}
-
 	files, err := functionFiles()
 	if err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
-	for _, name := range files {
-		body, err := sqlFiles.ReadFile(name)
-		if err != nil {
-			return fmt.Errorf("migrate: read %s: %w", name, err)
+	var applied []migration
+	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", migrationLock); err != nil {
+			return fmt.Errorf("lock: %w", err)
 		}
-		if _, err := conn.Exec(ctx, string(body), pgx.QueryExecModeSimpleProtocol); err != nil {
-			return fmt.Errorf("migrate: apply %s: %w", name, err)
+		// Simple protocol: these texts hold several statements.
+		if _, err := tx.Exec(ctx, migrationsTable, pgx.QueryExecModeSimpleProtocol); err != nil {
+			return fmt.Errorf("version table: %w", err)
 		}
+		var current int
+		if err := tx.QueryRow(ctx, "SELECT COALESCE(max(version), 0) FROM queen.schema_migrations").Scan(&current); err != nil {
+			return fmt.Errorf("read version: %w", err)
+		}
+		if current > len(all) {
+			// A newer node migrated this database; this node's functions could
+			// not be trusted against its tables.
+			return fmt.Errorf("database schema version %d is newer than this node's %d", current, len(all))
+		}
+		for _, m := range all[current:] {
+			if _, err := tx.Exec(ctx, m.SQL, pgx.QueryExecModeSimpleProtocol); err != nil {
+				return fmt.Errorf("apply %d_%s: %w", m.Version, m.Name, err)
+			}
+			if _, err := tx.Exec(ctx, "INSERT INTO queen.schema_migrations (version, name) VALUES ($1, $2)", m.Version, m.Name); err != nil {
+				return fmt.Errorf("record %d_%s: %w", m.Version, m.Name, err)
+			}
+			applied = append(applied, m)
+		}
+		for _, name := range files {
+			body, err := sqlFiles.ReadFile(name)
+			if err != nil {
+				return fmt.Errorf("read %s: %w", name, err)
+			}
+			if _, err := tx.Exec(ctx, string(body), pgx.QueryExecModeSimpleProtocol); err != nil {
+				return fmt.Errorf("apply %s: %w", name, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	for _, m := range applied {
+		db.log.Info("schema migration applied", "version", m.Version, "name", m.Name)
 	}
 	db.log.Debug("schema up to date", "version", len(all), "function_files", len(files))
 	return nil

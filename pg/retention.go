@@ -2,61 +2,95 @@ package pg
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// retentionLock is the session-level advisory lock key that makes one node
-// at a time run a retention pass ("queenRet" in ASCII). It differs from
-// migrationLock.
-const retentionLock int64 = 0x717565656e526574
+// RetentionLeaseTTL is how long the retention lease lasts without being
+// renewed; a pass renews it between batches, so only a node that died or
+// lost the database mid-pass holds it this long.
+const RetentionLeaseTTL = 2 * time.Minute
 
-// RetentionSession is one connection holding the retention lock. Its calls
-// run in autocommit, each statement its own short transaction.
+// ErrRetentionLeaseLost ends a pass whose lease expired under it (another
+// node may be running one now).
+var ErrRetentionLeaseLost = errors.New("retention lease lost")
+
+// RetentionSession holds the retention lease (a row of queen.singletons,
+// migration 10) on a dedicated connection. Its calls run in autocommit,
+// each statement its own short transaction, so no row lock or old snapshot
+// is held for the pass's length.
 //
-// The lock is session-level, not transaction-level: a pass deletes in many
-// small transactions (one per batch, so no row lock or old snapshot is
-// held for the pass's length), and only a session lock spans them. If the
-// node dies mid-pass, PostgreSQL ends the session and frees the lock.
+// A lease row, not a session-level advisory lock: a transaction-mode pooler
+// (PgBouncer) gives each transaction any server connection, so a session
+// lock would be taken on one and never freed (docs/operations.md,
+// "Retention").
 type RetentionSession struct {
-	conn *pgxpool.Conn
+	conn    *pgxpool.Conn
+	token   string
+	renewed time.Time // when the lease was last extended, by this node's clock
 }
 
-// TryRetentionLock takes the retention lock on a dedicated connection
-// without waiting. ok is false when another session (another node) holds
-// it; the caller then skips its pass. A held session must be Released.
-func (db *DB) TryRetentionLock(ctx context.Context) (s *RetentionSession, ok bool, err error) {
+// TryRetentionLock takes the retention lease without waiting. ok is false
+// when another session (another node) holds a lease that has not expired;
+// the caller then skips its pass. A held session must be Released.
+func (db *DB) TryRetentionLock(ctx context.Context, node string) (s *RetentionSession, ok bool, err error) {
 	conn, err := db.pool.Acquire(ctx)
 	if err != nil {
 		return nil, false, fmt.Errorf("retention: acquire: %w", err)
 	}
-	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", retentionLock).Scan(&ok); err != nil {
-		// The server may have taken the lock before the call failed (a
-		// cancelled context): close the connection rather than pool it.
-		_ = conn.Hijack().Close(context.WithoutCancel(ctx))
-		return nil, false, fmt.Errorf("retention: try lock: %w", err)
+	s = &RetentionSession{conn: conn, token: uuid.NewString(), renewed: time.Now()}
+	rows, err := conn.Query(ctx, `INSERT INTO queen.singletons AS l (name, holder, node, until)
+		VALUES ('retention', $1, $2, now() + make_interval(secs => $3))
+		ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, node = excluded.node, until = excluded.until
+		WHERE l.until < now()
+		RETURNING 1`, s.token, node, RetentionLeaseTTL.Seconds())
+	if err == nil {
+		ok = rows.Next()
+		rows.Close()
+		err = rows.Err()
 	}
-	if !ok {
+	if err != nil || !ok {
 		conn.Release()
+		if err != nil {
+			return nil, false, fmt.Errorf("retention: take lease: %w", err)
+		}
 		return nil, false, nil
 	}
-	return &RetentionSession{conn: conn}, true, nil
+	return s, true, nil
 }
 
-// Release frees the lock and returns the connection to the pool. If the
-// unlock fails the connection is closed instead, which frees the lock too:
-// a pooled connection must never keep it.
+// renew extends the lease when a quarter of its time has passed since the
+// last extension; ErrRetentionLeaseLost when it expired and another session
+// took it (or it was released).
+func (s *RetentionSession) renew(ctx context.Context) error {
+	if time.Since(s.renewed) < RetentionLeaseTTL/4 {
+		return nil
+	}
+	tag, err := s.conn.Exec(ctx, `UPDATE queen.singletons SET until = now() + make_interval(secs => $2)
+		WHERE name = 'retention' AND holder = $1`, s.token, RetentionLeaseTTL.Seconds())
+	if err != nil {
+		return fmt.Errorf("retention: renew lease: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return ErrRetentionLeaseLost
+	}
+	s.renewed = time.Now()
+	return nil
+}
+
+// Release frees the lease and returns the connection to the pool. A lease
+// that cannot be freed (the database is away) expires by itself after
+// RetentionLeaseTTL.
 func (s *RetentionSession) Release() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	var freed bool
-	if err := s.conn.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", retentionLock).Scan(&freed); err != nil || !freed {
-		_ = s.conn.Hijack().Close(ctx)
-		return
-	}
+	_, _ = s.conn.Exec(ctx, `DELETE FROM queen.singletons WHERE name = 'retention' AND holder = $1`, s.token)
 	s.conn.Release()
 }
 
@@ -138,6 +172,9 @@ LIMIT $2`
 // RetentionPartitions returns up to limit partitions with an id after
 // after ("" = from the start), in id order, with their retention plan.
 func (s *RetentionSession) RetentionPartitions(ctx context.Context, after string, limit int) ([]RetentionPartition, error) {
+	if err := s.renew(ctx); err != nil {
+		return nil, err
+	}
 	if after == "" {
 		after = "00000000-0000-0000-0000-000000000000"
 	}
@@ -277,6 +314,9 @@ SELECT (SELECT count(*) FROM c)::int,
 // after offset after.
 func (s *RetentionSession) RetentionDelete(ctx context.Context, p *RetentionPartition, after int64, limit int) (RetentionBatch, error) {
 	var b RetentionBatch
+	if err := s.renew(ctx); err != nil {
+		return b, err
+	}
 	floor := int64(-1)
 	if p.HasFloor {
 		floor = p.Floor
@@ -331,6 +371,9 @@ WHERE c.partition_id = $1::uuid AND c.consumer_group = t.consumer_group AND t.ta
 // RetentionAdvance moves p's cursors over deleted offsets up to upTo and
 // returns how many groups moved.
 func (s *RetentionSession) RetentionAdvance(ctx context.Context, p *RetentionPartition, upTo int64) (int64, error) {
+	if err := s.renew(ctx); err != nil {
+		return 0, err
+	}
 	tag, err := s.conn.Exec(ctx, retentionAdvanceSQL, p.ID, upTo)
 	if err != nil {
 		return 0, fmt.Errorf("retention: advance cursors in partition %s: %w", p.ID, err)

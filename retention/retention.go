@@ -4,7 +4,7 @@
 // bounded) or completedRetentionSeconds, and with retentionEnabled pending
 // ones past retentionSeconds; pending ones past maxWaitTimeSeconds.
 //
-// One node at a time runs a pass (a PostgreSQL advisory lock, pg/retention.go),
+// One node at a time runs a pass (a lease row in PostgreSQL, pg/retention.go),
 // every Config.Interval. A pass walks the partitions in id order and
 // deletes in small batches of one partition's offsets, each its own short
 // transaction, so pushes and pops keep their latency (docs/operations.md,
@@ -45,6 +45,9 @@ type Config struct {
 	// BatchPause is a pause between two delete batches, to leave PostgreSQL
 	// to the hot path on a saturated server; default 0 (none).
 	BatchPause time.Duration
+	// Node names this node in the lease row while it runs a pass
+	// (queen.singletons.node), for operators; set by package node.
+	Node string
 }
 
 // DefaultConfig returns the defaults.
@@ -175,7 +178,7 @@ func (j *Job) loop(ctx context.Context) {
 // false). The counters include its work even when it fails half way.
 func (j *Job) RunOnce(ctx context.Context) (Pass, error) {
 	var p Pass
-	s, ok, err := j.db.TryRetentionLock(ctx)
+	s, ok, err := j.db.TryRetentionLock(ctx, j.cfg.Node)
 	if err != nil {
 		j.errs.Add(1)
 		return p, err
