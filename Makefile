@@ -15,7 +15,7 @@ SHELL := bash
 
 PGTEMP := $(GO) run ./cmd/pgtemp --
 
-.PHONY: build test test-race test-short cluster-test soak bench bench-quick bench-go demo fmt vet lint fuzz clean ensure-postgres ensure-chromium
+.PHONY: build test test-race test-short cluster-test soak bench bench-quick bench-go demo fmt vet lint fuzz clean ensure-postgres ensure-chromium ensure-ha
 
 build:
 	$(GO) build -o bin/ ./cmd/...
@@ -28,7 +28,12 @@ ensure-postgres:
 ensure-chromium:
 	bash ./scripts/ensure-chromium.sh || echo "ensure-chromium: continuing without Chromium (browser tests will skip)"
 
-test: ensure-postgres ensure-chromium lint
+# Best-effort too: PgBouncer for TestThroughPgBouncer (skipped with a message
+# without it), Patroni and etcd for make ha-test.
+ensure-ha:
+	bash ./scripts/ensure-ha.sh || echo "ensure-ha: continuing without pgbouncer/patroni/etcd (their tests will skip)"
+
+test: ensure-postgres ensure-chromium ensure-ha lint
 	$(PGTEMP) $(GO) test -count=1 -timeout 20m ./...
 
 # The product packages under the race detector (slower; not part of CI's make test).

@@ -477,6 +477,11 @@ type Status struct {
 			Dropped uint64 `json:"dropped"`
 		} `json:"coalescer"`
 	} `json:"mesh"`
+	Retention struct {
+		Runs    int64 `json:"runs"`
+		Skipped int64 `json:"skipped"`
+		Errors  int64 `json:"errors"`
+	} `json:"retention"`
 	Requests struct {
 		Parked       int   `json:"parked_long_polls"`
 		Pops         int64 `json:"pops"`

@@ -693,3 +693,21 @@ func (s *Server) makeDir(prefix string) error {
 	}
 	return nil
 }
+
+// StartChild starts cmd the way the server itself is started: as user (when
+// running as root; PostgreSQL's tools refuse root), in its own process
+// group, with a parent-death signal so it cannot outlive this process. For
+// the daemons tests run beside a server (internal/pgbouncer).
+func StartChild(cmd *exec.Cmd, user string) error {
+	attr := &syscall.SysProcAttr{Setpgid: true}
+	if os.Geteuid() == 0 {
+		cred, err := lookupCredential(user)
+		if err != nil {
+			return err
+		}
+		attr.Credential = cred
+	}
+	setParentDeathSignal(attr)
+	cmd.SysProcAttr = attr
+	return startOnDedicatedThread(cmd)
+}
