@@ -50,11 +50,7 @@ func TestReplayRSS(t *testing.T) {
 	}
 	bin := os.Getenv("QUEEN_REPLAY_RSS_BIN")
 	if bin == "" {
-		var err error
-		bin, err = nodeproc.Build(context.Background(), "..", t.TempDir(), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		bin = nodeBinary(t)
 	}
 	for _, s := range strings.Split(sizes, ",") {
 		mb, err := strconv.Atoi(strings.TrimSpace(s))
@@ -65,66 +61,94 @@ func TestReplayRSS(t *testing.T) {
 	}
 }
 
-func measureReplay(t *testing.T, bin string, size int64, msgBytes int) {
+// replayProc is one queen-node process with its own database and push
+// buffer directory, restarted on both.
+type replayProc struct {
+	t      *testing.T
+	bin    string
+	base   string
+	dbURL  string
+	dir    string
+	env    []string
+	client *http.Client
+}
+
+func newReplayProc(t *testing.T, bin string, bufferMax int64) *replayProc {
 	port, err := localnet.FreePort("127.0.0.1", false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := fmt.Sprintf("http://127.0.0.1:%d", port)
-	dir := t.TempDir()
-	env := nodeproc.Env(map[string]string{
-		"QUEEN_PG_URL":                 pgtest.NewDatabase(t),
+	r := &replayProc{t: t, bin: bin, base: fmt.Sprintf("http://127.0.0.1:%d", port), dbURL: pgtest.NewDatabase(t),
+		dir: t.TempDir(), client: &http.Client{Timeout: 2 * time.Minute}}
+	r.env = nodeproc.Env(map[string]string{
+		"QUEEN_PG_URL":                 r.dbURL,
 		"QUEEN_HTTP_ADDR":              fmt.Sprintf("127.0.0.1:%d", port),
-		"QUEEN_NODE_NAME":              "rss",
-		"QUEEN_BUFFER_DIR":             dir,
-		"QUEEN_BUFFER_MAX_BYTES":       strconv.FormatInt(size+64<<20, 10),
+		"QUEEN_NODE_NAME":              "replay",
+		"QUEEN_BUFFER_DIR":             r.dir,
+		"QUEEN_BUFFER_MAX_BYTES":       strconv.FormatInt(bufferMax, 10),
 		"QUEEN_MAINTENANCE_REFRESH_MS": "100",
 		"QUEEN_LOG_LEVEL":              "info",
 	}, "QUEEN_", "JWT_", "PG")
-	start := func(log string) *nodeproc.Proc {
-		p, err := nodeproc.Start(nodeproc.Options{Bin: bin, Env: env, LogPath: filepath.Join(dir, log)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _, _ = p.Stop(syscall.SIGKILL, 10*time.Second) })
-		if err := nodeproc.WaitHealthy(context.Background(), p, base, 2*time.Minute, 50*time.Millisecond); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	client := &http.Client{Timeout: 2 * time.Minute}
-	call := func(method, path string, body []byte, want int) []byte {
-		t.Helper()
-		req, err := http.NewRequest(method, base+path, bytes.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := client.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var out bytes.Buffer
-		_, _ = out.ReadFrom(resp.Body)
-		if resp.StatusCode != want {
-			t.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, out.Bytes())
-		}
-		return out.Bytes()
-	}
-	maint := func() map[string]any {
-		var doc struct {
-			Maintenance map[string]any `json:"maintenance"`
-		}
-		if err := json.Unmarshal(call("GET", "/status", nil, 200), &doc); err != nil {
-			t.Fatal(err)
-		}
-		return doc.Maintenance
-	}
+	return r
+}
 
-	p := start("fill.log")
-	call("POST", "/api/v1/system/maintenance", []byte(`{"enabled":true}`), 200)
-	// Letters at random, so PostgreSQL cannot compress the payloads away.
+// start starts the process and waits until it is healthy; log names its
+// log file in the buffer directory.
+func (r *replayProc) start(log string) *nodeproc.Proc {
+	t := r.t
+	t.Helper()
+	p, err := nodeproc.Start(nodeproc.Options{Bin: r.bin, Env: r.env, LogPath: filepath.Join(r.dir, log)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = p.Stop(syscall.SIGKILL, 10*time.Second) })
+	if err := nodeproc.WaitHealthy(context.Background(), p, r.base, 2*time.Minute, 50*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func (r *replayProc) call(method, path string, body []byte, want int) []byte {
+	t := r.t
+	t.Helper()
+	req, err := http.NewRequest(method, r.base+path, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := r.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out bytes.Buffer
+	_, _ = out.ReadFrom(resp.Body)
+	if resp.StatusCode != want {
+		t.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, out.Bytes())
+	}
+	return out.Bytes()
+}
+
+// maint is the "maintenance" section of /status.
+func (r *replayProc) maint() map[string]any {
+	var doc struct {
+		Maintenance map[string]any `json:"maintenance"`
+	}
+	if err := json.Unmarshal(r.call("GET", "/status", nil, 200), &doc); err != nil {
+		r.t.Fatal(err)
+	}
+	return doc.Maintenance
+}
+
+func (r *replayProc) setPushMaintenance(on bool) {
+	r.call("POST", "/api/v1/system/maintenance", []byte(fmt.Sprintf(`{"enabled":%v}`, on)), 200)
+}
+
+// fill pushes messages of msgBytes (random letters, so PostgreSQL cannot
+// compress them away) to queue, partitions p0..p<parts-1> in turn, with
+// payload {"n": seq, "s": letters} and transaction id "<queue>-<seq>",
+// until size bytes of payloads were pushed; it returns the count.
+func (r *replayProc) fill(queue string, parts int, size int64, msgBytes int) int {
 	letters := make([]byte, msgBytes)
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := range letters {
@@ -139,21 +163,40 @@ func measureReplay(t *testing.T, bin string, size int64, msgBytes int) {
 			if i > 0 {
 				body.WriteByte(',')
 			}
-			fmt.Fprintf(&body, `{"queue":"rss","partition":"p%d","payload":{"n":%d,"s":"`, pushed%4, pushed)
+			fmt.Fprintf(&body, `{"queue":%q,"partition":"p%d","transactionId":"%s-%d","payload":{"n":%d,"s":"`,
+				queue, pushed%parts, queue, pushed, pushed)
 			body.Write(letters)
 			body.WriteString(`"}}`)
 			pushed++
 		}
 		body.WriteString(`]}`)
-		call("POST", "/api/v1/push", body.Bytes(), 201)
+		r.call("POST", "/api/v1/push", body.Bytes(), 201)
 	}
-	bufBytes := maint()["buffer_bytes"]
+	return pushed
+}
+
+// nodeBinary builds ./cmd/queen-node into the test's temporary directory.
+func nodeBinary(t *testing.T) string {
+	t.Helper()
+	bin, err := nodeproc.Build(context.Background(), "..", t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+func measureReplay(t *testing.T, bin string, size int64, msgBytes int) {
+	r := newReplayProc(t, bin, size+64<<20)
+	p := r.start("fill.log")
+	r.setPushMaintenance(true)
+	pushed := r.fill("rss", 4, size, msgBytes)
+	bufBytes := r.maint()["buffer_bytes"]
 	if _, err := p.Stop(syscall.SIGTERM, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
 
 	began := time.Now()
-	p = start("replay.log")
+	p = r.start("replay.log")
 	startHWM := procKB(t, p.PID(), "VmHWM")
 	startTook := time.Since(began)
 	if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", p.PID()), []byte("5"), 0); err != nil {
@@ -161,10 +204,10 @@ func measureReplay(t *testing.T, bin string, size int64, msgBytes int) {
 	}
 	before := procKB(t, p.PID(), "VmRSS")
 	began = time.Now()
-	call("POST", "/api/v1/system/maintenance", []byte(`{"enabled":false}`), 200)
+	r.setPushMaintenance(false)
 	deadline := time.Now().Add(20 * time.Minute)
 	for {
-		m := maint()
+		m := r.maint()
 		if m["buffer_bytes"] == float64(0) && m["buffer_pending"] == float64(0) {
 			if m["replayed"] != float64(pushed) {
 				t.Fatalf("replayed %v of %d messages: %v", m["replayed"], pushed, m)
