@@ -106,6 +106,8 @@ func (s *Server) brokerError(w http.ResponseWriter, r *http.Request, op string, 
 	switch {
 	case errors.Is(err, broker.ErrQueueDeleted):
 		writeError(w, http.StatusConflict, broker.ErrQueueDeleted.Error())
+	case errors.Is(err, broker.ErrBufferItemTooLarge):
+		writeError(w, http.StatusRequestEntityTooLarge, err.Error()) // could never be replayed (broker/maintenance.go)
 	case errors.Is(err, broker.ErrMaintenanceRefused):
 		writeError(w, http.StatusServiceUnavailable, err.Error()) // a full push buffer, a transaction during push maintenance
 	case errors.Is(err, broker.ErrUnavailable):

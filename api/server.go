@@ -48,7 +48,7 @@ type Broker interface {
 
 // Defaults of Config.
 const (
-	DefaultMaxBodyBytes       = 10 << 20 // at least 10 MiB must be accepted (docs/api.md, "Input bounds")
+	DefaultMaxBodyBytes       = broker.DefaultMaxPushBytes // at least 10 MiB must be accepted (docs/api.md, "Input bounds")
 	DefaultMaxPushItems       = 10000
 	DefaultMaxAckItems        = 10000
 	DefaultMaxTxOps           = 10000

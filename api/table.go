@@ -477,4 +477,8 @@ var Table = []Row{
 		Help: "Buffered push items a replay found already stored (a replay after a crash).", Field: num[int64](func(s *Snapshot) *int64 { return &s.Maint.ReplayDuplicates })},
 	{Status: "maintenance.replay_failed", Metric: "queen_push_buffer_replay_failed_total", Kind: Counter,
 		Help: "Buffered push items a replay could not store (their queue was deleted meanwhile); each is logged.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Maint.ReplayFailed })},
+	{Status: "maintenance.set_aside", Metric: "queen_push_buffer_set_aside_total", Kind: Counter,
+		Help: "Buffered push items a replay could not send (too large), moved to the side file next to the buffer; each is logged.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Maint.SetAside })},
+	{Status: "maintenance.set_aside_bytes", Metric: "queen_push_buffer_set_aside_bytes", Kind: Gauge,
+		Help: "Size of the push buffer's side file: set-aside items an operator has not recovered and removed yet.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Maint.SetAsideBytes })},
 }

@@ -15,7 +15,8 @@ const (
 	DefaultPopBackoffMin  = 25 * time.Millisecond
 	DefaultPopBackoffMax  = 1000 * time.Millisecond
 	DefaultMaxPopBatch    = 10000
-	DefaultMaxPushRows    = 10000 // rows of one combined push flush (broker/combine.go)
+	DefaultMaxPushRows    = 10000    // rows of one combined push flush (broker/combine.go) and of one replayed push (maintenance.go)
+	DefaultMaxPushBytes   = 10 << 20 // a push request's body (api.DefaultMaxBodyBytes; docs/api.md, "Input bounds") and a replayed push's records (maintenance.go)
 	DefaultPushCombine    = true
 	DefaultPopCombine     = true
 	DefaultAckCAS         = true

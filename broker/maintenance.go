@@ -12,12 +12,21 @@ package broker
 //     the buffered ones.
 //   - Pop maintenance: every pop answers empty (204), parked long-polls
 //     included, which are woken as soon as the node sees the switch.
+//
+// A replayed push is bounded like a pushed one, in records and in bytes,
+// and the replay holds one such push at a time, so its memory does not grow
+// with the buffer. A record too large for any replayed push is refused at
+// append (413) or, if one is in the file anyway, set aside to a side file
+// for an operator instead of blocking the replay (docs/operations.md,
+// "Draining for a database upgrade").
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -36,8 +45,11 @@ import (
 const (
 	DefaultMaintenanceRefresh = time.Second // how stale a node's view of the switches may be
 	DefaultBufferMaxBytes     = 1 << 30     // 1 GiB of buffered pushes per node
-	DefaultReplayBatch        = 1000        // buffered records per replayed push
 )
+
+// SetAsideFileName is the side file, next to the buffer file, that holds
+// the records a replay cannot send: one JSON record per line.
+const SetAsideFileName = "push.aside.jsonl"
 
 // MaintenanceConfig is the maintenance modes' part of Config.
 type MaintenanceConfig struct {
@@ -52,15 +64,21 @@ type MaintenanceConfig struct {
 	// BufferMaxBytes (QUEEN_BUFFER_MAX_BYTES, default 1 GiB) bounds the
 	// buffer file; a push that does not fit is answered 503.
 	BufferMaxBytes int64
-	// ReplayBatch (default 1000) is the most buffered records one replayed
-	// push carries.
-	ReplayBatch int
+	// ReplayBatch (default DefaultMaxPushRows) and ReplayBatchBytes
+	// (default DefaultMaxPushBytes) bound one replayed push, as a push
+	// request is bounded: at most that many records and that many bytes of
+	// records, except that a replayed push always carries its first record.
+	// A record over twice ReplayBatchBytes is never replayed: bufferPush
+	// refuses it (ErrBufferItemTooLarge), and one found in the file is set
+	// aside (SetAsideFileName). No environment variable sets them.
+	ReplayBatch      int
+	ReplayBatchBytes int64
 }
 
 // DefaultMaintenanceConfig returns a MaintenanceConfig with every default.
 func DefaultMaintenanceConfig() MaintenanceConfig {
 	return MaintenanceConfig{RefreshInterval: DefaultMaintenanceRefresh,
-		BufferMaxBytes: DefaultBufferMaxBytes, ReplayBatch: DefaultReplayBatch}
+		BufferMaxBytes: DefaultBufferMaxBytes, ReplayBatch: DefaultMaxPushRows, ReplayBatchBytes: DefaultMaxPushBytes}
 }
 
 // PushBuffered is the status of a pushed item written to the node's buffer
@@ -79,6 +97,13 @@ var (
 	// buffered push does not commit until the replay.
 	ErrTxPushMaintenance = fmt.Errorf("%w: transactions with push operations are refused until it is off and this node's buffer is replayed; retry later", ErrMaintenanceRefused)
 )
+
+// ErrBufferItemTooLarge is wrapped by the error of a push refused during
+// push maintenance because one of its items would make a buffer record
+// larger than a replay can send; the API answers it 413. Retrying cannot
+// help, so it does not wrap ErrMaintenanceRefused (503). A push request
+// within the body bound never meets it (see maxRecord).
+var ErrBufferItemTooLarge = errors.New("push maintenance: item too large for the push buffer")
 
 // MaintenanceState is the cluster's switches as this node sees them.
 type MaintenanceState struct {
@@ -99,6 +124,9 @@ type BufferStats struct {
 	Replayed         int64  // records replayed and stored since start
 	ReplayDuplicates int64  // records replayed that were already stored (a replay after a crash)
 	ReplayFailed     int64  // records a replay could not store (their queue was deleted meanwhile), logged
+	SetAside         int64  // records a replay could not send, moved to SetAsidePath since start, logged
+	SetAsideBytes    int64  // size of the side file: set-aside records an operator has not removed yet
+	SetAsidePath     string // the side file (SetAsideFileName next to the buffer file)
 }
 
 // bufRecord is one buffered push item, JSON in a pushbuf record. The
@@ -132,6 +160,10 @@ type maintenance struct {
 	replaying atomic.Bool
 
 	buffered, replayed, replayDup, replayFailed atomic.Int64
+
+	asidePath  string       // the side file
+	setAside   atomic.Int64 // records set aside since start
+	asideBytes atomic.Int64 // size of the side file
 
 	// toggles counts this node's own toggles, under applyMu: a read of the
 	// switches that started before a toggle is dropped rather than applied
@@ -179,11 +211,14 @@ func (b *Broker) startMaintenance(ctx context.Context) error {
 	if cfg.ReplayBatch <= 0 {
 		cfg.ReplayBatch = def.ReplayBatch
 	}
+	if cfg.ReplayBatchBytes <= 0 {
+		cfg.ReplayBatchBytes = def.ReplayBatchBytes
+	}
 	if cfg.BufferDir == "" {
 		cfg.BufferDir = filepath.Join(os.TempDir(), "queen-node-buffer", b.cfg.NodeName)
 	}
 	m := &maintenance{cfg: cfg, log: b.log.Named("maintenance"), kick: make(chan struct{}, 1),
-		tenants: make(map[string]int64)}
+		tenants: make(map[string]int64), asidePath: filepath.Join(cfg.BufferDir, SetAsideFileName)}
 	open := make(chan struct{})
 	m.popCh.Store(&open)
 	buf, err := pushbuf.Open(cfg.BufferDir, cfg.BufferMaxBytes, m.log)
@@ -191,6 +226,11 @@ func (b *Broker) startMaintenance(ctx context.Context) error {
 		return fmt.Errorf("push buffer: %w", err)
 	}
 	m.buf = buf
+	if st, err := os.Stat(m.asidePath); err == nil && st.Size() > 0 {
+		m.asideBytes.Store(st.Size())
+		m.log.Warn("push buffer: records a replay could not send were set aside; recover them and remove the file",
+			"file", m.asidePath, "bytes", st.Size())
+	}
 	if err := m.countPending(); err != nil {
 		buf.Close()
 		return err
@@ -211,27 +251,91 @@ func (b *Broker) startMaintenance(ctx context.Context) error {
 	return nil
 }
 
-// countPending rebuilds the pending counts from the file after a start.
+// countPending rebuilds the pending counts from the file after a start. It
+// reads only each record's head, so a file of large records costs no more
+// memory than one of small ones.
 func (m *maintenance) countPending() error {
 	var off int64
 	for {
-		recs, err := m.buf.Read(off, 1024)
+		n, next, err := m.buf.Len(off)
+		if err == io.EOF {
+			return nil
+		}
 		if err != nil {
 			return fmt.Errorf("push buffer: %w", err)
 		}
-		if len(recs) == 0 {
-			return nil
+		head, err := readHead(m.buf.Payload(off, n))
+		if err != nil {
+			return fmt.Errorf("push buffer record at %d: %w", off, err)
 		}
-		for _, r := range recs {
-			var rec bufRecord
-			if err := json.Unmarshal(r.Data, &rec); err != nil {
-				return fmt.Errorf("push buffer record at %d: %w", off, err)
-			}
-			m.tenants[rec.Tenant]++
-			m.pending.Add(1)
-			off = r.Next
+		m.tenants[head.Tenant]++
+		m.pending.Add(1)
+		off = next
+	}
+}
+
+// readHead decodes the fields of a record before its payload ("d", which
+// encodeRecord writes last) and reads no further.
+func readHead(r io.Reader) (bufRecord, error) {
+	var rec bufRecord
+	dec := json.NewDecoder(r)
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return rec, fmt.Errorf("decode buffered push: not a JSON object (%v)", err)
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return rec, fmt.Errorf("decode buffered push: %w", err)
+		}
+		if tok == "d" {
+			break
+		}
+		key := tok
+		if tok, err = dec.Token(); err != nil {
+			return rec, fmt.Errorf("decode buffered push: %w", err)
+		}
+		v, ok := tok.(string)
+		if !ok {
+			return rec, fmt.Errorf("decode buffered push: field %v is not a string", key)
+		}
+		switch key {
+		case "t":
+			rec.Tenant = v
+		case "s":
+			rec.Sub = &v
+		case "q":
+			rec.Queue = v
+		case "p":
+			rec.Partition = v
+		case "x":
+			rec.TxID = v
+		case "r":
+			rec.Trace = &v
 		}
 	}
+	return rec, nil
+}
+
+// encodeRecord encodes one buffer record. HTML characters are not escaped:
+// json.Marshal would write each '<', '>' or '&' of a payload as six bytes,
+// and a record could then be six times the item it buffers.
+func encodeRecord(rec bufRecord) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(rec); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// maxRecord is the largest record a replay sends: twice the byte bound of
+// a replayed push. A push request's body is at most that bound, and the
+// record of one of its items adds only ids, the tenant and the producer
+// subject (a JWT claim, inside request headers that net/http bounds to
+// 1 MiB), so every record a request within the body bound makes fits.
+func (m *maintenance) maxRecord() int64 {
+	return min(2*m.cfg.ReplayBatchBytes, pushbuf.MaxRecordBytes)
 }
 
 // apply makes flags this node's view.
@@ -318,8 +422,13 @@ func (b *Broker) bufferPush(tenant string, sub *string, items []PushItem) (res [
 			}
 			rec.TxID = id.String()
 		}
-		if recs[i], err = json.Marshal(rec); err != nil {
+		if recs[i], err = encodeRecord(rec); err != nil {
 			return nil, true, fmt.Errorf("encode buffered push: %w", err)
+		}
+		if limit := m.maxRecord(); int64(len(recs[i])) > limit {
+			// The replay could never send it (docs/api.md, "Maintenance modes").
+			return nil, true, fmt.Errorf("%w: item %d takes %d bytes buffered, over the %d one replayed push can carry",
+				ErrBufferItemTooLarge, i, len(recs[i]), limit)
 		}
 		res[i] = PushResult{Index: i, Status: PushBuffered, TransactionID: rec.TxID, TraceID: it.TraceID,
 			Queue: it.Queue, partition: rec.Partition}
@@ -436,8 +545,9 @@ func (b *Broker) replayLoop() {
 // caught up with the appends. It stops early when push maintenance turns
 // back on or the broker stops, and the next replay resumes where it
 // stopped. Records stored twice by a crash mid-replay (the position is not
-// persisted; a restart replays the file from its start) keep their transaction ids and are refused as duplicates by
-// the partition's dedup (docs/api.md, "Maintenance modes").
+// persisted; a restart replays the file from its start) keep their
+// transaction ids and are refused as duplicates by the partition's dedup
+// (docs/api.md, "Maintenance modes").
 func (b *Broker) replay(ctx context.Context) {
 	m := b.maint
 	m.replaying.Store(true)
@@ -445,13 +555,33 @@ func (b *Broker) replay(ctx context.Context) {
 	m.log.Info("replaying push buffer", "pending", m.pending.Load())
 	pos := m.replayPos
 	backoff := 250 * time.Millisecond
+	retry := func(what string, err error) bool {
+		m.log.Warn(what+"; retrying", "error", err, "in", backoff)
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+		return true
+	}
 	for ctx.Err() == nil && !m.push.Load() {
-		recs, err := m.buf.Read(pos, m.cfg.ReplayBatch)
+		bt, err := m.nextBatch(pos)
 		if err != nil {
 			m.log.Error("push buffer unreadable; replay stopped", "error", err)
 			return
 		}
-		if len(recs) == 0 {
+		if bt.aside != "" {
+			if err := m.setAsideRecord(pos, bt.size, bt.aside); err != nil {
+				if !retry("cannot set a push buffer record aside", err) {
+					return
+				}
+				continue
+			}
+			pos, m.replayPos = bt.next, bt.next
+			continue
+		}
+		if len(bt.items) == 0 {
 			done, err := m.buf.TruncateIf(pos)
 			if err != nil {
 				m.log.Error("cannot empty the replayed push buffer", "error", err)
@@ -460,80 +590,186 @@ func (b *Broker) replay(ctx context.Context) {
 			if done {
 				m.replayPos = 0
 				m.log.Info("push buffer replayed", "replayed", m.replayed.Load(),
-					"duplicates", m.replayDup.Load(), "failed", m.replayFailed.Load())
+					"duplicates", m.replayDup.Load(), "failed", m.replayFailed.Load(),
+					"set_aside", m.setAside.Load())
 				return
 			}
 			continue // appended meanwhile: replay that too
 		}
-		next, err := b.replayRecords(ctx, recs)
-		if next > 0 {
-			pos, m.replayPos = next, next
-			backoff = 250 * time.Millisecond
-		}
-		if err != nil {
-			if ctx.Err() != nil {
+		if err := b.replayBatch(ctx, bt); err != nil {
+			if ctx.Err() != nil || !retry("push buffer replay failed", err) {
 				return
 			}
-			m.log.Warn("push buffer replay failed; retrying", "error", err, "in", backoff)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(backoff):
-			}
-			backoff = min(backoff*2, 5*time.Second)
+			continue
 		}
+		pos, m.replayPos = bt.next, bt.next
+		backoff = 250 * time.Millisecond
 	}
 }
 
-// replayRecords pushes recs in order, one push per run of records with the
-// same tenant and producer. It returns the offset after the last record
-// stored (0 if none) and the first error.
-func (b *Broker) replayRecords(ctx context.Context, recs []pushbuf.Record) (int64, error) {
-	m := b.maint
-	var next int64
-	for i := 0; i < len(recs); {
-		var first bufRecord
-		if err := json.Unmarshal(recs[i].Data, &first); err != nil {
-			return next, fmt.Errorf("decode buffered push: %w", err)
+// replayBatch is one replayed push: consecutive records of one tenant and
+// producer, within MaintenanceConfig's bounds.
+type replayBatch struct {
+	tenant string
+	sub    *string
+	items  []PushItem
+	next   int64 // offset past the batch's last record
+	// aside, when not "", says why the record at the batch's position
+	// cannot be replayed; it is alone, size bytes long.
+	aside string
+	size  int
+}
+
+// nextBatch reads the next replayed push from pos, one record at a time:
+// it judges each record's size from its header before reading it, and
+// stops before the record that would take it past a bound or is another
+// tenant's or producer's. No items and no aside: nothing left to replay.
+func (m *maintenance) nextBatch(pos int64) (replayBatch, error) {
+	var bt replayBatch
+	var size int64
+	for off := pos; len(bt.items) < m.cfg.ReplayBatch; {
+		n, next, err := m.buf.Len(off)
+		if err == io.EOF {
+			break
 		}
-		items := []PushItem{first.item()}
-		j := i + 1
-		for ; j < len(recs); j++ {
-			var r bufRecord
-			if err := json.Unmarshal(recs[j].Data, &r); err != nil {
-				return next, fmt.Errorf("decode buffered push: %w", err)
-			}
-			if r.Tenant != first.Tenant || !sameSub(r.Sub, first.Sub) {
-				break
-			}
-			items = append(items, r.item())
-		}
-		res, err := b.pushStore(ctx, first.Tenant, first.Sub, items)
 		if err != nil {
-			return next, err
+			return bt, err
 		}
-		for _, r := range res {
-			switch r.Status {
-			case protocol.PushQueued:
-				m.replayed.Add(1)
-			case protocol.PushDuplicate:
-				m.replayDup.Add(1)
-			default:
-				m.replayFailed.Add(1)
-				m.log.Warn("buffered push not stored by its replay", "tenant", first.Tenant,
-					"queue", r.Queue, "transaction_id", r.TransactionID, "error", r.Error)
+		if limit := m.maxRecord(); int64(n) > limit {
+			if len(bt.items) == 0 {
+				bt.aside, bt.size, bt.next = fmt.Sprintf("%d bytes, over the %d one replayed push can carry", n, limit), n, next
 			}
+			break
 		}
-		m.mu.Lock()
-		if m.tenants[first.Tenant] -= int64(len(items)); m.tenants[first.Tenant] <= 0 {
-			delete(m.tenants, first.Tenant)
+		if len(bt.items) > 0 && size+int64(n) > m.cfg.ReplayBatchBytes {
+			break
 		}
-		m.mu.Unlock()
-		m.pending.Add(-int64(len(items)))
-		next = recs[j-1].Next
-		i = j
+		r, err := m.buf.ReadRecord(off)
+		if err != nil {
+			return bt, err
+		}
+		var rec bufRecord
+		if err := json.Unmarshal(r.Data, &rec); err != nil {
+			// The checksum holds, so no retry would decode it either.
+			if len(bt.items) == 0 {
+				bt.aside, bt.size, bt.next = "cannot be decoded: "+err.Error(), n, next
+			}
+			break
+		}
+		if len(bt.items) > 0 && (rec.Tenant != bt.tenant || !sameSub(rec.Sub, bt.sub)) {
+			break
+		}
+		bt.tenant, bt.sub = rec.Tenant, rec.Sub
+		bt.items = append(bt.items, rec.item())
+		size += int64(n)
+		off, bt.next = next, next
 	}
-	return next, nil
+	return bt, nil
+}
+
+// replayBatch stores bt through the push path and counts its outcome.
+func (b *Broker) replayBatch(ctx context.Context, bt replayBatch) error {
+	m := b.maint
+	res, err := b.pushStore(ctx, bt.tenant, bt.sub, bt.items)
+	if err != nil {
+		return err
+	}
+	for _, r := range res {
+		switch r.Status {
+		case protocol.PushQueued:
+			m.replayed.Add(1)
+		case protocol.PushDuplicate:
+			m.replayDup.Add(1)
+		default:
+			m.replayFailed.Add(1)
+			m.log.Warn("buffered push not stored by its replay", "tenant", bt.tenant,
+				"queue", r.Queue, "transaction_id", r.TransactionID, "error", r.Error)
+		}
+	}
+	m.replayedOut(bt.tenant, len(bt.items))
+	return nil
+}
+
+// replayedOut takes n records of tenant off the pending counts.
+func (m *maintenance) replayedOut(tenant string, n int) {
+	m.mu.Lock()
+	if m.tenants[tenant] -= int64(n); m.tenants[tenant] <= 0 {
+		delete(m.tenants, tenant)
+	}
+	m.mu.Unlock()
+	m.pending.Add(-int64(n))
+}
+
+// setAsideRecord appends the payload of the record at off (n bytes, one
+// JSON record) as a line of the side file and fsyncs it, so the replay can
+// move past a record it cannot send without losing a push that was
+// answered 201; an operator recovers it (docs/operations.md, "Draining for
+// a database upgrade"). It copies the record without holding it whole. A
+// crash before the replay moves on sets it aside again: the side file may
+// hold a record twice, with the same transaction id.
+func (m *maintenance) setAsideRecord(off int64, n int, why string) error {
+	head, headErr := readHead(m.buf.Payload(off, n))
+	f, err := os.OpenFile(m.asidePath, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("open the side file: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("stat the side file: %w", err)
+	}
+	size := st.Size()
+	if size > 0 {
+		// A crash mid-copy leaves a partial last line: start a new one so
+		// that it spoils no other record.
+		var last [1]byte
+		if _, err := f.ReadAt(last[:], size-1); err != nil {
+			return fmt.Errorf("read the side file: %w", err)
+		}
+		if last[0] != '\n' {
+			if _, err := f.Write([]byte("\n")); err != nil {
+				return fmt.Errorf("write the side file: %w", err)
+			}
+			size++
+		}
+	}
+	if _, err := io.Copy(f, m.buf.Payload(off, n)); err != nil {
+		return fmt.Errorf("write the side file: %w", err)
+	}
+	if _, err := f.Write([]byte("\n")); err != nil {
+		return fmt.Errorf("write the side file: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("sync the side file: %w", err)
+	}
+	if size == 0 {
+		if err := syncDir(filepath.Dir(m.asidePath)); err != nil {
+			return err
+		}
+	}
+	m.asideBytes.Store(size + int64(n) + 1)
+	m.setAside.Add(1)
+	kv := []any{"offset", off, "bytes", n, "reason", why, "file", m.asidePath}
+	if headErr != nil {
+		kv = append(kv, "head_error", headErr)
+	} else {
+		kv = append(kv, "tenant", head.Tenant, "queue", head.Queue, "partition", head.Partition, "transaction_id", head.TxID)
+	}
+	m.log.Error("push buffer: a record the replay cannot send was set aside; recover it from the side file", kv...)
+	m.replayedOut(head.Tenant, 1)
+	return nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
+	}
+	return nil
 }
 
 func (r bufRecord) item() PushItem {
@@ -604,6 +840,7 @@ func (b *Broker) BufferStats() BufferStats {
 		Healthy:   !m.failed.Load() && (m.buf.MaxBytes() <= 0 || size < m.buf.MaxBytes()),
 		Buffered:  m.buffered.Load(), Replayed: m.replayed.Load(),
 		ReplayDuplicates: m.replayDup.Load(), ReplayFailed: m.replayFailed.Load(),
+		SetAside: m.setAside.Load(), SetAsideBytes: m.asideBytes.Load(), SetAsidePath: m.asidePath,
 	}
 }
 

@@ -71,8 +71,9 @@ func Open(dir string, maxBytes int64, log hclog.Logger) (*Buffer, error) {
 	}
 	var off int64
 	var reason string
+	scratch := make([]byte, scanChunk)
 	for {
-		_, next, err := b.readAt(off)
+		next, err := b.checkAt(off, scratch)
 		if err == io.EOF {
 			break
 		}
@@ -119,26 +120,35 @@ type errTorn string
 
 func (e errTorn) Error() string { return string(e) }
 
-// readAt reads the record at off; io.EOF exactly at the end of the file.
-func (b *Buffer) readAt(off int64) ([]byte, int64, error) {
+// header reads the header of the record at off: its payload length and
+// checksum. io.EOF exactly at the end of the file.
+func (b *Buffer) header(off int64) (length, sum uint32, err error) {
 	var h [headerSize]byte
 	n, err := b.f.ReadAt(h[:], off)
 	if n == 0 && err == io.EOF {
-		return nil, 0, io.EOF
+		return 0, 0, io.EOF
 	}
 	if err != nil && err != io.EOF {
-		return nil, 0, err
+		return 0, 0, err
 	}
 	if n < headerSize {
-		return nil, 0, errTorn("short record header")
+		return 0, 0, errTorn("short record header")
 	}
-	length := binary.LittleEndian.Uint32(h[0:4])
-	sum := binary.LittleEndian.Uint32(h[4:8])
+	length = binary.LittleEndian.Uint32(h[0:4])
 	if length > MaxRecordBytes {
-		return nil, 0, errTorn("record length out of bounds")
+		return 0, 0, errTorn("record length out of bounds")
+	}
+	return length, binary.LittleEndian.Uint32(h[4:8]), nil
+}
+
+// readAt reads the record at off; io.EOF exactly at the end of the file.
+func (b *Buffer) readAt(off int64) ([]byte, int64, error) {
+	length, sum, err := b.header(off)
+	if err != nil {
+		return nil, 0, err
 	}
 	p := make([]byte, length)
-	n, err = b.f.ReadAt(p, off+headerSize)
+	n, err := b.f.ReadAt(p, off+headerSize)
 	if err != nil && err != io.EOF {
 		return nil, 0, err
 	}
@@ -149,6 +159,37 @@ func (b *Buffer) readAt(off int64) ([]byte, int64, error) {
 		return nil, 0, errTorn("record checksum mismatch")
 	}
 	return p, off + headerSize + int64(length), nil
+}
+
+// scanChunk is how much of a record Open holds at a time while it checks
+// the file: a start costs the same memory whatever the records' sizes.
+const scanChunk = 256 << 10
+
+// checkAt checks the record at off through scratch, without holding it
+// whole, and returns the offset past it; io.EOF exactly at the end.
+func (b *Buffer) checkAt(off int64, scratch []byte) (int64, error) {
+	length, sum, err := b.header(off)
+	if err != nil {
+		return 0, err
+	}
+	var crc uint32
+	pos, left := off+headerSize, int64(length)
+	for left > 0 {
+		p := scratch[:min(left, int64(len(scratch)))]
+		n, err := b.f.ReadAt(p, pos)
+		if err != nil && err != io.EOF {
+			return 0, err
+		}
+		if n < len(p) {
+			return 0, errTorn("short record")
+		}
+		crc = crc32.Update(crc, castagnoli, p)
+		pos, left = pos+int64(n), left-int64(n)
+	}
+	if crc != sum {
+		return 0, errTorn("record checksum mismatch")
+	}
+	return pos, nil
 }
 
 // Append writes recs as consecutive records and fsyncs them before it
@@ -200,23 +241,49 @@ type Record struct {
 	Next int64
 }
 
-// Read returns up to max records from off (0 = the first record), which
-// must be 0 or a Next returned before the last Truncate. It reads only what
-// was appended when it started.
-func (b *Buffer) Read(off int64, max int) ([]Record, error) {
-	b.mu.Lock()
-	end := b.size
-	b.mu.Unlock()
-	var out []Record
-	for off < end && len(out) < max {
-		p, next, err := b.readAt(off)
-		if err != nil {
-			return out, fmt.Errorf("read push buffer at %d: %w", off, err)
-		}
-		out = append(out, Record{Data: p, Next: next})
-		off = next
+// Offsets passed to Len, ReadRecord and Payload must be 0 (the first
+// record) or a Next returned before the last Truncate; they see only what
+// was appended before they were called.
+
+// Len returns the payload length of the record at off and the offset just
+// past it, reading only its header, so that a caller can judge a record's
+// size before it reads it. io.EOF when off is the end.
+func (b *Buffer) Len(off int64) (int, int64, error) {
+	if off >= b.end() {
+		return 0, 0, io.EOF
 	}
-	return out, nil
+	length, _, err := b.header(off)
+	if err != nil {
+		return 0, 0, fmt.Errorf("read push buffer at %d: %w", off, err)
+	}
+	return int(length), off + headerSize + int64(length), nil
+}
+
+// ReadRecord reads the record at off and checks its checksum. io.EOF when
+// off is the end.
+func (b *Buffer) ReadRecord(off int64) (Record, error) {
+	if off >= b.end() {
+		return Record{}, io.EOF
+	}
+	p, next, err := b.readAt(off)
+	if err != nil {
+		return Record{}, fmt.Errorf("read push buffer at %d: %w", off, err)
+	}
+	return Record{Data: p, Next: next}, nil
+}
+
+// Payload reads the payload of the record at off, n bytes long (as Len
+// returned), without holding it whole: for copying a large record. The
+// checksum is not checked again (Open checked the file, and Append wrote
+// the rest).
+func (b *Buffer) Payload(off int64, n int) io.Reader {
+	return io.NewSectionReader(b.f, off+headerSize, int64(n))
+}
+
+func (b *Buffer) end() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.size
 }
 
 // TruncateIf empties the file when its size is still end (nothing was

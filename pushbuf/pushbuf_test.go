@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -24,17 +25,15 @@ func readAll(t *testing.T, b *Buffer) ([][]byte, int64) {
 	var out [][]byte
 	var off int64
 	for {
-		rs, err := b.Read(off, 3) // small pages: Next chaining is exercised
+		r, err := b.ReadRecord(off)
+		if err == io.EOF {
+			return out, off
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(rs) == 0 {
-			return out, off
-		}
-		for _, r := range rs {
-			out = append(out, r.Data)
-			off = r.Next
-		}
+		out = append(out, r.Data)
+		off = r.Next
 	}
 }
 
@@ -187,5 +186,55 @@ func TestTruncateIf(t *testing.T) {
 	}
 	if fi, err := os.Stat(filepath.Join(dir, FileName)); err != nil || fi.Size() != 0 {
 		t.Fatalf("file not empty: %v %v", fi, err)
+	}
+}
+
+// Len and Payload see a record's size and bytes without reading it whole;
+// a record larger than Open's scan chunk is checked across chunks, and a
+// flipped byte in its last chunk still makes it a torn tail.
+func TestLenPayloadAndLargeRecords(t *testing.T) {
+	dir := t.TempDir()
+	b := open(t, dir, 0)
+	big := bytes.Repeat([]byte("0123456789"), scanChunk/4) // 2.5 chunks
+	if err := b.Append([][]byte{[]byte("small"), big}); err != nil {
+		t.Fatal(err)
+	}
+	n, next, err := b.Len(0)
+	if err != nil || n != 5 || next != headerSize+5 {
+		t.Fatalf("Len(0) = %d, %d, %v", n, next, err)
+	}
+	n, end, err := b.Len(next)
+	if err != nil || n != len(big) {
+		t.Fatalf("Len(%d) = %d, %d, %v", next, n, end, err)
+	}
+	got, err := io.ReadAll(b.Payload(next, n))
+	if err != nil || !bytes.Equal(got, big) {
+		t.Fatalf("Payload: %d bytes, %v", len(got), err)
+	}
+	if _, _, err := b.Len(end); err != io.EOF {
+		t.Fatalf("Len at the end: %v, want io.EOF", err)
+	}
+	if _, err := b.ReadRecord(end); err != io.EOF {
+		t.Fatalf("ReadRecord at the end: %v, want io.EOF", err)
+	}
+	b.Close()
+
+	b = open(t, dir, 0)
+	if recs, _ := readAll(t, b); len(recs) != 2 || !bytes.Equal(recs[1], big) {
+		t.Fatalf("after reopen: %d records", len(recs))
+	}
+	b.Close()
+	p := filepath.Join(dir, FileName)
+	data, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[len(data)-3] ^= 0xff
+	if err := os.WriteFile(p, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b = open(t, dir, 0)
+	if n, sz := b.Stats(); n != 1 || sz != next {
+		t.Fatalf("a damaged large record kept: %d records, %d bytes", n, sz)
 	}
 }

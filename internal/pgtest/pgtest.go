@@ -185,3 +185,35 @@ func TransactionCount(ctx context.Context, url string) (int64, error) {
 	}
 	return n, nil
 }
+
+// Int64s runs query on the database at url and returns the first column of
+// its rows, each an integer (NULL reads as 0): for tests that check what is
+// stored, e.g. sizes per transaction, without importing pgx themselves.
+func Int64s(ctx context.Context, url, query string, args ...any) ([]int64, error) {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return nil, fmt.Errorf("pgtest: connect: %w", err)
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("pgtest: %w", err)
+	}
+	var out []int64
+	for rows.Next() {
+		var v *int64
+		if err := rows.Scan(&v); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("pgtest: scan: %w", err)
+		}
+		if v == nil {
+			out = append(out, 0)
+		} else {
+			out = append(out, *v)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("pgtest: %w", err)
+	}
+	return out, nil
+}
