@@ -32,7 +32,7 @@ type Broker interface {
 	Ack(ctx context.Context, tenant string, items []broker.AckItem) ([]broker.AckResult, error)
 	ExtendLease(ctx context.Context, tenant, leaseID string, seconds int) (broker.LeaseResult, error)
 	Transaction(ctx context.Context, tenant string, producerSub *string, ops []broker.TxOp, requiredLeases []string) (broker.TxResult, error)
-	ListDLQ(ctx context.Context, tenant string, q broker.DLQQuery) ([]broker.DLQEntry, int, error)
+	ListDLQ(ctx context.Context, tenant string, q broker.DLQQuery) (broker.DLQPage, error)
 	RetryDeadLetter(ctx context.Context, tenant, partitionID, txid, group string) (broker.DLQRetried, error)
 	DropDeadLetter(ctx context.Context, tenant, partitionID, txid, group string) (dropped int, err error)
 	DeleteConsumerGroup(ctx context.Context, tenant, group, queue string, deleteMetadata bool) (deletedPartitions int, err error) // queue "" = all queues
@@ -61,6 +61,7 @@ const (
 	DefaultWriteTimeout       = 60 * time.Second
 	DefaultPopMinReadRate     = 64 << 10
 	DefaultMaxConns           = 4096
+	DefaultMaxReadBytes       = 16 << 20 // as a pop's QUEEN_POP_MAX_BYTES (docs/api.md, "Read answers")
 )
 
 // Config tunes the HTTP layer. Zero fields take their defaults in New.
@@ -74,6 +75,11 @@ type Config struct {
 	DefaultPopTimeout time.Duration // long-poll `timeout` when absent or unparseable; default 30 s
 	MaxPopTimeout     time.Duration // long-poll `timeout` cap; default 10 minutes
 	Version           string        // reported by /health; default "dev"
+	// MaxReadBytes bounds a read answer's rows (QUEEN_READ_MAX_BYTES),
+	// default 16 MiB: a list stops before the row that would pass it and
+	// says truncated (its first row always comes), a stream state read
+	// past it is a 413 (docs/api.md, "Read answers").
+	MaxReadBytes int64
 
 	// Connection limits, applied by HTTPServer and Listener (docs/operations.md, "Limits").
 	ReadHeaderTimeout time.Duration // request line and headers; default 10 s
@@ -106,6 +112,7 @@ func DefaultConfig() Config {
 		WriteTimeout:      DefaultWriteTimeout,
 		PopMinReadRate:    DefaultPopMinReadRate,
 		MaxConns:          DefaultMaxConns,
+		MaxReadBytes:      DefaultMaxReadBytes,
 	}
 }
 
@@ -160,6 +167,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxConns <= 0 {
 		c.MaxConns = d.MaxConns
+	}
+	if c.MaxReadBytes <= 0 {
+		c.MaxReadBytes = d.MaxReadBytes
 	}
 	return c
 }
