@@ -45,7 +45,8 @@ type fakeBroker struct {
 	groupMeta    bool
 	seekToEnd    bool
 	seekTS       *time.Time
-	streamCycle  broker.StreamCycle // the last StreamCycle (streams_test.go)
+	streamCycle  broker.StreamCycle  // the last StreamCycle (streams_test.go)
+	hotlistView  *broker.HotlistView // HotlistView's answer; nil = no hot-list (hotlist_fake_test.go)
 
 	err          error // returned by every method when set
 	healthErr    error
