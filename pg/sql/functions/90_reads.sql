@@ -1,13 +1,14 @@
 -- Reads bounded in bytes (docs/api.md, "Read answers"). Each walks its rows
 -- in answer order, adds up what each row will cost in the JSON answer, and
--- stops at p_max_bytes, so the node never receives more than the budget
--- plus one row, and PostgreSQL reads (and detoasts) no row past it: a plain
--- query with a running sum would size every row up to the row limit.
--- Strings count as their JSON text (to_json: quotes and escapes
--- included), JSON values as their stored text, plus a fixed allowance per
--- row for its keys, ids and times. plpgsql: a FOR loop fetches rows as it
--- goes, and the body is checked only when run, so the file loads before
--- the migrations it reads (as 80_dlq.sql).
+-- stops at p_max_bytes: the node never receives more than the budget (or a
+-- page's first row alone, when that is larger), and PostgreSQL detoasts no
+-- large value past it (a plain query with a running sum would size every
+-- row up to the row limit). Strings count as their JSON text (to_json:
+-- quotes and escapes included), JSON values as their stored text, plus a
+-- fixed allowance per row for its keys, ids and times. plpgsql: the FOR
+-- loop's cursor fetches rows as it goes and keeps their large values
+-- toasted until they are used, and the body is checked only when run, so
+-- the file loads before the migrations it reads (as 80_dlq.sql).
 
 -- queen.stream_state_read_v1 returns the state rows of (query, partition)
 -- that pass the filters, in key order, all or none: past p_max_rows rows it
@@ -87,12 +88,13 @@ BEGIN
           AND (p_from IS NULL OR d.failed_at >= p_from) AND (p_to IS NULL OR d.failed_at <= p_to)
         ORDER BY d.failed_at DESC, d.seq DESC LIMIT p_limit OFFSET p_offset
     LOOP
+        o_payload := r.payload::text; -- detoasted once, for its size and the answer
         -- 400: keys, two ids, two times, retry count, superseded.
         size := 400 + octet_length(to_json(r.transaction_id)::text) + octet_length(to_json(r.qname)::text)
             + octet_length(to_json(r.pname)::text) + octet_length(to_json(r.consumer_group)::text)
             + octet_length(to_json(r.error_message)::text)
             + COALESCE(octet_length(to_json(r.producer_sub)::text), 4)
-            + COALESCE(octet_length(r.payload::text), 4);
+            + COALESCE(octet_length(o_payload), 4);
         IF n > 0 AND total + size > p_max_bytes THEN
             o_payload := NULL; o_more := true;
             RETURN NEXT;
@@ -102,7 +104,7 @@ BEGIN
         total := total + size;
         o_message_id := r.message_id::text; o_txid := r.transaction_id; o_partition_id := r.partition_id::text;
         o_queue := r.qname; o_partition := r.pname; o_group := r.consumer_group; o_error := r.error_message;
-        o_retry_count := r.retry_count; o_payload := r.payload::text; o_producer_sub := r.producer_sub;
+        o_retry_count := r.retry_count; o_producer_sub := r.producer_sub;
         o_created_at := r.created_at; o_failed_at := r.failed_at; o_superseded := r.superseded;
         o_more := false;
         RETURN NEXT;
@@ -139,12 +141,14 @@ BEGIN
         WHERE tn.tenant = p_tenant AND tn.name = p_name
         ORDER BY tn.created_at, tn.trace_id LIMIT p_limit OFFSET p_offset
     LOOP
+        o_data := r.data::text; -- each detoasted once, for its size and the answer
+        o_payload := r.payload::text;
         -- 400: keys, two ids and the time.
         size := 400 + octet_length(to_json(r.transaction_id)::text) + octet_length(to_json(r.event_type)::text)
             + octet_length(to_json(r.consumer_group)::text) + octet_length(to_json(r.worker_id)::text)
-            + octet_length(r.data::text) + octet_length(to_json(r.names)::text)
+            + octet_length(o_data) + octet_length(to_json(r.names)::text)
             + octet_length(to_json(r.qname)::text) + octet_length(to_json(r.pname)::text)
-            + COALESCE(octet_length(r.payload::text), 4);
+            + COALESCE(octet_length(o_payload), 4);
         IF n > 0 AND total + size > p_max_bytes THEN
             o_data := NULL; o_payload := NULL; o_more := true;
             RETURN NEXT;
@@ -153,8 +157,8 @@ BEGIN
         n := n + 1;
         total := total + size;
         o_id := r.id::text; o_txid := r.transaction_id; o_pid := r.partition_id::text; o_event := r.event_type;
-        o_group := r.consumer_group; o_worker := r.worker_id; o_data := r.data::text; o_created_at := r.created_at;
-        o_names := r.names; o_queue := r.qname; o_partition := r.pname; o_payload := r.payload::text;
+        o_group := r.consumer_group; o_worker := r.worker_id; o_created_at := r.created_at;
+        o_names := r.names; o_queue := r.qname; o_partition := r.pname;
         o_more := false;
         RETURN NEXT;
     END LOOP;
@@ -185,9 +189,10 @@ BEGIN
         WHERE t.partition_id = p_pid AND t.transaction_id = p_txid AND t.tenant = p_tenant
         ORDER BY t.created_at, t.id LIMIT p_limit OFFSET p_offset
     LOOP
+        o_data := r.data::text; -- once, for its size and the answer
         -- 400: keys, the id and the time.
         size := 400 + octet_length(to_json(r.event_type)::text) + octet_length(to_json(r.consumer_group)::text)
-            + octet_length(to_json(r.worker_id)::text) + octet_length(r.data::text)
+            + octet_length(to_json(r.worker_id)::text) + octet_length(o_data)
             + octet_length(to_json(r.names)::text);
         IF n > 0 AND total + size > p_max_bytes THEN
             o_data := NULL; o_more := true;
@@ -197,7 +202,7 @@ BEGIN
         n := n + 1;
         total := total + size;
         o_id := r.id::text; o_txid := r.transaction_id; o_pid := r.partition_id::text; o_event := r.event_type;
-        o_group := r.consumer_group; o_worker := r.worker_id; o_data := r.data::text; o_created_at := r.created_at;
+        o_group := r.consumer_group; o_worker := r.worker_id; o_created_at := r.created_at;
         o_names := r.names; o_more := false;
         RETURN NEXT;
     END LOOP;
