@@ -1,7 +1,6 @@
 package api
 
 import (
-	"encoding/json"
 	"errors"
 	"net/http"
 	"time"
@@ -16,19 +15,20 @@ const (
 	maxDLQLimit     = 10000
 )
 
+// dlqMessage is a DLQ entry as the clients read it; its data is written
+// after these fields, verbatim (answer.object).
 type dlqMessage struct {
-	ID            string          `json:"id"`
-	TransactionID string          `json:"transactionId"`
-	PartitionID   string          `json:"partitionId"`
-	Queue         string          `json:"queue"`
-	Partition     string          `json:"partition"`
-	ConsumerGroup string          `json:"consumerGroup"`
-	ErrorMessage  string          `json:"errorMessage"`
-	RetryCount    int             `json:"retryCount"`
-	Data          json.RawMessage `json:"data"`
-	ProducerSub   *string         `json:"producerSub"`
-	CreatedAt     string          `json:"createdAt"`
-	FailedAt      string          `json:"failedAt"`
+	ID            string  `json:"id"`
+	TransactionID string  `json:"transactionId"`
+	PartitionID   string  `json:"partitionId"`
+	Queue         string  `json:"queue"`
+	Partition     string  `json:"partition"`
+	ConsumerGroup string  `json:"consumerGroup"`
+	ErrorMessage  string  `json:"errorMessage"`
+	RetryCount    int     `json:"retryCount"`
+	ProducerSub   *string `json:"producerSub"`
+	CreatedAt     string  `json:"createdAt"`
+	FailedAt      string  `json:"failedAt"`
 	// Superseded: a seek moved the group's cursor back over the message or
 	// the group was deleted; it can be dropped, not retried (an addition to
 	// the reference's shape).
@@ -40,12 +40,27 @@ type pagination struct {
 	Offset int `json:"offset"`
 }
 
-type dlqResponse struct {
-	Messages   []dlqMessage `json:"messages"`
-	Total      int          `json:"total"`
-	Limit      int          `json:"limit"`
-	Offset     int          `json:"offset"`
-	Pagination pagination   `json:"pagination"`
+// dlqHead is the DLQ answer before its messages.
+type dlqHead struct {
+	Total      int        `json:"total"`
+	Limit      int        `json:"limit"`
+	Offset     int        `json:"offset"`
+	Pagination pagination `json:"pagination"`
+	// Truncated: the byte bound (Config.MaxReadBytes) ended the page
+	// before limit; the rest starts at NextOffset (docs/api.md, "Read
+	// answers"). NextOffset is absent otherwise.
+	Truncated  bool `json:"truncated"`
+	NextOffset *int `json:"nextOffset,omitempty"`
+}
+
+// nextOffset is where a truncated page's rest starts; nil when the page was
+// not truncated.
+func nextOffset(truncated bool, offset, n int) *int {
+	if !truncated {
+		return nil
+	}
+	next := offset + n
+	return &next
 }
 
 // GET /api/v1/dlq
@@ -57,6 +72,7 @@ func (s *Server) handleDLQ(w http.ResponseWriter, r *http.Request, c caller) {
 		Partition: q.Get("partition"),
 		Limit:     clamp(queryInt(q, "limit", defaultDLQLimit), 1, maxDLQLimit),
 		Offset:    max(queryInt(q, "offset", 0), 0),
+		MaxBytes:  s.cfg.MaxReadBytes,
 	}
 	for _, f := range []struct{ kind, v string }{
 		{"queue", dq.Queue}, {"consumerGroup", dq.Group}, {"partition", dq.Partition},
@@ -84,18 +100,25 @@ func (s *Server) handleDLQ(w http.ResponseWriter, r *http.Request, c caller) {
 		*f.dst = &t
 	}
 
-	entries, total, err := s.b.ListDLQ(r.Context(), c.tenant, dq)
+	page, err := s.b.ListDLQ(r.Context(), c.tenant, dq)
 	if err != nil {
 		s.brokerError(w, r, "list dlq", err)
 		return
 	}
-	msgs := make([]dlqMessage, 0, len(entries))
-	for _, e := range entries {
-		data := e.Data
-		if data == nil {
-			data = json.RawMessage("null")
+	var size int64
+	for _, e := range page.Entries {
+		size += int64(len(e.Data)) + answerRowOverhead
+	}
+	a := s.startAnswer(w, size)
+	a.open(dlqHead{Total: page.Total, Limit: dq.Limit, Offset: dq.Offset,
+		Pagination: pagination{Limit: dq.Limit, Offset: dq.Offset},
+		Truncated:  page.Truncated, NextOffset: nextOffset(page.Truncated, dq.Offset, len(page.Entries))})
+	a.str(`,"messages":[`)
+	for i, e := range page.Entries {
+		if i > 0 {
+			a.str(",")
 		}
-		msgs = append(msgs, dlqMessage{
+		a.object(dlqMessage{
 			ID:            e.ID,
 			TransactionID: e.TransactionID,
 			PartitionID:   e.PartitionID,
@@ -104,20 +127,16 @@ func (s *Server) handleDLQ(w http.ResponseWriter, r *http.Request, c caller) {
 			ConsumerGroup: e.ConsumerGroup,
 			ErrorMessage:  e.ErrorMessage,
 			RetryCount:    e.RetryCount,
-			Data:          data,
 			ProducerSub:   e.ProducerSub,
 			CreatedAt:     fmtMilli(e.CreatedAt),
 			FailedAt:      fmtMilli(e.FailedAt),
 			Superseded:    e.Superseded,
-		})
+		}, rawField{key: "data", val: e.Data})
 	}
-	writeJSON(w, http.StatusOK, dlqResponse{
-		Messages:   msgs,
-		Total:      total,
-		Limit:      dq.Limit,
-		Offset:     dq.Offset,
-		Pagination: pagination{Limit: dq.Limit, Offset: dq.Offset},
-	})
+	a.str("]}\n")
+	if err := a.finish(); err != nil {
+		s.log.Debug("dlq answer not delivered", "error", err)
+	}
 }
 
 type dlqRetryResponse struct {

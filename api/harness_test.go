@@ -45,20 +45,22 @@ type fakeBroker struct {
 	groupMeta    bool
 	seekToEnd    bool
 	seekTS       *time.Time
-	streamCycle  broker.StreamCycle // the last StreamCycle (streams_test.go)
+	streamCycle  broker.StreamCycle  // the last StreamCycle (streams_test.go)
+	hotlistView  *broker.HotlistView // HotlistView's answer; nil = no hot-list (hotlist_fake_test.go)
 
-	err       error // returned by every method when set
-	healthErr error
-	popFn     func(ctx context.Context, req broker.PopRequest) (*broker.PopResult, error)
-	ackRes    []broker.AckResult // nil = one success per item
-	leaseRes  broker.LeaseResult
-	txRes     *broker.TxResult
-	dlqRes    []broker.DLQEntry
-	dlqTotal  int
-	existed   bool
-	deleted   int
-	released  chan string             // lease ids given back by ReleaseUndelivered
-	maint     broker.MaintenanceState // switches of the MaintenanceBroker fake (maintenance_test.go)
+	err          error // returned by every method when set
+	healthErr    error
+	popFn        func(ctx context.Context, req broker.PopRequest) (*broker.PopResult, error)
+	ackRes       []broker.AckResult // nil = one success per item
+	leaseRes     broker.LeaseResult
+	txRes        *broker.TxResult
+	dlqRes       []broker.DLQEntry
+	dlqTotal     int
+	dlqTruncated bool
+	existed      bool
+	deleted      int
+	released     chan string             // lease ids given back by ReleaseUndelivered
+	maint        broker.MaintenanceState // switches of the MaintenanceBroker fake (maintenance_test.go)
 }
 
 func (f *fakeBroker) ReleaseUndelivered(res *broker.PopResult) {
@@ -182,12 +184,12 @@ func (f *fakeBroker) Transaction(_ context.Context, tenant string, sub *string, 
 	return broker.TxResult{TransactionID: "tx", Success: true}, f.err
 }
 
-func (f *fakeBroker) ListDLQ(_ context.Context, tenant string, q broker.DLQQuery) ([]broker.DLQEntry, int, error) {
+func (f *fakeBroker) ListDLQ(_ context.Context, tenant string, q broker.DLQQuery) (broker.DLQPage, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.record("ListDLQ", tenant)
 	f.dlqQuery = q
-	return f.dlqRes, f.dlqTotal, f.err
+	return broker.DLQPage{Entries: f.dlqRes, Total: f.dlqTotal, Truncated: f.dlqTruncated}, f.err
 }
 
 func (f *fakeBroker) RetryDeadLetter(_ context.Context, tenant, _, _, _ string) (broker.DLQRetried, error) {

@@ -20,6 +20,13 @@ const (
 	maxHotlistParts     = 1000
 )
 
+// A ring's and an entry's JSON besides their names, about: the answer
+// stops listing at Config.MaxReadBytes.
+const (
+	hotlistRingBytes  = 300
+	hotlistEntryBytes = 120
+)
+
 func (s *Server) registerHotlist() {
 	s.route("GET", "/api/v1/status/hotlist/{queue}", AccessReadOnly, s.handleHotlistView)
 }
@@ -74,12 +81,25 @@ func (s *Server) handleHotlistView(w http.ResponseWriter, r *http.Request, c cal
 	v := s.b.HotlistView(c.tenant, name, limit)
 	out := hotlistViewJSON{Node: v.Node, Queue: name, Enabled: v.Enabled, Registered: v.Registered,
 		Rings: make([]hotlistRingJSON, 0, len(v.Rings)), RingsTruncated: v.RingsTruncated}
+	// 100 rings of 1000 entries with 255-byte names would pass the read
+	// budget: the listing stops at it (truncated flags set), the counts stay.
+	var size int64
 	for _, rv := range v.Rings {
+		size += hotlistRingBytes + int64(len(rv.Group))
+		if size > s.cfg.MaxReadBytes && len(out.Rings) > 0 {
+			out.RingsTruncated = true
+			break
+		}
 		rj := hotlistRingJSON{Group: rv.Group, Ready: rv.Ready, Wheel: rv.Wheel, Inflight: rv.Inflight,
 			Unconfirmed: rv.Unconfirmed, Cold: rv.Cold, Reseeding: rv.Reseeding,
 			NextReseedInMs: rv.NextReseedIn.Milliseconds(), LastReseedAt: fmtMilliOrNull(rv.LastReseedAt),
 			Partitions: make([]hotlistEntryJSON, 0, len(rv.Entries)), PartitionsTruncated: rv.Truncated}
 		for _, e := range rv.Entries {
+			size += hotlistEntryBytes + int64(len(e.Name)+len(e.ID))
+			if size > s.cfg.MaxReadBytes {
+				rj.PartitionsTruncated = true
+				break
+			}
 			ej := hotlistEntryJSON{Name: e.Name, ID: nullable(e.ID), State: strings.ToLower(e.State.String()), Unconfirmed: e.Unconfirmed}
 			switch e.State {
 			case hotlist.Wheel:

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"encoding/json"
 	"net/http"
 
 	"queen-node/broker"
@@ -150,9 +149,10 @@ type busStatusJSON struct {
 	TotalGroups int64 `json:"totalGroups"`
 }
 
+// messageDetailJSON is a message with its status; its payload is written
+// after these fields, verbatim (answer.object).
 type messageDetailJSON struct {
 	messageJSON
-	Payload      json.RawMessage  `json:"payload"`
 	ErrorMessage *string          `json:"errorMessage"`
 	RetryCount   *int             `json:"retryCount"`
 	QueueConfig  queueConfigShort `json:"queueConfig"`
@@ -177,15 +177,21 @@ func (s *Server) handleGetMessage(w http.ResponseWriter, r *http.Request, c call
 		s.readsError(w, r, "get message", "Message", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, messageDetailJSON{
+	// One message: its payload was accepted under the request body limit,
+	// so no byte bound applies; it is written, not copied.
+	a := s.startAnswer(w, int64(len(m.Payload))+answerRowOverhead)
+	a.object(messageDetailJSON{
 		messageJSON:  messageOf(m, group),
-		Payload:      m.Payload,
 		ErrorMessage: m.ErrorMessage,
 		RetryCount:   m.RetryCount,
 		QueueConfig:  queueConfigShort{LeaseTime: m.LeaseTime, RetryLimit: m.RetryLimit, RetryDelay: m.RetryDelay, TTL: m.TTL, Priority: m.Priority},
 		BusStatus:    busStatusJSON{ConsumedBy: m.BusConsumed, TotalGroups: m.BusGroups},
 		Mode:         modeOf(m.HasQueueMode, m.BusGroups),
-	})
+	}, rawField{key: "payload", val: m.Payload})
+	a.str("\n")
+	if err := a.finish(); err != nil {
+		s.log.Debug("message answer not delivered", "error", err)
+	}
 }
 
 type deleteMessageResponse struct {

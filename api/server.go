@@ -32,7 +32,7 @@ type Broker interface {
 	Ack(ctx context.Context, tenant string, items []broker.AckItem) ([]broker.AckResult, error)
 	ExtendLease(ctx context.Context, tenant, leaseID string, seconds int) (broker.LeaseResult, error)
 	Transaction(ctx context.Context, tenant string, producerSub *string, ops []broker.TxOp, requiredLeases []string) (broker.TxResult, error)
-	ListDLQ(ctx context.Context, tenant string, q broker.DLQQuery) ([]broker.DLQEntry, int, error)
+	ListDLQ(ctx context.Context, tenant string, q broker.DLQQuery) (broker.DLQPage, error)
 	RetryDeadLetter(ctx context.Context, tenant, partitionID, txid, group string) (broker.DLQRetried, error)
 	DropDeadLetter(ctx context.Context, tenant, partitionID, txid, group string) (dropped int, err error)
 	DeleteConsumerGroup(ctx context.Context, tenant, group, queue string, deleteMetadata bool) (deletedPartitions int, err error) // queue "" = all queues
@@ -62,6 +62,7 @@ const (
 	DefaultPopMinReadRate     = 64 << 10
 	DefaultMaxConns           = 4096
 	DefaultMaxConnsPerAddr    = 1024 // a quarter of DefaultMaxConns: one address cannot lock the others out
+	DefaultMaxReadBytes       = 16 << 20 // as a pop's QUEEN_POP_MAX_BYTES (docs/api.md, "Read answers")
 )
 
 // Config tunes the HTTP layer. Zero fields take their defaults in New.
@@ -75,6 +76,11 @@ type Config struct {
 	DefaultPopTimeout time.Duration // long-poll `timeout` when absent or unparseable; default 30 s
 	MaxPopTimeout     time.Duration // long-poll `timeout` cap; default 10 minutes
 	Version           string        // reported by /health; default "dev"
+	// MaxReadBytes bounds a read answer's rows (QUEEN_READ_MAX_BYTES),
+	// default 16 MiB: a list stops before the row that would pass it and
+	// says truncated (its first row always comes), a stream state read
+	// past it is a 413 (docs/api.md, "Read answers").
+	MaxReadBytes int64
 
 	// Connection limits, applied by HTTPServer and Listener (docs/operations.md, "Limits").
 	ReadHeaderTimeout time.Duration // request line and headers; default 10 s
@@ -109,6 +115,7 @@ func DefaultConfig() Config {
 		PopMinReadRate:    DefaultPopMinReadRate,
 		MaxConns:          DefaultMaxConns,
 		MaxConnsPerAddr:   DefaultMaxConnsPerAddr,
+		MaxReadBytes:      DefaultMaxReadBytes,
 	}
 }
 
@@ -168,6 +175,9 @@ func (c Config) withDefaults() Config {
 		c.MaxConnsPerAddr = d.MaxConnsPerAddr
 	}
 	c.MaxConnsPerAddr = min(c.MaxConnsPerAddr, c.MaxConns)
+	if c.MaxReadBytes <= 0 {
+		c.MaxReadBytes = d.MaxReadBytes
+	}
 	return c
 }
 

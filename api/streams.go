@@ -19,7 +19,7 @@ import (
 // StreamsBroker is the part of Broker the /streams/v1 routes call.
 type StreamsBroker interface {
 	RegisterStreamQuery(ctx context.Context, tenant string, q broker.StreamQuery) (broker.StreamRegistration, error)
-	StreamState(ctx context.Context, tenant, queryID, partitionID string, f broker.StreamStateFilter) ([]broker.StreamStateRow, error)
+	StreamState(ctx context.Context, tenant, queryID, partitionID string, f broker.StreamStateFilter, maxBytes int64) ([]broker.StreamStateRow, error)
 	StreamCycle(ctx context.Context, tenant string, producerSub *string, c broker.StreamCycle) (broker.StreamCycleResult, error)
 }
 
@@ -138,16 +138,6 @@ func streamKey(k string) error {
 	return nil
 }
 
-type streamStateResponse struct {
-	Success bool             `json:"success"`
-	Rows    []streamStateRow `json:"rows"`
-}
-
-type streamStateRow struct {
-	Key   string          `json:"key"`
-	Value json.RawMessage `json:"value"` // the stored JSON text, verbatim
-}
-
 // POST /streams/v1/state/get
 func (s *Server) handleStreamState(w http.ResponseWriter, r *http.Request, c caller) {
 	o, err := s.readObject(w, r)
@@ -160,7 +150,7 @@ func (s *Server) handleStreamState(w http.ResponseWriter, r *http.Request, c cal
 		writeReqError(w, err)
 		return
 	}
-	rows, err := s.b.StreamState(r.Context(), c.tenant, qid, pid, f)
+	rows, err := s.b.StreamState(r.Context(), c.tenant, qid, pid, f, s.cfg.MaxReadBytes)
 	switch {
 	case errors.Is(err, broker.ErrStreamNotFound):
 		writeJSON(w, http.StatusNotFound, streamFailure{Error: err.Error()})
@@ -168,15 +158,36 @@ func (s *Server) handleStreamState(w http.ResponseWriter, r *http.Request, c cal
 	case errors.Is(err, broker.ErrStreamStateTooLarge):
 		writeJSON(w, http.StatusUnprocessableEntity, streamFailure{Error: err.Error()})
 		return
+	case errors.Is(err, broker.ErrStreamStateTooManyBytes):
+		// All or nothing: the client cannot page, and would take part of
+		// the state for all of it (docs/api.md, "Read answers").
+		writeJSON(w, http.StatusRequestEntityTooLarge, streamFailure{Error: fmt.Sprintf(
+			"state read larger than %d bytes (QUEEN_READ_MAX_BYTES): %v", s.cfg.MaxReadBytes, err)})
+		return
 	case err != nil:
 		s.brokerError(w, r, "stream state", err)
 		return
 	}
-	out := streamStateResponse{Success: true, Rows: make([]streamStateRow, len(rows))}
-	for i, row := range rows {
-		out.Rows[i] = streamStateRow{Key: row.Key, Value: json.RawMessage(row.Value)}
+	var size int64
+	for _, row := range rows {
+		size += int64(len(row.Key) + len(row.Value) + 20)
 	}
-	writeJSON(w, http.StatusOK, out)
+	a := s.startAnswer(w, size)
+	a.str(`{"success":true,"rows":[`)
+	for i, row := range rows {
+		if i > 0 {
+			a.str(",")
+		}
+		a.str(`{"key":`)
+		a.jsonString(row.Key)
+		a.str(`,"value":`)
+		a.raw(row.Value, false) // the stored JSON text, verbatim
+		a.str("}")
+	}
+	a.str("]}\n")
+	if err := a.finish(); err != nil {
+		s.log.Debug("state answer not delivered", "error", err)
+	}
 }
 
 func parseStreamStateGet(o object) (qid, pid string, f broker.StreamStateFilter, err error) {

@@ -18,7 +18,7 @@ func (f *fakeBroker) RegisterStreamQuery(_ context.Context, tenant string, q bro
 	return broker.StreamRegistration{QueryID: "00000000-0000-0000-0000-000000000001", Fresh: true}, f.err
 }
 
-func (f *fakeBroker) StreamState(_ context.Context, tenant, _, _ string, _ broker.StreamStateFilter) ([]broker.StreamStateRow, error) {
+func (f *fakeBroker) StreamState(_ context.Context, tenant, _, _ string, _ broker.StreamStateFilter, _ int64) ([]broker.StreamStateRow, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.record("StreamState", tenant)

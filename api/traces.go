@@ -14,8 +14,8 @@ import (
 // *broker.Broker implements it.
 type TracesBroker interface {
 	RecordTrace(ctx context.Context, tenant string, req broker.TraceRequest) (id string, found bool, err error)
-	MessageTraces(ctx context.Context, tenant, partitionID, transactionID string, limit int) ([]broker.Trace, error)
-	TracesByName(ctx context.Context, tenant, name string, limit, offset int) ([]broker.Trace, int64, error)
+	MessageTraces(ctx context.Context, tenant, partitionID, transactionID string, p broker.ReadPage) (broker.TracePage, error)
+	TracesByName(ctx context.Context, tenant, name string, p broker.ReadPage) (broker.TracePage, error)
 	TraceNames(ctx context.Context, tenant string, limit, offset int) ([]broker.TraceName, int64, error)
 }
 
@@ -25,7 +25,7 @@ const (
 	maxTraceNameBytes  = 255      // bytes per name
 	maxTraceEventBytes = 64       // bytes of eventType
 	maxTraceDataBytes  = 64 << 10 // compact JSON bytes of data
-	maxMessageTraces   = 1000     // traces returned for one message (oldest first)
+	maxMessageTraces   = 1000     // traces per page of one message's (oldest first)
 	defaultByNameLimit = 100
 	defaultNamesLimit  = 50
 	maxTraceLimit      = 1000
@@ -165,40 +165,67 @@ func parseTraceNames(v json.RawMessage) ([]string, error) {
 	return out, nil
 }
 
-// traceJSON is a trace as the reference returns it (snake_case keys).
+// traceJSON is a trace as the reference returns it (snake_case keys); its
+// data, and by name its message_payload, are written after these fields
+// (answer.object).
 type traceJSON struct {
-	ID             string          `json:"id"`
-	TransactionID  string          `json:"transaction_id,omitempty"` // by-name only
-	PartitionID    string          `json:"partition_id,omitempty"`   // by-name only
-	EventType      string          `json:"event_type"`
-	Data           json.RawMessage `json:"data"`
-	ConsumerGroup  string          `json:"consumer_group"`
-	WorkerID       string          `json:"worker_id"`
-	CreatedAt      string          `json:"created_at"`
-	QueueName      *string         `json:"queue_name,omitempty"`
-	PartitionName  *string         `json:"partition_name,omitempty"`
-	MessagePayload json.RawMessage `json:"message_payload,omitempty"`
-	TraceNames     []string        `json:"trace_names"`
+	ID            string   `json:"id"`
+	TransactionID string   `json:"transaction_id,omitempty"` // by-name only
+	PartitionID   string   `json:"partition_id,omitempty"`   // by-name only
+	EventType     string   `json:"event_type"`
+	ConsumerGroup string   `json:"consumer_group"`
+	WorkerID      string   `json:"worker_id"`
+	CreatedAt     string   `json:"created_at"`
+	QueueName     *string  `json:"queue_name,omitempty"`
+	PartitionName *string  `json:"partition_name,omitempty"`
+	TraceNames    []string `json:"trace_names"`
 }
 
-func toTraceJSON(t broker.Trace, byName bool) traceJSON {
-	j := traceJSON{ID: t.ID, EventType: t.EventType, Data: json.RawMessage(t.Data), ConsumerGroup: t.ConsumerGroup,
-		WorkerID: t.WorkerID, CreatedAt: fmtMilli(t.CreatedAt), TraceNames: t.Names}
-	if j.TraceNames == nil {
-		j.TraceNames = []string{}
+// traceHead is a trace list's answer before its traces. Truncated: the
+// byte bound (Config.MaxReadBytes) ended the page before limit; the rest
+// starts at NextOffset (docs/api.md, "Read answers").
+type traceHead struct {
+	Total      *int64      `json:"total,omitempty"`      // by name
+	Pagination *pagination `json:"pagination,omitempty"` // by name
+	Truncated  bool        `json:"truncated"`
+	NextOffset *int        `json:"nextOffset,omitempty"`
+}
+
+// writeTraces writes a page of traces; byName adds each trace's message.
+func (s *Server) writeTraces(w http.ResponseWriter, r *http.Request, head traceHead, traces []broker.Trace, byName bool) {
+	var size int64
+	for _, t := range traces {
+		size += int64(len(t.Data)+len(t.Payload)) + answerRowOverhead
 	}
-	if byName {
+	a := s.startAnswer(w, size)
+	a.open(head)
+	a.str(`,"traces":[`)
+	for i, t := range traces {
+		if i > 0 {
+			a.str(",")
+		}
+		j := traceJSON{ID: t.ID, EventType: t.EventType, ConsumerGroup: t.ConsumerGroup,
+			WorkerID: t.WorkerID, CreatedAt: fmtMilli(t.CreatedAt), TraceNames: t.Names}
+		if j.TraceNames == nil {
+			j.TraceNames = []string{}
+		}
+		// data is jsonb, whose text has spaces: compacted, at most 64 KiB.
+		data := rawField{key: "data", val: t.Data, compact: true}
+		if !byName {
+			a.object(j, data)
+			continue
+		}
 		j.TransactionID, j.PartitionID = t.TransactionID, t.PartitionID
 		j.QueueName, j.PartitionName = &t.Queue, &t.Partition
-		j.MessagePayload = json.RawMessage("null")
-		if t.Payload != nil {
-			j.MessagePayload = json.RawMessage(t.Payload)
-		}
+		a.object(j, data, rawField{key: "message_payload", val: t.Payload}) // nil (gone) is null
 	}
-	return j
+	a.str("]}\n")
+	if err := a.finish(); err != nil {
+		s.log.Debug("traces answer not delivered", "path", r.URL.Path, "error", err)
+	}
 }
 
-// GET /api/v1/traces/{partitionId}/{transactionId}
+// GET /api/v1/traces/{partitionId}/{transactionId}?limit&offset
 func (s *Server) handleMessageTraces(w http.ResponseWriter, r *http.Request, c caller) {
 	pid, ok := canonicalUUID(r.PathValue("partitionId"))
 	if !ok {
@@ -210,16 +237,19 @@ func (s *Server) handleMessageTraces(w http.ResponseWriter, r *http.Request, c c
 		writeReqError(w, err)
 		return
 	}
-	traces, err := s.b.MessageTraces(r.Context(), c.tenant, pid, tx, maxMessageTraces)
+	limit, offset, err := pageParams(r, maxMessageTraces, maxMessageTraces, maxTraceOffset)
+	if err != nil {
+		writeReqError(w, err)
+		return
+	}
+	page, err := s.b.MessageTraces(r.Context(), c.tenant, pid, tx,
+		broker.ReadPage{Limit: limit, Offset: offset, MaxBytes: s.cfg.MaxReadBytes})
 	if err != nil {
 		s.brokerError(w, r, "message traces", err)
 		return
 	}
-	out := make([]traceJSON, len(traces))
-	for i, t := range traces {
-		out[i] = toTraceJSON(t, false)
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"traces": out})
+	s.writeTraces(w, r, traceHead{Truncated: page.Truncated, NextOffset: nextOffset(page.Truncated, offset, len(page.Traces))},
+		page.Traces, false)
 }
 
 // pageParams reads limit (clamped to [1, maxTraceLimit]) and offset (400
@@ -253,17 +283,14 @@ func (s *Server) handleTracesByName(w http.ResponseWriter, r *http.Request, c ca
 		writeReqError(w, err)
 		return
 	}
-	traces, total, err := s.b.TracesByName(r.Context(), c.tenant, name, limit, offset)
+	page, err := s.b.TracesByName(r.Context(), c.tenant, name,
+		broker.ReadPage{Limit: limit, Offset: offset, MaxBytes: s.cfg.MaxReadBytes})
 	if err != nil {
 		s.brokerError(w, r, "traces by name", err)
 		return
 	}
-	out := make([]traceJSON, len(traces))
-	for i, t := range traces {
-		out[i] = toTraceJSON(t, true)
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"traces": out, "total": total,
-		"pagination": pagination{Limit: limit, Offset: offset}})
+	s.writeTraces(w, r, traceHead{Total: &page.Total, Pagination: &pagination{Limit: limit, Offset: offset},
+		Truncated: page.Truncated, NextOffset: nextOffset(page.Truncated, offset, len(page.Traces))}, page.Traces, true)
 }
 
 // GET /api/v1/traces/names

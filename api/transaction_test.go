@@ -140,7 +140,7 @@ func TestDLQ(t *testing.T) {
 	}
 	checkJSONHeaders(t, r)
 	m := r.object(t)
-	if keys(m) != "limit,messages,offset,pagination,total" || m["total"] != jsonNum("7") || m["limit"] != jsonNum("10") || m["offset"] != jsonNum("5") {
+	if keys(m) != "limit,messages,offset,pagination,total,truncated" || m["truncated"] != false || m["total"] != jsonNum("7") || m["limit"] != jsonNum("10") || m["offset"] != jsonNum("5") {
 		t.Fatalf("%s", r.body)
 	}
 	if p := m["pagination"].(map[string]any); p["limit"] != jsonNum("10") || p["offset"] != jsonNum("5") {
@@ -155,8 +155,14 @@ func TestDLQ(t *testing.T) {
 	q := tb.fb.dlqQuery
 	if q.Queue != "orders" || q.Group != "g" || q.Partition != "P/1" || q.Limit != 10 || q.Offset != 5 ||
 		q.From == nil || !q.From.Equal(time.Date(2026, 5, 6, 0, 0, 0, 0, time.UTC)) ||
-		q.To == nil || !q.To.Equal(time.Date(2026, 5, 6, 22, 0, 0, 0, time.UTC)) {
+		q.To == nil || !q.To.Equal(time.Date(2026, 5, 6, 22, 0, 0, 0, time.UTC)) || q.MaxBytes != DefaultMaxReadBytes {
 		t.Fatalf("query %+v", q)
+	}
+	// A page the byte bound cut says so, and where the rest starts.
+	tb.fb.dlqTruncated = true
+	m = tb.do("GET", "/api/v1/dlq?queue=orders&limit=10&offset=5", "").object(t)
+	if m["truncated"] != true || m["nextOffset"] != jsonNum("6") {
+		t.Fatalf("truncated page: %v", m)
 	}
 
 	tb = setup(t)

@@ -60,20 +60,21 @@ func (b *Broker) ExtendLease(ctx context.Context, tenant, leaseID string, second
 	}
 }
 
-// ListDLQ lists dead letters, newest first, with the total match count.
-func (b *Broker) ListDLQ(ctx context.Context, tenant string, q DLQQuery) ([]DLQEntry, int, error) {
-	rows, total, err := b.db.ListDLQ(ctx, tenant, pg.DLQFilter{Queue: q.Queue, Group: q.Group,
-		Partition: q.Partition, From: q.From, To: q.To, Limit: q.Limit, Offset: q.Offset})
+// ListDLQ lists a page of dead letters, newest first, with the total match
+// count.
+func (b *Broker) ListDLQ(ctx context.Context, tenant string, q DLQQuery) (DLQPage, error) {
+	page, err := b.db.ListDLQ(ctx, tenant, pg.DLQFilter{Queue: q.Queue, Group: q.Group,
+		Partition: q.Partition, From: q.From, To: q.To, Limit: q.Limit, Offset: q.Offset, MaxBytes: q.MaxBytes})
 	if err != nil {
-		return nil, 0, wrap(err)
+		return DLQPage{}, wrap(err)
 	}
-	out := make([]DLQEntry, len(rows))
-	for i, r := range rows {
-		out[i] = DLQEntry{ID: r.MessageID, TransactionID: r.TxID, PartitionID: r.PartitionID,
+	out := DLQPage{Entries: make([]DLQEntry, len(page.Rows)), Total: page.Total, Truncated: page.More}
+	for i, r := range page.Rows {
+		out.Entries[i] = DLQEntry{ID: r.MessageID, TransactionID: r.TxID, PartitionID: r.PartitionID,
 			Queue: r.Queue, Partition: r.Partition, ConsumerGroup: r.Group, ErrorMessage: r.Error,
 			RetryCount: r.Retry, Data: r.Payload, ProducerSub: r.Sub, CreatedAt: r.CreatedAt, FailedAt: r.FailedAt, Superseded: r.Superseded}
 	}
-	return out, total, nil
+	return out, nil
 }
 
 // DeleteConsumerGroup drops the group's cursors and leases on one queue of

@@ -159,11 +159,11 @@ func TestGoAPIFailedAckRetriesThenDeadLetters(t *testing.T) {
 	if err != nil || pr == nil || len(pr.Messages) != 1 || pr.Messages[0].TransactionID != "y" {
 		t.Fatalf("after the DLQ: %+v, %v", pr, err)
 	}
-	entries, total, err := b.ListDLQ(ctx, "t", broker.DLQQuery{Queue: "r", Limit: 10})
-	if err != nil || total != 1 || len(entries) != 1 {
-		t.Fatalf("dlq: %d entries of %d, %v", len(entries), total, err)
+	page, err := b.ListDLQ(ctx, "t", broker.DLQQuery{Queue: "r", Limit: 10})
+	if err != nil || page.Total != 1 || len(page.Entries) != 1 || page.Truncated {
+		t.Fatalf("dlq: %+v, %v", page, err)
 	}
-	if e := entries[0]; e.TransactionID != "x" || e.ErrorMessage != "boom" || e.RetryCount != opts.RetryLimit {
+	if e := page.Entries[0]; e.TransactionID != "x" || e.ErrorMessage != "boom" || e.RetryCount != opts.RetryLimit {
 		t.Fatalf("dlq entry: %+v", e)
 	}
 }

@@ -35,6 +35,11 @@ var ErrStreamConfigMismatch = errors.New("config_hash differs from the registere
 // ErrStreamStateTooLarge: a state read matched more than MaxStreamStateRows.
 var ErrStreamStateTooLarge = fmt.Errorf("more than %d state rows match; narrow the read with key_prefix or ripe_at_or_before", MaxStreamStateRows)
 
+// ErrStreamStateTooManyBytes: a state read's answer would pass its byte
+// bound; nothing is answered (the client cannot page, docs/api.md
+// "Read answers").
+var ErrStreamStateTooManyBytes = errors.New("the matching state rows pass the answer's byte bound; narrow the read with key_prefix or ripe_at_or_before")
+
 // ErrStreamPushMaintenance: a cycle with sink pushes while pushes are
 // buffered (push maintenance, or a replay not finished); answered 503,
 // which the stream client retries.
@@ -103,17 +108,20 @@ func (b *Broker) RegisterStreamQuery(ctx context.Context, tenant string, q Strea
 	return StreamRegistration{QueryID: reg.ID, Fresh: reg.Fresh, Reset: reg.Reset}, nil
 }
 
-// StreamState reads the state rows of (query, partition) that pass f.
-func (b *Broker) StreamState(ctx context.Context, tenant, queryID, partitionID string, f StreamStateFilter) ([]StreamStateRow, error) {
-	rows, err := b.db.StreamState(ctx, tenant, queryID, partitionID, f, MaxStreamStateRows)
-	if err != nil {
-		if errors.Is(err, pg.ErrStreamNotFound) {
-			return nil, err
-		}
-		return nil, wrap(err)
-	}
-	if len(rows) > MaxStreamStateRows {
+// StreamState reads the state rows of (query, partition) that pass f: all
+// of them, or ErrStreamStateTooLarge past MaxStreamStateRows and
+// ErrStreamStateTooManyBytes past about maxBytes of answer (0 = no bound).
+func (b *Broker) StreamState(ctx context.Context, tenant, queryID, partitionID string, f StreamStateFilter, maxBytes int64) ([]StreamStateRow, error) {
+	rows, err := b.db.StreamState(ctx, tenant, queryID, partitionID, f, MaxStreamStateRows, maxBytes)
+	switch {
+	case errors.Is(err, pg.ErrStreamNotFound):
+		return nil, err
+	case errors.Is(err, pg.ErrStreamStateRows):
 		return nil, ErrStreamStateTooLarge
+	case errors.Is(err, pg.ErrStreamStateBytes):
+		return nil, ErrStreamStateTooManyBytes
+	case err != nil:
+		return nil, wrap(err)
 	}
 	return rows, nil
 }

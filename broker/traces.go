@@ -46,23 +46,36 @@ func (b *Broker) RecordTrace(ctx context.Context, tenant string, req TraceReques
 	return id, found, wrap(err)
 }
 
-// MessageTraces returns the traces of the tenant's message, oldest first, at most limit.
-func (b *Broker) MessageTraces(ctx context.Context, tenant, partitionID, transactionID string, limit int) ([]Trace, error) {
-	rows, err := b.db.MessageTraces(ctx, tenant, partitionID, transactionID, limit)
+// ReadPage bounds a list read: at most Limit rows from Offset, and about
+// MaxBytes of answer (0 = no byte bound); the first row always comes.
+type ReadPage = pg.Page
+
+// TracePage is a page of traces. Total counts every match (TracesByName
+// only); Truncated says MaxBytes stopped the page before Limit: more
+// traces follow at Offset + len(Traces).
+type TracePage struct {
+	Traces    []Trace
+	Total     int64
+	Truncated bool
+}
+
+// MessageTraces returns a page of the traces of the tenant's message, oldest first.
+func (b *Broker) MessageTraces(ctx context.Context, tenant, partitionID, transactionID string, p ReadPage) (TracePage, error) {
+	page, err := b.db.MessageTraces(ctx, tenant, partitionID, transactionID, p)
 	if err != nil {
-		return nil, wrap(err)
+		return TracePage{}, wrap(err)
 	}
-	return toTraces(rows), nil
+	return toTracePage(page), nil
 }
 
 // TracesByName returns a page of the tenant's traces carrying name, oldest
 // first, with their total count.
-func (b *Broker) TracesByName(ctx context.Context, tenant, name string, limit, offset int) ([]Trace, int64, error) {
-	rows, total, err := b.db.TracesByName(ctx, tenant, name, limit, offset)
+func (b *Broker) TracesByName(ctx context.Context, tenant, name string, p ReadPage) (TracePage, error) {
+	page, err := b.db.TracesByName(ctx, tenant, name, p)
 	if err != nil {
-		return nil, 0, wrap(err)
+		return TracePage{}, wrap(err)
 	}
-	return toTraces(rows), total, nil
+	return toTracePage(page), nil
 }
 
 // TraceNames returns a page of the tenant's trace names, most recently seen
@@ -79,12 +92,12 @@ func (b *Broker) TraceNames(ctx context.Context, tenant string, limit, offset in
 	return out, total, nil
 }
 
-func toTraces(rows []pg.TraceRow) []Trace {
-	out := make([]Trace, len(rows))
-	for i, r := range rows {
+func toTracePage(page pg.TracePage) TracePage {
+	out := make([]Trace, len(page.Rows))
+	for i, r := range page.Rows {
 		out[i] = Trace{ID: r.ID, TransactionID: r.TransactionID, PartitionID: r.PartitionID, EventType: r.EventType,
 			ConsumerGroup: r.Group, WorkerID: r.Worker, Data: r.Data, CreatedAt: r.CreatedAt, Names: r.Names,
 			Queue: r.Queue, Partition: r.Partition, Payload: r.Payload}
 	}
-	return out
+	return TracePage{Traces: out, Total: page.Total, Truncated: page.More}
 }

@@ -191,6 +191,16 @@ type DLQQuery struct {
 	From, To  *time.Time
 	Limit     int
 	Offset    int
+	MaxBytes  int64 // about this much answer at most (0 = no bound); the first entry always comes
+}
+
+// DLQPage is a page of dead letters. Total counts every match; Truncated
+// says MaxBytes stopped the page before Limit: more entries follow at
+// Offset + len(Entries).
+type DLQPage struct {
+	Entries   []DLQEntry
+	Total     int
+	Truncated bool
 }
 
 // DLQEntry is one dead-lettered message.

@@ -223,10 +223,13 @@ func (db *DB) purgeQueue(ctx context.Context, qid string) error {
 }
 
 // DLQFilter selects dead letters; empty strings and nil times match all.
+// A page is at most Limit rows from Offset and about MaxBytes of answer (0
+// = no byte bound); its first row always comes.
 type DLQFilter struct {
 	Queue, Group, Partition string
 	From, To                *time.Time
 	Limit, Offset           int
+	MaxBytes                int64
 }
 
 // DLQRow is one dead letter.
@@ -239,6 +242,15 @@ type DLQRow struct {
 	Superseded                                                   bool // a seek or a group delete took it back
 }
 
+// DLQPage is a page of dead letters: Total counts every match, More says
+// the byte bound stopped the page before its row limit.
+type DLQPage struct {
+	Rows  []DLQRow
+	Total int
+	More  bool
+}
+
+// dlqWhere is queen.dlq_list_v1's filter, for the count.
 const dlqWhere = `FROM queen.dead_letters d
 	JOIN queen.partitions p ON p.id = d.partition_id
 	JOIN queen.queues q ON q.id = p.queue_id
@@ -247,40 +259,43 @@ const dlqWhere = `FROM queen.dead_letters d
 	  AND ($5::timestamptz IS NULL OR d.failed_at >= $5)
 	  AND ($6::timestamptz IS NULL OR d.failed_at <= $6)`
 
-// ListDLQ returns matching dead letters, newest first, and their total count.
-func (db *DB) ListDLQ(ctx context.Context, tenant string, f DLQFilter) ([]DLQRow, int, error) {
-	var total int
+// ListDLQ returns a page of matching dead letters, newest first
+// (queen.dlq_list_v1, which stops at the byte bound), and their total count.
+func (db *DB) ListDLQ(ctx context.Context, tenant string, f DLQFilter) (DLQPage, error) {
+	var out DLQPage
 	args := []any{tenant, f.Queue, f.Group, f.Partition, f.From, f.To}
-	if err := db.pool.QueryRow(ctx, "SELECT count(*) "+dlqWhere, args...).Scan(&total); err != nil {
-		return nil, 0, fmt.Errorf("dlq count: %w", err)
+	if err := db.pool.QueryRow(ctx, "SELECT count(*) "+dlqWhere, args...).Scan(&out.Total); err != nil {
+		return DLQPage{}, fmt.Errorf("dlq count: %w", err)
 	}
-	rs, err := db.pool.Query(ctx, `SELECT d.message_id::text, d.transaction_id, d.partition_id::text, q.name,
-			p.name, d.consumer_group, d.error_message, d.retry_count, d.payload::text, d.producer_sub,
-			d.created_at, d.failed_at, d.superseded `+dlqWhere+`
-		ORDER BY d.failed_at DESC, d.seq DESC LIMIT $7 OFFSET $8`, append(args, f.Limit, f.Offset)...)
+	rs, err := db.pool.Query(ctx, `SELECT o_message_id, o_txid, o_partition_id, o_queue, o_partition, o_group,
+			o_error, o_retry_count, o_payload, o_producer_sub, o_created_at, o_failed_at, o_superseded, o_more
+		FROM queen.dlq_list_v1($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+		append(args, f.Limit, f.Offset, byteBound(f.MaxBytes))...)
 	if err != nil {
-		return nil, 0, fmt.Errorf("dlq list: %w", err)
+		return DLQPage{}, fmt.Errorf("dlq list: %w", err)
 	}
 	defer rs.Close()
-	var out []DLQRow
 	for rs.Next() {
 		var r DLQRow
-		var payload *string
+		var more bool
+		// The payload is scanned into []byte: held once, as stored.
 		if err := rs.Scan(&r.MessageID, &r.TxID, &r.PartitionID, &r.Queue, &r.Partition, &r.Group,
-			&r.Error, &r.Retry, &payload, &r.Sub, &r.CreatedAt, &r.FailedAt, &r.Superseded); err != nil {
-			return nil, 0, fmt.Errorf("dlq scan: %w", err)
+			&r.Error, &r.Retry, &r.Payload, &r.Sub, &r.CreatedAt, &r.FailedAt, &r.Superseded, &more); err != nil {
+			return DLQPage{}, fmt.Errorf("dlq scan: %w", err)
 		}
-		if payload != nil {
-			r.Payload = []byte(*payload)
-		} else {
+		if more {
+			out.More = true
+			continue
+		}
+		if r.Payload == nil {
 			r.Payload = []byte("null")
 		}
-		out = append(out, r)
+		out.Rows = append(out.Rows, r)
 	}
 	if err := rs.Err(); err != nil {
-		return nil, 0, fmt.Errorf("dlq list: %w", err)
+		return DLQPage{}, fmt.Errorf("dlq list: %w", err)
 	}
-	return out, total, nil
+	return out, nil
 }
 
 // DeleteConsumerGroup removes the group's cursors and leases on one queue of

@@ -69,6 +69,8 @@ func TestSQLProtocolLiterals(t *testing.T) {
 		string(protocol.MsgProcessing):  "MsgProcessing",
 		string(protocol.MsgDeadLetter):  "MsgDeadLetter",
 		protocol.DLQRetrySep:            "DLQRetrySep",
+		protocol.StateRefusedRows:       "StateRefusedRows",
+		protocol.StateRefusedBytes:      "StateRefusedBytes",
 	}
 	// Texts only SQL uses: empty values, array and key syntax, and error
 	// texts Go never compares.

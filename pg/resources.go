@@ -695,7 +695,6 @@ func (db *DB) ListMessages(ctx context.Context, tenant string, f MessageFilter) 
 // when there is none.
 func (db *DB) GetMessage(ctx context.Context, tenant, partitionID, txid, group string) (MessageRow, error) {
 	var m MessageRow
-	var payload *string
 	err := db.pool.QueryRow(ctx, `SELECT m.id::text, m.transaction_id, m.partition_id::text, q.name, p.name,
 			q.namespace, q.task, q.priority, m.off, m.trace_id::text, m.producer_sub, m.created_at,
 			CASE WHEN d.error_message IS NOT NULL THEN 'dead_letter'
@@ -722,7 +721,7 @@ func (db *DB) GetMessage(ctx context.Context, tenant, partitionID, txid, group s
 		WHERE m.partition_id = $2::uuid AND m.transaction_id = $3`, tenant, partitionID, txid, group).
 		Scan(&m.ID, &m.TransactionID, &m.PartitionID, &m.Queue, &m.Partition, &m.Namespace, &m.Task,
 			&m.Priority, &m.Offset, &m.TraceID, &m.ProducerSub, &m.CreatedAt, &m.Status, &m.LeaseExpiresAt,
-			&payload, &m.ErrorMessage, &m.RetryCount, &m.LeaseTime, &m.RetryLimit, &m.RetryDelay, &m.TTL,
+			&m.Payload, &m.ErrorMessage, &m.RetryCount, &m.LeaseTime, &m.RetryLimit, &m.RetryDelay, &m.TTL,
 			&m.BusGroups, &m.BusConsumed, &m.HasQueueMode)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return MessageRow{}, ErrNotFound
@@ -733,9 +732,9 @@ func (db *DB) GetMessage(ctx context.Context, tenant, partitionID, txid, group s
 	if m.Status != string(protocol.MsgProcessing) {
 		m.LeaseExpiresAt = nil
 	}
-	if payload != nil {
-		m.Payload = []byte(*payload)
-	} else {
+	// Scanned into []byte: the payload (up to the request body limit) is
+	// held once.
+	if m.Payload == nil {
 		m.Payload = []byte("null")
 	}
 	return m, nil

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/jackc/pgx/v5"
+
+	"queen-node/protocol"
 )
 
 // StreamQuery is a registration request (POST /streams/v1/queries).
@@ -82,8 +85,15 @@ type StreamStateFilter struct {
 
 // StreamStateRow is one state entry; Value is the JSON text as stored.
 type StreamStateRow struct {
-	Key, Value string
+	Key   string
+	Value []byte
 }
+
+// A state read is all or nothing: these refuse one past its bounds.
+var (
+	ErrStreamStateRows  = errors.New("state read past its row bound")
+	ErrStreamStateBytes = errors.New("state read past its byte bound")
+)
 
 // ErrStreamNotFound means the query is not the tenant's, or the partition
 // is not one of its source queue's.
@@ -109,39 +119,64 @@ func streamScope(ctx context.Context, q querier, tenant, queryID, partitionID st
 	return source, err
 }
 
-// StreamState returns up to limit+1 state rows of (queryID, partitionID)
-// that pass f, in key order (the caller refuses more than limit).
-func (db *DB) StreamState(ctx context.Context, tenant, queryID, partitionID string, f StreamStateFilter, limit int) ([]StreamStateRow, error) {
+// StreamState returns the state rows of (queryID, partitionID) that pass
+// f, in key order: all of them, or ErrStreamStateRows past limit rows and
+// ErrStreamStateBytes past about maxBytes of answer (0 = no byte bound),
+// found by queen.stream_state_read_v1 without sending any value.
+func (db *DB) StreamState(ctx context.Context, tenant, queryID, partitionID string, f StreamStateFilter, limit int, maxBytes int64) ([]StreamStateRow, error) {
 	var rows []StreamStateRow
 	keys := f.Keys
 	if keys == nil {
 		keys = []string{}
 	}
 	err := db.InTxRetry(ctx, func(t *Tx) error {
+		rows = nil
 		if _, err := streamScope(ctx, t.tx, tenant, queryID, partitionID, false); err != nil {
 			return err
 		}
-		// The primary key (query_id, partition_id, key) serves the scan; with
-		// a prefix its key >= bound starts the range at the prefix.
-		rs, err := t.tx.Query(ctx, `SELECT s.key, s.value::text FROM queen.stream_state s
-			WHERE s.query_id = $1 AND s.partition_id = $2
-			  AND ($3::text IS NULL OR (s.key >= ($3::text COLLATE "C") AND starts_with(s.key, $3::text)))
-			  AND (cardinality($6::text[]) = 0 OR s.key = ANY($6::text[]))
-			  AND ($4::bigint IS NULL OR s.window_end <= $4::bigint)
-			ORDER BY s.key LIMIT $5`, queryID, partitionID, f.KeyPrefix, f.RipeAtOrBefore, limit+1, keys)
+		rs, err := t.tx.Query(ctx, `SELECT o_key, o_value, o_refused
+			FROM queen.stream_state_read_v1($1, $2, $3, $4, $5, $6, $7)`,
+			queryID, partitionID, f.KeyPrefix, f.RipeAtOrBefore, keys, limit, byteBound(maxBytes))
 		if err != nil {
 			return err
 		}
-		rows, err = pgx.CollectRows(rs, pgx.RowToStructByPos[StreamStateRow])
-		return err
+		defer rs.Close()
+		for rs.Next() {
+			var r StreamStateRow
+			var refused *string
+			// Scanned into []byte: the value is held once, as sent.
+			if err := rs.Scan(&r.Key, &r.Value, &refused); err != nil {
+				return err
+			}
+			switch {
+			case refused == nil:
+				rows = append(rows, r)
+			case *refused == protocol.StateRefusedRows:
+				return ErrStreamStateRows
+			case *refused == protocol.StateRefusedBytes:
+				return ErrStreamStateBytes
+			default:
+				return fmt.Errorf("unknown refusal %q", *refused)
+			}
+		}
+		return rs.Err()
 	})
-	if errors.Is(err, ErrStreamNotFound) {
+	if errors.Is(err, ErrStreamNotFound) || errors.Is(err, ErrStreamStateRows) || errors.Is(err, ErrStreamStateBytes) {
 		return nil, err
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read stream state: %w", err)
 	}
 	return rows, nil
+}
+
+// byteBound is a read's byte bound as the SQL functions take it: 0 (no
+// bound) is the largest bigint.
+func byteBound(maxBytes int64) int64 {
+	if maxBytes <= 0 {
+		return math.MaxInt64
+	}
+	return maxBytes
 }
 
 // LockStreamPartition checks the cycle's scope (as StreamState) and

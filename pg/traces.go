@@ -102,73 +102,81 @@ func (db *DB) RecordTrace(ctx context.Context, tenant string, in TraceInsert) (i
 	return id, found, err
 }
 
-// traceNamesOf is the sorted names of trace t (trace_names primary key).
-const traceNamesOf = `COALESCE((SELECT array_agg(tn.name ORDER BY tn.name) FROM queen.trace_names tn WHERE tn.trace_id = t.id), '{}')`
+// Page bounds a list read: at most Limit rows from Offset, and about
+// MaxBytes of answer (0 = no byte bound); the first row always comes
+// (docs/api.md, "Read answers").
+type Page struct {
+	Limit, Offset int
+	MaxBytes      int64
+}
 
-// MessageTraces returns the traces of the tenant's message, oldest first,
-// at most limit (traces_message index).
-func (db *DB) MessageTraces(ctx context.Context, tenant, partitionID, txID string, limit int) ([]TraceRow, error) {
-	rs, err := db.pool.Query(ctx, `SELECT t.id::text, t.transaction_id, t.partition_id::text, t.event_type,
-			t.consumer_group, t.worker_id, t.data::text, t.created_at, `+traceNamesOf+`
-		FROM queen.traces t
-		WHERE t.partition_id = $2::uuid AND t.transaction_id = $3 AND t.tenant = $1
-		ORDER BY t.created_at, t.id LIMIT $4`, tenant, partitionID, txID, limit)
+// TracePage is a page of traces: Total counts every match (TracesByName
+// only), More says the byte bound stopped the page before its row limit.
+type TracePage struct {
+	Rows  []TraceRow
+	Total int64
+	More  bool
+}
+
+// MessageTraces returns a page of the traces of the tenant's message,
+// oldest first (queen.message_traces_v1, traces_message index).
+func (db *DB) MessageTraces(ctx context.Context, tenant, partitionID, txID string, p Page) (TracePage, error) {
+	rs, err := db.pool.Query(ctx, `SELECT o_id, o_txid, o_pid, o_event, o_group, o_worker, o_data, o_created_at,
+			o_names, NULL::text, NULL::text, NULL::text, o_more
+		FROM queen.message_traces_v1($1, $2::uuid, $3, $4, $5, $6)`,
+		tenant, partitionID, txID, p.Limit, p.Offset, byteBound(p.MaxBytes))
 	if err != nil {
-		return nil, fmt.Errorf("message traces: %w", err)
+		return TracePage{}, fmt.Errorf("message traces: %w", err)
 	}
 	return scanTraces(rs, false)
 }
 
 // TracesByName returns a page of the tenant's traces carrying name, oldest
-// first (trace_names_by_name), and their total (trace_name_counts).
-func (db *DB) TracesByName(ctx context.Context, tenant, name string, limit, offset int) ([]TraceRow, int64, error) {
+// first, with their message's payload (queen.traces_by_name_v1,
+// trace_names_by_name), and their total (trace_name_counts).
+func (db *DB) TracesByName(ctx context.Context, tenant, name string, p Page) (TracePage, error) {
 	var total int64
 	err := db.pool.QueryRow(ctx, `SELECT COALESCE(sum(trace_count), 0)::bigint FROM queen.trace_name_counts
 		WHERE tenant = $1 AND name = $2`, tenant, name).Scan(&total)
 	if err != nil {
-		return nil, 0, fmt.Errorf("traces by name: total: %w", err)
+		return TracePage{}, fmt.Errorf("traces by name: total: %w", err)
 	}
-	// The message payload is looked up by messages_txid; it is null once
-	// retention deleted the message.
-	rs, err := db.pool.Query(ctx, `SELECT t.id::text, t.transaction_id, t.partition_id::text, t.event_type,
-			t.consumer_group, t.worker_id, t.data::text, t.created_at, `+traceNamesOf+`,
-			q.name, p.name, m.payload::text
-		FROM queen.trace_names n
-		JOIN queen.traces t ON t.id = n.trace_id
-		JOIN queen.partitions p ON p.id = t.partition_id
-		JOIN queen.queues q ON q.id = p.queue_id
-		LEFT JOIN queen.messages m ON m.partition_id = t.partition_id AND m.transaction_id = t.transaction_id
-		WHERE n.tenant = $1 AND n.name = $2
-		ORDER BY n.created_at, n.trace_id LIMIT $3 OFFSET $4`, tenant, name, limit, offset)
+	rs, err := db.pool.Query(ctx, `SELECT o_id, o_txid, o_pid, o_event, o_group, o_worker, o_data, o_created_at,
+			o_names, o_queue, o_partition, o_payload, o_more
+		FROM queen.traces_by_name_v1($1, $2, $3, $4, $5)`, tenant, name, p.Limit, p.Offset, byteBound(p.MaxBytes))
 	if err != nil {
-		return nil, 0, fmt.Errorf("traces by name: %w", err)
+		return TracePage{}, fmt.Errorf("traces by name: %w", err)
 	}
 	out, err := scanTraces(rs, true)
-	return out, total, err
+	out.Total = total
+	return out, err
 }
 
-func scanTraces(rs pgx.Rows, withMessage bool) ([]TraceRow, error) {
+// scanTraces reads the rows of queen.message_traces_v1 or
+// queen.traces_by_name_v1 (withMessage: the queue, partition and payload
+// columns are set). Data and payloads are scanned into []byte: held once.
+func scanTraces(rs pgx.Rows, withMessage bool) (TracePage, error) {
 	defer rs.Close()
-	out := []TraceRow{}
+	out := TracePage{Rows: []TraceRow{}}
 	for rs.Next() {
 		var r TraceRow
-		var data string
-		dst := []any{&r.ID, &r.TransactionID, &r.PartitionID, &r.EventType, &r.Group, &r.Worker, &data, &r.CreatedAt, &r.Names}
-		var payload *string
-		if withMessage {
-			dst = append(dst, &r.Queue, &r.Partition, &payload)
+		var queue, partition *string
+		var more bool
+		if err := rs.Scan(&r.ID, &r.TransactionID, &r.PartitionID, &r.EventType, &r.Group, &r.Worker, &r.Data,
+			&r.CreatedAt, &r.Names, &queue, &partition, &r.Payload, &more); err != nil {
+			return TracePage{}, fmt.Errorf("scan trace: %w", err)
 		}
-		if err := rs.Scan(dst...); err != nil {
-			return nil, fmt.Errorf("scan trace: %w", err)
+		if more {
+			out.More = true
+			continue
 		}
-		r.Data = []byte(data)
-		if payload != nil {
-			r.Payload = []byte(*payload)
+		if withMessage && queue != nil && partition != nil {
+			r.Queue, r.Partition = *queue, *partition
 		}
-		out = append(out, r)
+		out.Rows = append(out.Rows, r)
 	}
 	if err := rs.Err(); err != nil {
-		return nil, fmt.Errorf("read traces: %w", err)
+		return TracePage{}, fmt.Errorf("read traces: %w", err)
 	}
 	return out, nil
 }

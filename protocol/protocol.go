@@ -122,6 +122,13 @@ var MessageStatuses = []MessageStatus{MsgPending, MsgProcessing, MsgCompleted, M
 // letter").
 const DLQRetrySep = "~retry-"
 
+// Why queen.stream_state_read_v1 (pg/sql/functions/90_reads.sql) refused a
+// state read: too many rows, or an answer past its byte bound.
+const (
+	StateRefusedRows  = "rows"
+	StateRefusedBytes = "bytes"
+)
+
 // Error texts that clients see and the SQL functions write too
 // (docs/api.md, "Acks" and "Semantics").
 const (

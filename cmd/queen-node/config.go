@@ -112,6 +112,13 @@ func settings() []setting {
 				c.Node.Broker.MaxPopBytes = int64(n)
 				return err
 			}},
+		{env: "QUEEN_READ_MAX_BYTES", flag: "read-max-bytes", def: strconv.Itoa(int(d.API.MaxReadBytes)),
+			usage: "bytes of one read answer's rows, about (DLQ, traces: fewer rows past it and truncated, the first always fits; a stream state read past it is a 413)",
+			apply: func(c *Config, v string) error {
+				n, err := intIn(v, 64<<10, 1<<30)
+				c.Node.API.MaxReadBytes = int64(n)
+				return err
+			}},
 		{env: "QUEEN_DEFAULT_SUBSCRIPTION_MODE", flag: "default-subscription-mode", usage: "subscription of new consumer groups: all, new or new-only (empty = all)",
 			apply: func(c *Config, v string) error {
 				// Normalised to "" (= all) or "new"; new-only is an alias (docs/api.md, "Semantics").

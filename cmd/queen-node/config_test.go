@@ -45,7 +45,7 @@ func TestLoadConfigDefaults(t *testing.T) {
 	}
 	h := n.API
 	if h.ReadHeaderTimeout != 10*time.Second || h.BodyTimeout != 30*time.Second || h.IdleTimeout != 120*time.Second ||
-		h.WriteTimeout != 60*time.Second || h.MaxConns != 4096 {
+		h.WriteTimeout != 60*time.Second || h.MaxConns != 4096 || h.MaxReadBytes != 16<<20 {
 		t.Fatalf("http %+v", h)
 	}
 	m := n.Mesh
