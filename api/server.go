@@ -61,7 +61,7 @@ const (
 	DefaultWriteTimeout       = 60 * time.Second
 	DefaultPopMinReadRate     = 64 << 10
 	DefaultMaxConns           = 4096
-	DefaultMaxConnsPerAddr    = 1024 // a quarter of DefaultMaxConns: one address cannot lock the others out
+	DefaultMaxConnsPerAddr    = 1024     // a quarter of DefaultMaxConns: one address cannot lock the others out
 	DefaultMaxReadBytes       = 16 << 20 // as a pop's QUEEN_POP_MAX_BYTES (docs/api.md, "Read answers")
 )
 
