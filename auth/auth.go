@@ -185,6 +185,12 @@ func (a *Authenticator) Authenticate(r *http.Request, need api.Access) (api.Iden
 	}
 	id := api.Identity{}
 	if sub, ok := claims["sub"].(string); ok {
+		// Stamped on every pushed message (producerSub): unbounded, one
+		// 10,000-item push would copy it 10,000 times. OpenID Connect caps a
+		// subject at 255 ASCII characters.
+		if len(sub) > maxSubjectBytes {
+			return api.Identity{}, &api.AuthError{Status: http.StatusUnauthorized, Msg: MsgInvalid}
+		}
 		id.Subject = sub
 	}
 	if t, present := claims[a.cfg.TenantClaim]; present {
@@ -199,6 +205,9 @@ func (a *Authenticator) Authenticate(r *http.Request, need api.Access) (api.Iden
 	}
 	return id, nil
 }
+
+// maxSubjectBytes bounds the `sub` claim (docs/api.md, "Authentication").
+const maxSubjectBytes = 255
 
 // validTenant: 1 to 255 bytes, no spaces and no control characters (NUL
 // cannot be stored; \x1f separates tenant and queue in the broker's ring

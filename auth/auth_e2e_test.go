@@ -133,12 +133,14 @@ func TestRefusals(t *testing.T) {
 		"alg none":           "Bearer " + none(t, good()),
 		"bad tenant":         "Bearer " + hs(t, with("tenant", "a b")),
 		"non-string tenant":  "Bearer " + hs(t, with("tenant", 7)),
+		"sub over 255 bytes": "Bearer " + hs(t, with("sub", strings.Repeat("s", 256))),
 		"signature stripped": "Bearer " + strings.Join(strings.Split(hs(t, good()), ".")[:2], ".") + ".",
 	} {
 		t.Run(name, func(t *testing.T) {
 			wantStatus(t, n.DoAuth(t, tok, "POST", "/api/v1/push", pushBody), 401, auth.MsgInvalid)
 		})
 	}
+	wantStatus(t, n.DoAuth(t, "Bearer "+hs(t, with("sub", strings.Repeat("s", 255))), "POST", "/api/v1/push", pushBody), 201, "")
 	// Within the clock skew an expired token still passes.
 	wantStatus(t, n.DoAuth(t, "Bearer "+hs(t, with("exp", time.Now().Add(-10*time.Second).Unix())), "POST", "/api/v1/push", pushBody), 201, "")
 }
