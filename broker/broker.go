@@ -124,7 +124,7 @@ func New(ctx context.Context, cfg Config, log hclog.Logger) (*Broker, error) {
 	}
 	b.lastReport.at = time.Now()
 	if cfg.PushCombine {
-		b.push = newPushCombiner(db, DefaultMaxPushRows, &b.stats.PushFlushes)
+		b.push = newPushCombiner(db, DefaultMaxPushRows, DefaultMaxPushBytes, &b.stats.PushFlushes)
 	}
 	b.prov = newProvisioned()
 	if cfg.PopCombine {

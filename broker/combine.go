@@ -32,8 +32,12 @@ import (
 // client that leaves during an uncombined push.
 type pushCombiner struct {
 	db      *pg.DB
-	maxRows int           // rows per flush; a larger single push flushes alone
-	flushes *atomic.Int64 // Stats.PushFlushes
+	maxRows int // rows per flush; a larger single push flushes alone
+	// maxBytes bounds a flush's payloads and names as maxRows bounds its
+	// rows: large concurrent pushes merged without it could pass what one
+	// PostgreSQL call takes (1 GB per parameter) and fail together.
+	maxBytes int64
+	flushes  *atomic.Int64 // Stats.PushFlushes
 
 	mu      sync.Mutex
 	pending map[string][]*pushReq // by tenant
@@ -42,12 +46,13 @@ type pushCombiner struct {
 }
 
 type pushReq struct {
-	ctx  context.Context
-	rows []pg.PushRow
-	done chan struct{}
-	once sync.Once
-	outs []pg.PushOutcome
-	err  error
+	ctx   context.Context
+	rows  []pg.PushRow
+	bytes int64 // rowsBytes(rows)
+	done  chan struct{}
+	once  sync.Once
+	outs  []pg.PushOutcome
+	err   error
 }
 
 func (r *pushReq) finish(outs []pg.PushOutcome, err error) {
@@ -62,13 +67,13 @@ func (r *pushReq) finish(outs []pg.PushOutcome, err error) {
 // flush's pushes go their own way (see pushCombiner).
 const combineFlushTimeout = 2 * time.Second
 
-func newPushCombiner(db *pg.DB, maxRows int, flushes *atomic.Int64) *pushCombiner {
-	return &pushCombiner{db: db, maxRows: maxRows, flushes: flushes, pending: map[string][]*pushReq{}}
+func newPushCombiner(db *pg.DB, maxRows int, maxBytes int64, flushes *atomic.Int64) *pushCombiner {
+	return &pushCombiner{db: db, maxRows: maxRows, maxBytes: maxBytes, flushes: flushes, pending: map[string][]*pushReq{}}
 }
 
 // push queues rows and waits until the flush that carries them ends.
 func (c *pushCombiner) push(ctx context.Context, tenant string, rows []pg.PushRow) ([]pg.PushOutcome, error) {
-	r := &pushReq{ctx: ctx, rows: rows, done: make(chan struct{})}
+	r := &pushReq{ctx: ctx, rows: rows, bytes: rowsBytes(rows), done: make(chan struct{})}
 	c.mu.Lock()
 	if len(c.pending[tenant]) == 0 {
 		c.tenants = append(c.tenants, tenant)
@@ -103,11 +108,7 @@ func (c *pushCombiner) run() {
 		tenant := c.tenants[0]
 		c.tenants = c.tenants[1:]
 		queue := c.pending[tenant]
-		n, rows := 0, 0
-		for n < len(queue) && (n == 0 || rows+len(queue[n].rows) <= c.maxRows) {
-			rows += len(queue[n].rows)
-			n++
-		}
+		n := takeFlush(queue, c.maxRows, c.maxBytes)
 		batch := queue[:n:n]
 		if n == len(queue) {
 			delete(c.pending, tenant)
@@ -118,6 +119,36 @@ func (c *pushCombiner) run() {
 		c.mu.Unlock()
 		c.flush(tenant, batch)
 	}
+}
+
+// takeFlush is how many of the queued pushes the next flush carries: in
+// order, while they fit maxRows rows and maxBytes bytes; the first always
+// (it was bounded as a request).
+func takeFlush(queue []*pushReq, maxRows int, maxBytes int64) int {
+	n, rows, size := 0, 0, int64(0)
+	for n < len(queue) {
+		r := queue[n]
+		if n > 0 && (rows+len(r.rows) > maxRows || size+r.bytes > maxBytes) {
+			break
+		}
+		rows += len(r.rows)
+		size += r.bytes
+		n++
+	}
+	return n
+}
+
+// rowsBytes is what rows weigh in a flush: payloads and names.
+func rowsBytes(rows []pg.PushRow) int64 {
+	var n int64
+	for i := range rows {
+		r := &rows[i]
+		n += int64(len(r.Payload) + len(r.Queue) + len(r.Partition) + len(r.TxID) + len(r.ID))
+		if r.Sub != nil {
+			n += int64(len(*r.Sub))
+		}
+	}
+	return n
 }
 
 func (c *pushCombiner) flush(tenant string, batch []*pushReq) {
