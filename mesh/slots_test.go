@@ -105,17 +105,10 @@ func (f *forged) closedByPeer() bool {
 	return true // io.EOF, or a reset
 }
 
-// attack opens n streams to addr from src, each sending one valid heartbeat
-// naming name, then nothing (issue 21, item 3), and waits until the
-// receiver has dealt with every one: read its heartbeat and kept it, or
-// closed it.
-func attack(t testing.TB, rcv *Mesh, src, name string, n int) []*forged {
-	t.Helper()
-	return attackInc(t, rcv, src, name, n, 0)
-}
-
-// attackInc is attack with every stream carrying incarnation inc (0: a
-// different made-up one each).
+// attackInc opens n streams to rcv's hint port from src, each sending one
+// valid heartbeat naming name with incarnation inc (0: a different made-up
+// one each), then nothing (issue 21, item 3), and waits until the receiver
+// has dealt with every one: read its heartbeat and kept it, or closed it.
 func attackInc(t testing.TB, rcv *Mesh, src, name string, n int, inc uint64) []*forged {
 	t.Helper()
 	hb0 := rcv.Stats().HeartbeatsReceived
