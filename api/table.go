@@ -184,7 +184,7 @@ func (f hist) prometheus(s *Snapshot) (uint64, float64, map[float64]uint64) {
 // Help of the families several rows share.
 const (
 	helpMarks    = "Partition marks by source: local push, remote (peer hint), commit (transaction commit or DLQ move)."
-	helpInRef    = "Inbound hint streams refused, by reason: limit (per-address or total streams), not_member."
+	helpInRef    = "Inbound hint streams refused, by reason: limit (every slot held by a live member stream), not_member, held (the named member's live stream holds its slot)."
 	helpPops     = "Finished pops by outcome: messages or empty (timed-out long-polls included)."
 	helpVerdicts = "Candidates the claim core evaluated, by verdict: took (messages delivered), empty, leased (another consumer of the group holds it), busy (row locked by another transaction), requeue (not evaluated)."
 	helpMembs    = "Members this node knows, itself included, by state."
@@ -321,11 +321,17 @@ var Table = []Row{
 	{Status: "mesh.inbound_refused", Metric: "queen_mesh_inbound_refused_total", Label: Label{"reason", "limit"}, Kind: Counter,
 		Help: helpInRef, Field: num[uint64](func(s *Snapshot) *uint64 { return &s.Mesh.InboundRefusedLimit })},
 	{Status: "mesh.inbound_evicted", Metric: "queen_mesh_inbound_evicted_total", Kind: Counter,
-		Help: "Inbound hint streams that had not delivered a frame, closed to make room for a new one from the same address.", Field: num[uint64](func(s *Snapshot) *uint64 { return &s.Mesh.InboundEvicted })},
+		Help: "Inbound hint streams that had not delivered a frame, closed to make room for a new one.", Field: num[uint64](func(s *Snapshot) *uint64 { return &s.Mesh.InboundEvicted })},
+	{Status: "mesh.inbound_evicted_idle", Metric: "queen_mesh_inbound_evicted_idle_total", Kind: Counter,
+		Help: "Member hint streams silent for 4 heartbeat intervals (1 s by default), closed to give their slot to a newer stream.", Field: num[uint64](func(s *Snapshot) *uint64 { return &s.Mesh.InboundEvictedIdle })},
+	{Status: "mesh.inbound_replaced", Metric: "queen_mesh_inbound_replaced_total", Kind: Counter,
+		Help: "Live member hint streams closed for a newer stream naming the same member.", Field: num[uint64](func(s *Snapshot) *uint64 { return &s.Mesh.InboundReplaced })},
 	{Status: "mesh.inbound_timed_out", Metric: "queen_mesh_inbound_timed_out_total", Kind: Counter,
 		Help: "Inbound hint streams closed because a read deadline passed.", Field: num[uint64](func(s *Snapshot) *uint64 { return &s.Mesh.InboundTimedOut })},
 	{Status: "mesh.inbound_refused_not_member", Metric: "queen_mesh_inbound_refused_total", Label: Label{"reason", "not_member"}, Kind: Counter,
 		Help: helpInRef, Field: num[uint64](func(s *Snapshot) *uint64 { return &s.Mesh.InboundRefusedNotMember })},
+	{Status: "mesh.inbound_refused_held", Metric: "queen_mesh_inbound_refused_total", Label: Label{"reason", "held"}, Kind: Counter,
+		Help: helpInRef, Field: num[uint64](func(s *Snapshot) *uint64 { return &s.Mesh.InboundRefusedHeld })},
 	{Status: "mesh.hints_rate_limited", Metric: "queen_mesh_hints_rate_limited_total", Kind: Counter,
 		Help: "Received hints dropped because their peer exceeded its rate (QUEEN_MESH_HINT_RATE).", Field: num[uint64](func(s *Snapshot) *uint64 { return &s.Mesh.HintsRateLimited })},
 	{Status: "mesh.heartbeats_sent", Metric: "queen_mesh_heartbeats_sent_total", Kind: Counter,

@@ -17,7 +17,7 @@ const (
 	DefaultPeerQueue     = 256                 // frames queued per peer before new ones are dropped
 	DefaultDialTimeout   = 2 * time.Second
 	DefaultWriteTimeout  = 5 * time.Second
-	DefaultMaxInbound    = 256 // concurrent inbound hint connections
+	DefaultMaxInbound    = 256 // concurrent inbound hint streams, every address together
 
 	DefaultHintFrameTimeout = 5 * time.Second // QUEEN_MESH_HINT_FRAME_TIMEOUT_MS
 	DefaultHintIdleTimeout  = 2 * time.Minute // QUEEN_MESH_HINT_IDLE_TIMEOUT_MS
@@ -28,6 +28,21 @@ const (
 	// 250 ms keeps that well under the 1 s cross-node goal for a few dozen
 	// bytes a second per peer.
 	DefaultHeartbeatInterval = 250 * time.Millisecond
+
+	// StreamIdleBeats: an inbound hint stream that delivered no frame for
+	// this many heartbeat intervals (1 s by default) is idle, and gives its
+	// slot to the next stream that needs one (docs/mesh.md, "Hint port
+	// limits"). An open stream writes at least every 1.5 intervals (a
+	// heartbeat is skipped when a frame left less than half an interval
+	// earlier), so a live sender is never idle this long; the rest is margin
+	// for scheduling and a dropped heartbeat or two.
+	StreamIdleBeats = 4
+	// SlotHoldBeats: a live inbound stream keeps its member's slot against
+	// a newer stream naming the same member (and no better vouched for) for
+	// this many heartbeat intervals (5 s by default), so a process forging a
+	// member's name can cut that member's live stream at most once per hold
+	// (docs/mesh.md, "Hint port limits").
+	SlotHoldBeats = 20
 )
 
 // Timings are memberlist's gossip and failure-detection cadences.
@@ -80,7 +95,9 @@ type Config struct {
 	HintRate int
 	// HeartbeatInterval is how long an open hint stream may stay silent
 	// before it sends a heartbeat carrying its last frame number (docs/mesh.md,
-	// "Loss detection"); default 250 ms.
+	// "Loss detection"); default 250 ms. The receiver derives two slot
+	// bounds from its own value (StreamIdleBeats, SlotHoldBeats: 1 s and 5 s
+	// by default), so keep it the same on every node.
 	HeartbeatInterval time.Duration
 	HTTPAddr          string       // advertised in metadata for `queen-node status --cluster`
 	Version           string       // advertised in metadata
@@ -103,4 +120,16 @@ func DefaultConfig() Config {
 		HeartbeatInterval: DefaultHeartbeatInterval,
 		Logger:            hclog.NewNullLogger(),
 	}
+}
+
+// streamIdleAfter is how long an inbound stream may go without a frame
+// before it counts as idle (StreamIdleBeats).
+func (c Config) streamIdleAfter() time.Duration {
+	return StreamIdleBeats * c.HeartbeatInterval
+}
+
+// slotHold is how long a live stream keeps its member's slot against a
+// newer stream naming the same member (SlotHoldBeats).
+func (c Config) slotHold() time.Duration {
+	return SlotHoldBeats * c.HeartbeatInterval
 }

@@ -42,10 +42,13 @@ type Stats struct {
 	FramesRejected             uint64 // bad or unauthenticated frames received
 	QueueDropped               uint64 // frames dropped because a peer's send queue was full or it was unreachable
 	InboundStreams             int    // inbound hint streams open now
-	InboundRefusedLimit        uint64 // inbound streams refused: per-address or total limit reached
-	InboundEvicted             uint64 // unproven inbound streams closed to make room for a new one from the same address
+	InboundRefusedLimit        uint64 // inbound streams refused: the total limit reached and no stream could make room
+	InboundEvicted             uint64 // inbound streams that had not named their member yet, closed to make room for a new one
+	InboundEvictedIdle         uint64 // member streams silent for StreamIdleBeats heartbeats, closed to give their slot to a newer stream
+	InboundReplaced            uint64 // live member streams closed for a newer stream naming the same member
+	InboundRefusedHeld         uint64 // streams refused: they named a member whose live stream holds its slot
 	InboundTimedOut            uint64 // inbound streams closed because a read deadline passed
-	InboundRefusedNotMember    uint64 // inbound streams refused: the remote address is not a current member's
+	InboundRefusedNotMember    uint64 // inbound streams refused: the remote address is not a current member's, or the first frame names a sender that is not a member at that address
 	HintsRateLimited           uint64 // received hints dropped: over the sending peer's rate (HintRate)
 	GossipErrors               uint64 // error lines memberlist logged (garbage packets, failed exchanges)
 	CoalescerSize              int
@@ -71,6 +74,7 @@ type Member struct {
 	Self     bool   `json:"self,omitempty"`
 
 	hint string // advertised hint address (metadata)
+	inc  uint64 // advertised hint-stream incarnation (metadata); 0 from a node too old to say
 }
 
 // meta is what a node advertises in memberlist metadata (at most 512 bytes).
@@ -79,6 +83,10 @@ type meta struct {
 	HTTP    string `json:"http"`
 	Hint    string `json:"hint"`
 	Leaving bool   `json:"leaving,omitempty"` // set just before a graceful leave
+	// Inc is the incarnation this node stamps on its hint streams, so a
+	// receiver can tell its streams from others naming it (docs/mesh.md,
+	// "Hint port limits").
+	Inc uint64 `json:"inc,omitempty"`
 }
 
 // Mesh is a running membership plus hint transport.
@@ -106,15 +114,23 @@ type Mesh struct {
 	// (under peerMu).
 	sendStates map[string]*sendState
 
-	inbound atomic.Int32
+	inbound atomic.Int32 // inbound streams open: inOpen, for Stats without the lock
 	inMu    sync.Mutex
-	perIP   map[string][]*inConn // inbound streams per remote address
-	logs    *logLimiter
+	// Inbound stream slots (transport.go, admit and claim): streams that
+	// have not named their member yet, per remote address, oldest first;
+	// the stream holding each member's slot, by member name; how many are
+	// open in all, at most maxInbound.
+	pending    map[string][]*inConn
+	slots      map[string]*inConn
+	inOpen     int
+	maxInbound int // DefaultMaxInbound; lowered by tests
+	logs       *logLimiter
 
-	inRefusedLimit, inEvicted, inTimedOut atomic.Uint64
-	inRefusedNotMember, hintsLimited      atomic.Uint64
-	gossipErrors                          atomic.Uint64
-	limiter                               *hintLimiter
+	inRefusedLimit, inEvicted, inTimedOut    atomic.Uint64
+	inEvictedIdle, inReplaced, inRefusedHeld atomic.Uint64
+	inRefusedNotMember, hintsLimited         atomic.Uint64
+	gossipErrors                             atomic.Uint64
+	limiter                                  *hintLimiter
 
 	dialer net.Dialer // hint streams leave from our own bind or advertise address (isMember)
 
@@ -177,6 +193,9 @@ func New(cfg Config, recv Receiver) (*Mesh, error) {
 		members:    map[string]*Member{},
 		peers:      map[string]*peer{},
 		sendStates: map[string]*sendState{},
+		pending:    map[string][]*inConn{},
+		slots:      map[string]*inConn{},
+		maxInbound: DefaultMaxInbound,
 		logs:       newLogLimiter(DefaultLogEvery),
 		limiter:    newHintLimiter(cfg.HintRate),
 		stop:       make(chan struct{}),
@@ -208,7 +227,7 @@ func New(cfg Config, recv Receiver) (*Mesh, error) {
 	m.ln = ln
 	m.dialer = net.Dialer{Timeout: DefaultDialTimeout, LocalAddr: sourceAddr(bindHost, advHost)}
 	m.self = meta{Version: cfg.Version, HTTP: advertisedHTTP(cfg.HTTPAddr, advHost),
-		Hint: net.JoinHostPort(advHost, strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))}
+		Hint: net.JoinHostPort(advHost, strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)), Inc: m.incarnation}
 
 	mc := memberlist.DefaultLANConfig()
 	mc.Name = cfg.Name
@@ -301,6 +320,7 @@ func (m *Mesh) Stats() Stats {
 		QueueDropped:   m.queueDropped.Load(),
 		InboundStreams: int(m.inbound.Load()), InboundRefusedLimit: m.inRefusedLimit.Load(),
 		InboundEvicted: m.inEvicted.Load(), InboundTimedOut: m.inTimedOut.Load(),
+		InboundEvictedIdle: m.inEvictedIdle.Load(), InboundReplaced: m.inReplaced.Load(), InboundRefusedHeld: m.inRefusedHeld.Load(),
 		InboundRefusedNotMember: m.inRefusedNotMember.Load(), HintsRateLimited: m.hintsLimited.Load(),
 		GossipErrors:  m.gossipErrors.Load(),
 		CoalescerSize: size, CoalescerCap: capacity, CoalescerDropped: dropped,
@@ -536,7 +556,7 @@ func (m *Mesh) upsert(n *memberlist.Node, state string) {
 	m.memMu.Lock()
 	defer m.memMu.Unlock()
 	m.members[n.Name] = &Member{Name: n.Name, Addr: n.Address(), HTTPAddr: md.HTTP, State: state,
-		Version: md.Version, Self: n.Name == m.cfg.Name, hint: md.Hint}
+		Version: md.Version, Self: n.Name == m.cfg.Name, hint: md.Hint, inc: md.Inc}
 	live := 0
 	for _, mb := range m.members {
 		if !mb.Self && mb.State == "alive" {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"sync/atomic"
@@ -21,8 +22,10 @@ const lengthPrefix = 4
 // maxWireBytes bounds one message on the stream.
 const maxWireBytes = MaxFrameBytes + SealOverhead
 
-// maxPerIP bounds inbound streams from one address (a peer needs one), so
-// nobody can take every inbound slot from one host.
+// maxPerIP bounds the inbound streams from one address that have not yet
+// named their member (a sender writes its first frame right after the
+// dial), so nobody can take every pending slot from one host. A stream
+// that named its member holds that member's slot instead (claim).
 const maxPerIP = 8
 
 func remoteIP(c net.Conn) string {
@@ -46,73 +49,261 @@ func (m *Mesh) isMember(ip string) bool {
 	m.memMu.Lock()
 	defer m.memMu.Unlock()
 	for _, mb := range m.members {
-		if mb.Self || mb.State != "alive" {
-			continue
-		}
-		for _, hp := range []string{mb.Addr, mb.hint} {
-			if h, _, err := net.SplitHostPort(hp); err == nil && net.ParseIP(h).Equal(from) {
-				return true
-			}
+		if memberAt(mb, from) {
+			return true
 		}
 	}
 	return false
 }
 
-// inConn is one inbound hint stream. It is "proven" once it delivered a
-// whole frame that opened and decoded: until then it is only a TCP
-// connection that anyone could have opened.
-type inConn struct {
-	conn   net.Conn
-	ip     string
-	at     time.Time
-	proven atomic.Bool
+// memberAt tells whether mb is a current member other than this node whose
+// gossip address or hint host is from.
+func memberAt(mb *Member, from net.IP) bool {
+	if mb.Self || mb.State != "alive" {
+		return false
+	}
+	for _, hp := range []string{mb.Addr, mb.hint} {
+		if h, _, err := net.SplitHostPort(hp); err == nil && net.ParseIP(h).Equal(from) {
+			return true
+		}
+	}
+	return false
 }
 
-// admit registers an inbound stream. At the per-address limit it makes room
-// by closing that address's oldest unproven stream (a peer's stream proves
-// itself with its first frame, within milliseconds of the dial; a stalled or
-// garbage one never does), and refuses only when every stream from the
-// address is proven.
+// memberNamed tells whether name is a current member other than this node
+// at address ip, and returns the incarnation it advertises (0: none).
+func (m *Mesh) memberNamed(name, ip string) (inc uint64, ok bool) {
+	from := net.ParseIP(ip)
+	if from == nil {
+		return 0, false
+	}
+	m.memMu.Lock()
+	defer m.memMu.Unlock()
+	mb := m.members[name]
+	if mb == nil || !memberAt(mb, from) {
+		return 0, false
+	}
+	return mb.inc, true
+}
+
+// inConn is one inbound hint stream. It is pending until its first frame,
+// which must name a member at the stream's source address: from then on it
+// is that member's stream, and holds the member's slot (docs/mesh.md, "Hint
+// port limits").
+type inConn struct {
+	conn net.Conn
+	ip   string
+	at   time.Time    // accepted
+	last atomic.Int64 // when the last whole frame was read (Unix ns); 0 = none yet
+
+	// Under Mesh.inMu.
+	member  string    // the member it named; "" while pending
+	inc     uint64    // the incarnation its first frame carried (0: a version 1 frame)
+	since   time.Time // when it took the member's slot
+	dropped bool      // no longer counted: evicted, replaced, refused or ended
+
+	gone chan struct{} // closed when dropped
+}
+
+// idleFor is how long the stream has gone without a whole frame.
+func (ic *inConn) idleFor(now time.Time) time.Duration {
+	if l := ic.last.Load(); l != 0 {
+		return now.Sub(time.Unix(0, l))
+	}
+	return now.Sub(ic.at)
+}
+
+// admit registers a new stream as pending. At the per-address limit the
+// address's oldest pending stream is closed to make room (a sender's first
+// frame follows its dial within milliseconds; a stalled or garbage
+// connection never names anyone), so pending streams never lock a member
+// out. At the total limit room is made the same way anywhere, or from a
+// member stream idle for StreamIdleBeats heartbeats; only when every open
+// stream is a live member's is the new one refused.
 func (m *Mesh) admit(ic *inConn) bool {
 	m.inMu.Lock()
 	defer m.inMu.Unlock()
-	if m.perIP == nil {
-		m.perIP = map[string][]*inConn{}
+	if m.inOpen >= m.maxInbound && !m.makeRoom(time.Now()) {
+		return false
 	}
-	list := m.perIP[ic.ip]
-	if len(list) >= maxPerIP {
-		victim := -1
-		for i, c := range list {
-			if !c.proven.Load() && (victim < 0 || c.at.Before(list[victim].at)) {
-				victim = i
-			}
-		}
-		if victim < 0 {
-			return false
-		}
-		list[victim].conn.Close() // its serve goroutine ends and calls leave
+	if list := m.pending[ic.ip]; len(list) >= maxPerIP {
+		m.drop(list[0])
 		m.inEvicted.Add(1)
-		list = append(list[:victim:victim], list[victim+1:]...)
 	}
-	m.perIP[ic.ip] = append(list, ic)
+	m.pending[ic.ip] = append(m.pending[ic.ip], ic)
+	m.inOpen++
+	m.inbound.Store(int32(m.inOpen))
 	return true
 }
 
+// makeRoom closes one stream for a new one at the total limit: the oldest
+// pending stream, else the member stream idle longest if it is idle.
+// Under inMu.
+func (m *Mesh) makeRoom(now time.Time) bool {
+	var victim *inConn
+	for _, list := range m.pending {
+		if victim == nil || list[0].at.Before(victim.at) {
+			victim = list[0]
+		}
+	}
+	if victim != nil {
+		m.drop(victim)
+		m.inEvicted.Add(1)
+		return true
+	}
+	for _, ic := range m.slots {
+		if ic.idleFor(now) >= m.cfg.streamIdleAfter() && (victim == nil || ic.idleFor(now) > victim.idleFor(now)) {
+			victim = ic
+		}
+	}
+	if victim == nil {
+		return false
+	}
+	m.drop(victim)
+	m.inEvictedIdle.Add(1)
+	return true
+}
+
+// drop forgets a stream and closes it (its serve goroutine then ends).
+// Under inMu; a stream already dropped is left alone.
+func (m *Mesh) drop(ic *inConn) {
+	if ic.dropped {
+		return
+	}
+	ic.dropped = true
+	close(ic.gone)
+	m.unlink(ic)
+	m.inOpen--
+	m.inbound.Store(int32(m.inOpen))
+	ic.conn.Close()
+}
+
+// unlink takes a stream out of its pending list or its member's slot.
+// Under inMu.
+func (m *Mesh) unlink(ic *inConn) {
+	if ic.member == "" {
+		list := m.pending[ic.ip]
+		for i, c := range list {
+			if c == ic {
+				list = append(list[:i:i], list[i+1:]...)
+				break
+			}
+		}
+		if len(list) == 0 {
+			delete(m.pending, ic.ip)
+		} else {
+			m.pending[ic.ip] = list
+		}
+	} else if m.slots[ic.member] == ic {
+		delete(m.slots, ic.member)
+	}
+}
+
+// leave is drop for a stream whose serve goroutine ended.
 func (m *Mesh) leave(ic *inConn) {
 	m.inMu.Lock()
 	defer m.inMu.Unlock()
-	list := m.perIP[ic.ip]
-	for i, c := range list {
-		if c == ic {
-			list = append(list[:i:i], list[i+1:]...)
-			break
+	m.drop(ic)
+}
+
+// Outcomes of claim.
+const (
+	claimed        = iota
+	claimNotMember // the name is not a current member at the stream's address
+	claimHeld      // the member's live stream keeps its slot
+	claimForged    // the same, and this stream lacks the incarnation the member advertises while the holder has it
+	claimWait      // held, but the holder may be about to end: wait for it and ask again
+	claimGone      // the stream was closed meanwhile (evicted)
+)
+
+// claim makes a pending stream the stream of the member its first frame
+// names, sender, with that frame's incarnation (docs/mesh.md, "Hint port
+// limits"). The name must be a current member whose address is the
+// stream's source. The member's slot holds one stream; the one holding it
+// gives it up when it has been idle for StreamIdleBeats heartbeats, or
+// when the new stream carries the incarnation the member advertises in its
+// gossip metadata and the holder does not, or (neither better vouched for)
+// when the holder has had it for SlotHoldBeats heartbeats. Otherwise the
+// new stream is refused: without the secret anyone on the member's address
+// can write its name, and "newest wins" would let such a process cut the
+// member's live stream as often as it dials.
+//
+// With wait, a refusal is claimWait instead, with the holder's gone
+// channel: a sender closes its old stream before it dials a new one, but
+// the receiver may read the new stream's first frame before the old one's
+// end.
+func (m *Mesh) claim(ic *inConn, sender string, inc uint64, wait bool) (int, <-chan struct{}) {
+	advertised, ok := m.memberNamed(sender, ic.ip)
+	now := time.Now()
+	m.inMu.Lock()
+	defer m.inMu.Unlock()
+	if ic.dropped {
+		return claimGone, nil
+	}
+	if !ok {
+		m.drop(ic)
+		return claimNotMember, nil
+	}
+	if h := m.slots[sender]; h != nil {
+		vouched := func(inc uint64) bool { return advertised != 0 && inc == advertised }
+		switch {
+		case h.idleFor(now) >= m.cfg.streamIdleAfter():
+			m.inEvictedIdle.Add(1)
+		case vouched(inc) && !vouched(h.inc):
+			m.inReplaced.Add(1)
+		case vouched(h.inc) && !vouched(inc), now.Sub(h.since) < m.cfg.slotHold():
+			if wait {
+				return claimWait, h.gone
+			}
+			m.drop(ic)
+			m.inRefusedHeld.Add(1)
+			if vouched(h.inc) && !vouched(inc) {
+				return claimForged, nil
+			}
+			return claimHeld, nil
+		default:
+			m.inReplaced.Add(1)
+		}
+		m.drop(h)
+	}
+	m.unlink(ic) // from pending
+	ic.member, ic.inc, ic.since = sender, inc, now
+	m.slots[sender] = ic
+	return claimed, nil
+}
+
+// claimFirst claims the stream for the member its first frame names,
+// waiting up to one heartbeat interval for a live holder to end, and logs
+// and counts a refusal. It tells whether the stream may go on.
+func (m *Mesh) claimFirst(ic *inConn, f Frame) bool {
+	res, holderGone := m.claim(ic, f.Sender, f.Stream.Incarnation, true)
+	if res == claimWait {
+		t := time.NewTimer(m.cfg.HeartbeatInterval)
+		select {
+		case <-holderGone:
+		case <-ic.gone:
+		case <-m.stop:
+		case <-t.C:
+		}
+		t.Stop()
+		res, _ = m.claim(ic, f.Sender, f.Stream.Incarnation, false)
+	}
+	switch res {
+	case claimNotMember:
+		m.inRefusedNotMember.Add(1)
+		m.logLimited("refused-not-member", "refused a hint stream: its first frame names no member at its address",
+			"from", ic.ip, "sender", f.Sender)
+	case claimHeld, claimForged:
+		m.logLimited("refused-held", "refused a hint stream: its member's live stream holds the slot",
+			"from", ic.ip, "sender", f.Sender)
+		if res == claimHeld && m.lossRecv != nil {
+			// Perhaps the member itself: what it sends until it has its
+			// slot back is lost (docs/hotlist.md, "Early reseeds after lost
+			// hints"). Not for a stream that is surely someone else's.
+			m.lossRecv.HintsLost(f.Sender)
 		}
 	}
-	if len(list) == 0 {
-		delete(m.perIP, ic.ip)
-	} else {
-		m.perIP[ic.ip] = list
-	}
+	return res == claimed
 }
 
 // peer sends frames to one member.
@@ -384,8 +575,8 @@ func (p *peer) write(conn net.Conn, w *bufio.Writer, plain []byte) error {
 	return err
 }
 
-// acceptLoop serves inbound hint streams, at most DefaultMaxInbound at once
-// and maxPerIP per address.
+// acceptLoop serves inbound hint streams: at most maxInbound at once,
+// maxPerIP pending per address, one per member (admit, claim).
 func (m *Mesh) acceptLoop() {
 	defer m.wg.Done()
 	for {
@@ -403,25 +594,23 @@ func (m *Mesh) acceptLoop() {
 			time.Sleep(50 * time.Millisecond)
 			continue
 		}
-		ic := &inConn{conn: conn, ip: remoteIP(conn), at: time.Now()}
+		ic := &inConn{conn: conn, ip: remoteIP(conn), at: time.Now(), gone: make(chan struct{})}
 		if !m.isMember(ic.ip) {
 			m.inRefusedNotMember.Add(1)
 			m.logLimited("refused-not-member", "refused a hint stream: not from a current member", "from", ic.ip)
 			conn.Close()
 			continue
 		}
-		if m.inbound.Add(1) > DefaultMaxInbound || !m.admit(ic) {
-			m.inbound.Add(-1)
+		if !m.admit(ic) {
 			m.inRefusedLimit.Add(1)
-			m.logLimited("refused-limit", "refused a hint stream: too many streams", "from", ic.ip,
-				"per_address", maxPerIP, "total", DefaultMaxInbound)
+			m.logLimited("refused-limit", "refused a hint stream: every slot is held by a live member stream", "from", ic.ip,
+				"total", m.maxInbound)
 			conn.Close()
 			continue
 		}
 		m.wg.Add(1)
 		go func() {
 			defer m.wg.Done()
-			defer m.inbound.Add(-1)
 			defer m.leave(ic)
 			m.serve(ic)
 		}()
@@ -433,13 +622,20 @@ func (m *Mesh) acceptLoop() {
 // applied; the stream is closed, since a peer with the wrong key or a
 // broken framing will not recover by itself.
 //
+// The first frame names the stream's member (claim); a later frame naming
+// another sender is rejected like a malformed one. A frame is applied only
+// once its stream holds its member's slot.
+//
 // Read deadlines: a new stream must deliver its first whole frame within
 // HintFrameTimeout of the accept (a sender dials only when it has a frame to
-// write). Once proven, the wait for the first byte of the next frame is
-// bounded by HintIdleTimeout (generous: a quiet queue sends nothing for
-// minutes, and the sender closes an idle stream itself at half of it), and
-// the rest of the frame by HintFrameTimeout again, so a stream that starts
-// a frame and trickles cannot pin a slot.
+// write). Once it has, the wait for the first byte of the next frame is
+// bounded by HintIdleTimeout (generous: the sender closes an idle stream
+// itself at half of it; a version 1 sender writes no heartbeats), and the
+// rest of the frame by HintFrameTimeout again, so a stream that starts a
+// frame and trickles cannot pin a slot. A stream silent for
+// StreamIdleBeats heartbeats is not cut by a deadline: it loses its slot
+// when another stream needs it (claim, makeRoom), so a dropped heartbeat or
+// a peer with a longer heartbeat costs nothing while nobody is waiting.
 func (m *Mesh) serve(ic *inConn) {
 	conn := ic.conn
 	defer conn.Close()
@@ -457,6 +653,7 @@ func (m *Mesh) serve(ic *inConn) {
 	r := bufio.NewReaderSize(conn, 64<<10)
 	buf := make([]byte, 0, 4096)
 	phase := "first frame"
+	member := "" // whom the stream speaks for, from its first frame
 	timedOut := func(err error) {
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
@@ -466,7 +663,7 @@ func (m *Mesh) serve(ic *inConn) {
 	}
 	for {
 		var hdr [lengthPrefix]byte
-		if ic.proven.Load() {
+		if member != "" {
 			phase = "idle"
 			_ = conn.SetReadDeadline(time.Now().Add(idleTimeout))
 			if _, err := io.ReadFull(r, hdr[:1]); err != nil {
@@ -498,26 +695,33 @@ func (m *Mesh) serve(ic *inConn) {
 			return
 		}
 		plain, err := m.sealer.Open(buf)
+		var f Frame
 		if err == nil {
-			err = m.apply(plain, ic.ip)
+			f, err = DecodeFrame(plain)
+		}
+		if err == nil && member != "" && f.Sender != member {
+			err = fmt.Errorf("%w: sender %q on the stream of %q", ErrBadFrame, f.Sender, member)
 		}
 		if err != nil {
 			m.framesRejected.Add(1)
 			m.logLimited("rejected", "rejected a hint frame", "from", conn.RemoteAddr(), "error", err)
 			return
 		}
-		ic.proven.Store(true)
+		if member == "" {
+			if !m.claimFirst(ic, f) {
+				return
+			}
+			member = f.Sender
+		}
+		ic.last.Store(time.Now().UnixNano())
+		m.apply(f, ic.ip)
 	}
 }
 
-// apply decodes a frame and hands its hints to the receiver, as many as the
+// apply hands a decoded frame's hints to the receiver, as many as the
 // sending peer's token bucket allows (the rest are dropped and counted).
 // Received hints are never forwarded.
-func (m *Mesh) apply(frame []byte, from string) error {
-	f, err := DecodeFrame(frame)
-	if err != nil {
-		return err
-	}
+func (m *Mesh) apply(f Frame, from string) {
 	var gap, overflow bool
 	if f.Version == FrameVersion {
 		gap, overflow = m.gaps.observe(f.Sender, f.Stream)
@@ -535,7 +739,7 @@ func (m *Mesh) apply(frame []byte, from string) error {
 	}
 	if f.Version == FrameVersion && f.Stream.Kind == KindHeartbeat {
 		m.heartbeatsRecv.Add(1)
-		return nil
+		return
 	}
 	m.framesRecv.Add(1)
 	total := 0
@@ -565,5 +769,4 @@ func (m *Mesh) apply(frame []byte, from string) error {
 			m.recv.HintsReceived(b.Tenant, b.Queue, parts)
 		}
 	}
-	return nil
 }
