@@ -29,6 +29,18 @@ const (
 	// bytes a second per peer.
 	DefaultHeartbeatInterval = 250 * time.Millisecond
 
+	// DefaultConfirmInterval (QUEEN_MESH_CONFIRM_MS) and
+	// DefaultConfirmWindow (QUEEN_MESH_CONFIRM_WINDOW_MS): for a second
+	// after a hints frame, a stream that wrote nothing for 10 ms sends a
+	// heartbeat, so the loss of a last frame (the single message a parked
+	// long-poll waits for) is learned within tens of milliseconds even when
+	// most heartbeats are lost too: at a drop rate of 0.9, 100 tries make
+	// missing all of them a 1-in-37,000 event. A busy stream's frames do
+	// the same job and send no heartbeat; an idle stream is back to one per
+	// DefaultHeartbeatInterval (docs/mesh.md, "Loss detection").
+	DefaultConfirmInterval = 10 * time.Millisecond
+	DefaultConfirmWindow   = time.Second
+
 	// StreamIdleBeats: an inbound hint stream that delivered no frame for
 	// this many heartbeat intervals (1 s by default) is idle, and gives its
 	// slot to the next stream that needs one (docs/mesh.md, "Hint port
@@ -99,10 +111,16 @@ type Config struct {
 	// bounds from its own value (StreamIdleBeats, SlotHoldBeats: 1 s and 5 s
 	// by default), so keep it the same on every node.
 	HeartbeatInterval time.Duration
-	HTTPAddr          string       // advertised in metadata for `queen-node status --cluster`
-	Version           string       // advertised in metadata
-	Timings           Timings      // default LANTimings()
-	Logger            hclog.Logger // default: discard
+	// ConfirmInterval and ConfirmWindow: within ConfirmWindow after a
+	// hints frame, a stream silent for ConfirmInterval sends a heartbeat;
+	// defaults 10 ms and 1 s (0 takes them). A negative ConfirmInterval
+	// turns this off: only HeartbeatInterval's heartbeats.
+	ConfirmInterval time.Duration
+	ConfirmWindow   time.Duration
+	HTTPAddr        string       // advertised in metadata for `queen-node status --cluster`
+	Version         string       // advertised in metadata
+	Timings         Timings      // default LANTimings()
+	Logger          hclog.Logger // default: discard
 }
 
 // DefaultConfig returns a Config with every default filled in.
@@ -118,6 +136,8 @@ func DefaultConfig() Config {
 		HintRate:         DefaultHintRate,
 
 		HeartbeatInterval: DefaultHeartbeatInterval,
+		ConfirmInterval:   DefaultConfirmInterval,
+		ConfirmWindow:     DefaultConfirmWindow,
 		Logger:            hclog.NewNullLogger(),
 	}
 }

@@ -179,6 +179,12 @@ func New(cfg Config, recv Receiver) (*Mesh, error) {
 	if cfg.HeartbeatInterval <= 0 {
 		cfg.HeartbeatInterval = DefaultHeartbeatInterval
 	}
+	if cfg.ConfirmInterval == 0 {
+		cfg.ConfirmInterval = DefaultConfirmInterval
+	}
+	if cfg.ConfirmWindow <= 0 {
+		cfg.ConfirmWindow = DefaultConfirmWindow
+	}
 	sealer, err := NewSealer(cfg.Secret)
 	if err != nil {
 		return nil, fmt.Errorf("mesh: %w", err)

@@ -403,14 +403,22 @@ func (p *peer) run() {
 		idle      = time.NewTimer(idleAfter)
 		beat      = time.NewTicker(max(p.m.cfg.HeartbeatInterval, time.Millisecond))
 		lastWrite time.Time
+		// confirm: for ConfirmWindow after a hints frame (lastHints), a
+		// heartbeat whenever the stream was silent for ConfirmInterval, so
+		// a lost last frame is learned at once (docs/mesh.md, "Loss
+		// detection"). Stopped until the first hints frame.
+		confirm   = time.NewTimer(time.Hour)
+		lastHints time.Time
 		stamped   uint64 // p.lost as last written in a frame header
 		// verify: a stream broke with frames possibly in flight; a
 		// heartbeat on the next stream lets the peer check what arrived
 		// (Stream.Prev) even if no hint follows.
 		verify bool
 	)
+	confirm.Stop()
 	defer idle.Stop()
 	defer beat.Stop()
+	defer confirm.Stop()
 	defer func() {
 		if conn != nil {
 			conn.Close()
@@ -458,6 +466,25 @@ func (p *peer) run() {
 				conn.Close()
 				conn, w = nil, nil
 			}
+			continue
+		case <-confirm.C:
+			if conn == nil || time.Since(lastHints) > p.m.cfg.ConfirmWindow {
+				continue // the stream broke (beat's verify covers it) or the window closed
+			}
+			if quiet := time.Since(lastWrite); quiet < p.m.cfg.ConfirmInterval {
+				confirm.Reset(p.m.cfg.ConfirmInterval - quiet)
+				continue
+			}
+			if err := p.writeHeartbeat(conn, w, st, &stamped); err != nil {
+				broken(err)
+				continue
+			}
+			if err := w.Flush(); err != nil {
+				broken(err)
+				continue
+			}
+			lastWrite = time.Now()
+			confirm.Reset(p.m.cfg.ConfirmInterval)
 			continue
 		case <-beat.C:
 			// Idle: tell the peer the last number sent, so a lost last frame
@@ -507,6 +534,10 @@ func (p *peer) run() {
 		}
 		lastWrite = time.Now()
 		idle.Reset(idleAfter)
+		if err == nil && p.m.cfg.ConfirmInterval > 0 {
+			lastHints = lastWrite
+			confirm.Reset(p.m.cfg.ConfirmInterval)
+		}
 	}
 }
 

@@ -393,8 +393,20 @@ func settings() []setting {
 			usage: "inbound hint stream: quiet allowed between frames (senders close idle streams at half of it; same value on every node)",
 			apply: func(c *Config, v string) error { return durationMS(v, &c.Node.Mesh.HintIdleTimeout, 1000, 86400000) }},
 		{env: "QUEEN_MESH_HEARTBEAT_MS", flag: "mesh-heartbeat-ms", def: ms(d.Mesh.HeartbeatInterval),
-			usage: "an open hint stream silent for this long sends a heartbeat with its last frame number (loss detection)",
+			usage: "an open hint stream silent for this long sends a heartbeat with its last frame number (loss detection); same value on every node",
 			apply: func(c *Config, v string) error { return durationMS(v, &c.Node.Mesh.HeartbeatInterval, 10, 60000) }},
+		{env: "QUEEN_MESH_CONFIRM_MS", flag: "mesh-confirm-ms", def: ms(d.Mesh.ConfirmInterval),
+			usage: "for QUEEN_MESH_CONFIRM_WINDOW_MS after a hints frame, a stream silent this long sends a heartbeat, so a lost last frame is learned at once; 0 = off",
+			apply: func(c *Config, v string) error {
+				if v == "0" {
+					c.Node.Mesh.ConfirmInterval = -1 // off: mesh.Config reads 0 as the default
+					return nil
+				}
+				return durationMS(v, &c.Node.Mesh.ConfirmInterval, 1, 60000)
+			}},
+		{env: "QUEEN_MESH_CONFIRM_WINDOW_MS", flag: "mesh-confirm-window-ms", def: ms(d.Mesh.ConfirmWindow),
+			usage: "how long after a hints frame the confirm heartbeats (QUEEN_MESH_CONFIRM_MS) go on",
+			apply: func(c *Config, v string) error { return durationMS(v, &c.Node.Mesh.ConfirmWindow, 10, 600000) }},
 		{env: "QUEEN_MESH_HINT_RATE", flag: "mesh-hint-rate", def: strconv.Itoa(d.Mesh.HintRate),
 			usage: "received hints one peer may have applied per second (burst: one second's worth); the excess is dropped and counted",
 			apply: func(c *Config, v string) error {
