@@ -3,6 +3,8 @@ package api
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -119,9 +121,24 @@ func (s *Server) brokerError(w http.ResponseWriter, r *http.Request, op string, 
 		s.log.Debug("request canceled", "op", op, "path", r.URL.Path)
 		writeError(w, http.StatusServiceUnavailable, "request canceled")
 	default:
-		s.log.Error("request failed", "op", op, "method", r.Method, "path", r.URL.Path, "error", err)
-		writeError(w, http.StatusInternalServerError, "internal error: "+truncate(err.Error(), 200))
+		s.internalError(w, r, "request failed", "op", op, "error", err)
 	}
+}
+
+// internalError logs a 500's detail under a fresh error id and answers only
+// the id: the detail (SQL text, table names, a panic) is the operator's, not
+// the client's (docs/api.md, "Semantics", storage failure).
+func (s *Server) internalError(w http.ResponseWriter, r *http.Request, msg string, kv ...any) {
+	id := errorID()
+	s.log.Error(msg, append([]any{"error_id", id, "method", r.Method, "path", r.URL.Path}, kv...)...)
+	writeError(w, http.StatusInternalServerError, "internal error "+id+"; the node's log has the detail under error_id="+id)
+}
+
+// errorID is 8 random bytes in hex: enough to find one line in the logs.
+func errorID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // truncate cuts s to at most n bytes without splitting a UTF-8 sequence.

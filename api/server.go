@@ -444,8 +444,7 @@ func (s *Server) recoverPanics(next http.Handler) http.Handler {
 			if v == http.ErrAbortHandler {
 				panic(v)
 			}
-			s.log.Error("handler panic", "method", r.Method, "path", r.URL.Path, "panic", v)
-			writeError(w, http.StatusInternalServerError, "internal error: panic")
+			s.internalError(w, r, "handler panic", "panic", v)
 		}()
 		next.ServeHTTP(w, r)
 	})

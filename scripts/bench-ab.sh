@@ -10,6 +10,7 @@
 # NODES is the node count of each run (1..5); nodes listen on 127.0.0.1.
 # QUEEN_BENCH (default bin/queen-bench) is the load generator.
 # PRODUCER_NODES=N puts the producers on the first N nodes only (consumers on all).
+# CONSUMER_FROM=K puts the consumers on nodes K.. only (with PRODUCER_NODES: cross-node wake).
 set -euo pipefail
 if [ $# -lt 6 ] || [ "$6" != "--" ]; then
 	echo "usage: $0 A/queen-node B/queen-node OUTDIR PAIRS NODES -- queen-bench flags..." >&2
@@ -64,6 +65,9 @@ run_one() { # bin label
 	if [ -n "${PRODUCER_NODES:-}" ]; then # producers on the first N nodes only, consumers on all
 		pn=$(echo "$urls" | cut -d, -f1-"$PRODUCER_NODES")
 		cn=(--consumer-nodes "$urls")
+	fi
+	if [ -n "${CONSUMER_FROM:-}" ]; then # consumers on nodes CONSUMER_FROM.. only (cross-node wake)
+		cn=(--consumer-nodes "$(echo "$urls" | cut -d, -f"$CONSUMER_FROM"-)")
 	fi
 	"$BENCH" --nodes "$pn" "${cn[@]}" --pg-url "$url" --json "$OUT/$label.json" "$@" >"$OUT/$label.txt" 2>&1 || echo "run $label failed (exit $?)" >&2
 	n=0
