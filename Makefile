@@ -17,8 +17,12 @@ PGTEMP := $(GO) run ./cmd/pgtemp --
 
 .PHONY: build test test-race test-short cluster-test soak bench bench-quick bench-go demo fmt vet lint fuzz clean ensure-postgres ensure-chromium ensure-ha
 
+# The version is git's description of the tree (a tag, or the commit, -dirty
+# with uncommitted changes): queen-node version, /health, /status, the dashboard.
+VERSION ?= $(shell git describe --always --dirty --tags 2>/dev/null || echo dev)
+
 build:
-	$(GO) build -o bin/ ./cmd/...
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o bin/ ./cmd/...
 
 ensure-postgres:
 	bash ./scripts/ensure-postgres.sh
@@ -82,6 +86,7 @@ vet:
 STATICCHECK_VERSION ?= v0.8.2
 
 lint: vet
+	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt -l: not formatted:"; echo "$$unformatted"; exit 1; fi
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
 # go test -fuzz takes one target at a time.

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -313,5 +314,27 @@ func TestJWTSecretKeptByteForByte(t *testing.T) {
 	}
 	if cfg.Node.Auth.Secret != " s3cr3t " || cfg.Node.API.Tenant != "acme" {
 		t.Fatalf("secret %q, tenant %q: want the secret as given and the tenant trimmed", cfg.Node.Auth.Secret, cfg.Node.API.Tenant)
+	}
+}
+
+func TestStampedVersion(t *testing.T) {
+	info := func(settings ...debug.BuildSetting) func() (*debug.BuildInfo, bool) {
+		return func() (*debug.BuildInfo, bool) { return &debug.BuildInfo{Settings: settings}, true }
+	}
+	rev := debug.BuildSetting{Key: "vcs.revision", Value: "0123456789abcdef0123"}
+	for _, c := range []struct {
+		v    string
+		info func() (*debug.BuildInfo, bool)
+		want string
+	}{
+		{"1.2.3", info(rev), "1.2.3"},
+		{"dev", info(rev), "dev+0123456789ab"},
+		{"dev", info(rev, debug.BuildSetting{Key: "vcs.modified", Value: "true"}), "dev+0123456789ab-dirty"},
+		{"dev", info(), "dev"},
+		{"dev", func() (*debug.BuildInfo, bool) { return nil, false }, "dev"},
+	} {
+		if got := stampedVersion(c.v, c.info); got != c.want {
+			t.Errorf("stampedVersion(%q) = %q, want %q", c.v, got, c.want)
+		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 
@@ -23,8 +24,39 @@ import (
 	"queen-node/node"
 )
 
-// version is set at build time: -ldflags "-X main.version=1.2.3".
+// version is set at build time: -ldflags "-X main.version=1.2.3" (make
+// build stamps `git describe`). Without it, a `go build` inside the
+// repository still records the commit, which version() reports.
 var version = "dev"
+
+func init() { version = stampedVersion(version, debug.ReadBuildInfo) }
+
+// stampedVersion is v, or for "dev" the commit go build recorded:
+// dev+<12 hex digits>, with -dirty for uncommitted changes.
+func stampedVersion(v string, info func() (*debug.BuildInfo, bool)) string {
+	if v != "dev" {
+		return v
+	}
+	bi, ok := info()
+	if !ok {
+		return v
+	}
+	var rev, dirty string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				dirty = "-dirty"
+			}
+		}
+	}
+	if rev == "" {
+		return v
+	}
+	return "dev+" + rev[:min(12, len(rev))] + dirty
+}
 
 // Exit codes: 2 = bad usage or configuration, 1 = runtime failure.
 const (
