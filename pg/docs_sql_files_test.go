@@ -8,11 +8,11 @@ import (
 	"testing"
 )
 
-// TestReviewDocsNameExistingSQLFiles: every SQL file the docs name by path
+// TestDocsNameExistingSQLFiles: every SQL file the docs name by path
 // (pg/sql/...something.sql, without wildcards) exists. The SQL moved to
 // pg/sql/functions and pg/sql/migrations; a doc pointing at the old layout
 // sends a reader to a file that is gone.
-func TestReviewDocsNameExistingSQLFiles(t *testing.T) {
+func TestDocsNameExistingSQLFiles(t *testing.T) {
 	docs, err := filepath.Glob("../docs/*.md")
 	if err != nil {
 		t.Fatal(err)

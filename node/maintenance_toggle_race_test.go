@@ -9,12 +9,12 @@ import (
 	"queen-node/internal/nodetest"
 )
 
-// TestReviewToggleNotUndoneByStaleRefresh: the node answering a toggle
+// TestToggleNotUndoneByStaleRefresh: the node answering a toggle
 // applies it at once (docs/api.md, "Maintenance modes"); a refresh whose
 // read of the switches started before the toggle was stored must not put
 // the old value back afterwards (with push maintenance just turned on,
 // the node would store pushes directly until its next refresh).
-func TestReviewToggleNotUndoneByStaleRefresh(t *testing.T) {
+func TestToggleNotUndoneByStaleRefresh(t *testing.T) {
 	n := nodetest.Start(t, func(c *broker.Config) { c.Maintenance.RefreshInterval = time.Millisecond })
 	ctx := context.Background()
 	t.Cleanup(func() { _ = n.Broker.SetPushMaintenance(ctx, false) })

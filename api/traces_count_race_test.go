@@ -8,11 +8,11 @@ import (
 	"queen-node/internal/nodetest"
 )
 
-// TestReviewTraceMessageCountConcurrent: message_count of GET
+// TestTraceMessageCountConcurrent: message_count of GET
 // /api/v1/traces/names counts a (message, name) once (docs/api.md,
 // "Traces"), also when several workers trace the same message under the
 // same name at the same moment.
-func TestReviewTraceMessageCountConcurrent(t *testing.T) {
+func TestTraceMessageCountConcurrent(t *testing.T) {
 	n := nodetest.Start(t)
 	const msgs, workers = 6, 12
 	var items []msg

@@ -10,7 +10,7 @@ import (
 	"queen-node/pg"
 )
 
-// TestReviewCompletedRetryAfterSeekPastOldDLQEntry: docs/api.md, "Acks",
+// TestCompletedRetryAfterSeekPastOldDLQEntry: docs/api.md, "Acks",
 // rule 5: a completed ack for a message already resolved answers success,
 // whatever lease it carries; only a message that was dead-lettered (not
 // completed) refuses a stale lease's completed ack. A message dead-lettered
@@ -18,7 +18,7 @@ import (
 // as completed: the client retrying that completed ack (its first answer
 // lost, the lease ended by that very ack) must be told success. ack_v1
 // finds the old dead-letter entry and answers "Invalid or expired lease".
-func TestReviewCompletedRetryAfterSeekPastOldDLQEntry(t *testing.T) {
+func TestCompletedRetryAfterSeekPastOldDLQEntry(t *testing.T) {
 	db, _ := openDB(t)
 	ctx := context.Background()
 	before := time.Now().Add(-time.Hour)
@@ -60,9 +60,9 @@ func TestReviewCompletedRetryAfterSeekPastOldDLQEntry(t *testing.T) {
 	}
 }
 
-// TestReviewCompletedRetryAfterGroupDeleteOldDLQEntry: as above, with the
+// TestCompletedRetryAfterGroupDeleteOldDLQEntry: as above, with the
 // consumer group deleted (and so started over) instead of a seek.
-func TestReviewCompletedRetryAfterGroupDeleteOldDLQEntry(t *testing.T) {
+func TestCompletedRetryAfterGroupDeleteOldDLQEntry(t *testing.T) {
 	db, _ := openDB(t)
 	ctx := context.Background()
 	pushN(t, db, "q", "p", 1)
@@ -97,10 +97,10 @@ func TestReviewCompletedRetryAfterGroupDeleteOldDLQEntry(t *testing.T) {
 	}
 }
 
-// TestReviewSeekToEndKeepsDLQRefusal: a seek forward over a dead-lettered
+// TestSeekToEndKeepsDLQRefusal: a seek forward over a dead-lettered
 // message does not complete it: a stale lease's completed ack for it is
 // still refused (the rule 5 exception), as before the seek.
-func TestReviewSeekToEndKeepsDLQRefusal(t *testing.T) {
+func TestSeekToEndKeepsDLQRefusal(t *testing.T) {
 	db, _ := openDB(t)
 	ctx := context.Background()
 	pushN(t, db, "q", "p", 2)

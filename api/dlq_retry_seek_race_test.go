@@ -124,7 +124,7 @@ func (c rc) seekDuringRetry(pid, seekPath, seekBody string) {
 	}
 }
 
-// TestReview14cDLQSeekRacingRetryServesCopy: group h consumed m1; g's dead
+// TestDLQSeekRacingRetryServesCopy: group h consumed m1; g's dead
 // letter of m1 is retried while h seeks to the end. The seek's UPDATE
 // waits on h's consumer row, which the retry locked first; once the retry
 // commits, PostgreSQL re-checks the locked row (READ COMMITTED) but keeps
@@ -133,7 +133,7 @@ func (c rc) seekDuringRetry(pid, seekPath, seekBody string) {
 // (STABLE: the same snapshot, so no record of the copy). h's cursor,
 // which the retry had moved past the copy, is put back before it with no
 // acked offset, and h, which just sought to the end, is served g's copy.
-func TestReview14cDLQSeekRacingRetryServesCopy(t *testing.T) {
+func TestDLQSeekRacingRetryServesCopy(t *testing.T) {
 	c := rc{t: t, n: nodetest.Start(t)}
 	c.configure("rz", msg{"retryLimit": 0})
 	before := time.Now().UTC().Add(-time.Second).Format("2006-01-02T15:04:05.000Z")
@@ -148,14 +148,14 @@ func TestReview14cDLQSeekRacingRetryServesCopy(t *testing.T) {
 	}
 }
 
-// TestReview14cDLQPartitionSeekRacingRetryServesCopy: as above, with the
+// TestDLQPartitionSeekRacingRetryServesCopy: as above, with the
 // partition seek (always to the end) and a group h that has not resolved
 // m1 (it holds it under a lease), so the retry puts the copy in h's acked
 // offsets. The seek's INSERT ... ON CONFLICT DO UPDATE waits on h's row;
 // after the retry commits it sets GREATEST(committed, the watermark read
 // before the copy) and clears acked: the copy is unresolved for h again
 // and h is served g's copy of m1.
-func TestReview14cDLQPartitionSeekRacingRetryServesCopy(t *testing.T) {
+func TestDLQPartitionSeekRacingRetryServesCopy(t *testing.T) {
 	c := rc{t: t, n: nodetest.Start(t)}
 	c.configure("ry", msg{"retryLimit": 0})
 	before := time.Now().UTC().Add(-time.Second).Format("2006-01-02T15:04:05.000Z")

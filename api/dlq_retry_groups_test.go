@@ -15,7 +15,7 @@ import (
 	"queen-node/internal/nodetest"
 )
 
-// TestReview14bDLQRetryResurrectsDeletedGroup: the retry reads the queue's
+// TestDLQRetryResurrectsDeletedGroup: the retry reads the queue's
 // group markers without a lock and inserts a cursor for each group lacking
 // one on the partition. A group delete (DELETE /consumer-groups/late/queues/q)
 // that has already deleted late's cursors but not yet committed is not seen:
@@ -27,7 +27,7 @@ import (
 // The group delete is held between its statements by a transaction that
 // holds late's marker row (FOR KEY SHARE), so its marker delete waits; the
 // test waits for that in pg_stat_activity, not with a sleep.
-func TestReview14bDLQRetryResurrectsDeletedGroup(t *testing.T) {
+func TestDLQRetryResurrectsDeletedGroup(t *testing.T) {
 	c := rc{t: t, n: nodetest.Start(t)}
 	c.configure("rg", msg{"retryLimit": 0})
 	otherPid := c.push("rg", "other", "o1")
@@ -161,12 +161,12 @@ func (c rc) subscribeLateAfter(q string) []string {
 	return got
 }
 
-// TestReview14bDLQRetryDefeatsSubscriptionUpdate: a retry of g's dead
+// TestDLQRetryDefeatsSubscriptionUpdate: a retry of g's dead
 // letter places late's cursor on p at the beginning ("where its first pop
 // would start it" at the time of the retry). A subscription update after
 // that no longer applies to p, which late has still never read: late is
 // served m1, older than its new start.
-func TestReview14bDLQRetryDefeatsSubscriptionUpdate(t *testing.T) {
+func TestDLQRetryDefeatsSubscriptionUpdate(t *testing.T) {
 	c := rc{t: t, n: nodetest.Start(t)}
 	c.configure("rs", msg{"retryLimit": 0})
 	otherPid := c.push("rs", "other", "o1")
@@ -181,12 +181,12 @@ func TestReview14bDLQRetryDefeatsSubscriptionUpdate(t *testing.T) {
 	}
 }
 
-// TestReview14bDLQRefusedRetryChangesCursors: docs/api.md says a retry
+// TestDLQRefusedRetryChangesCursors: docs/api.md says a retry
 // answering 404 or 409 changes nothing, yet queen.dlq_retry_v1 inserts
 // the other groups' cursors before it looks for the entry. A retry of a
 // transaction id with no entry (404) is enough for late's later
 // subscription update to be ignored on p.
-func TestReview14bDLQRefusedRetryChangesCursors(t *testing.T) {
+func TestDLQRefusedRetryChangesCursors(t *testing.T) {
 	c := rc{t: t, n: nodetest.Start(t)}
 	c.configure("rf", msg{"retryLimit": 0})
 	otherPid := c.push("rf", "other", "o1")
@@ -202,14 +202,14 @@ func TestReview14bDLQRefusedRetryChangesCursors(t *testing.T) {
 	}
 }
 
-// TestReview14bDLQRetryCopyServedAfterSeekBack: group h consumed m1; g's
+// TestDLQRetryCopyServedAfterSeekBack: group h consumed m1; g's
 // dead letter of m1 is retried, and the copy is counted as resolved for h
 // (its cursor passes it). docs/api.md says the other groups "are never
 // served it". h then seeks back to a time before m1 (to process p again):
 // the seek rewinds h's cursor over the copy and clears its acked offsets,
 // so h is served m1 again and also g's copy of m1, a duplicate no push
 // made.
-func TestReview14bDLQRetryCopyServedAfterSeekBack(t *testing.T) {
+func TestDLQRetryCopyServedAfterSeekBack(t *testing.T) {
 	c := rc{t: t, n: nodetest.Start(t)}
 	c.configure("rk", msg{"retryLimit": 0})
 	before := time.Now().UTC().Add(-time.Second).Format("2006-01-02T15:04:05.000Z")

@@ -10,13 +10,13 @@ import (
 	"queen-node/internal/nodetest"
 )
 
-// TestReview14DLQRetryCopyReachesGroupWithoutCursor: group late consumes
+// TestDLQRetryCopyReachesGroupWithoutCursor: group late consumes
 // the queue (it has its metadata row and a cursor on another partition)
 // but has not reached partition p yet when g's dead letter of m1 is
 // retried. The copy is marked resolved only for groups with a consumer row
 // on p, so late later gets m1 AND the copy: a duplicate delivery to a
 // group the retry was not for.
-func TestReview14DLQRetryCopyReachesGroupWithoutCursor(t *testing.T) {
+func TestDLQRetryCopyReachesGroupWithoutCursor(t *testing.T) {
 	c := rc{t: t, n: nodetest.Start(t)}
 	c.configure("rv", msg{"retryLimit": 0})
 	otherPid := c.push("rv", "other", "o1")
@@ -35,12 +35,12 @@ func TestReview14DLQRetryCopyReachesGroupWithoutCursor(t *testing.T) {
 	}
 }
 
-// TestReview14DLQListedEntryCannotBeDropped: after a group delete the
+// TestDLQListedEntryCannotBeDropped: after a group delete the
 // group's dead-letter entry is superseded, yet GET /api/v1/dlq (what the
 // dashboard's queue page lists, with retry and drop buttons per row) still
 // lists it, while drop and retry answer 404 for it: the row can never be
 // cleared, and the list disagrees with the queue's deadLetter count.
-func TestReview14DLQListedEntryCannotBeDropped(t *testing.T) {
+func TestDLQListedEntryCannotBeDropped(t *testing.T) {
 	c := rc{t: t, n: nodetest.Start(t)}
 	c.configure("rd", msg{"retryLimit": 0})
 	pid := c.push("rd", "p", "m1")
@@ -69,12 +69,12 @@ func TestReview14DLQListedEntryCannotBeDropped(t *testing.T) {
 	}
 }
 
-// TestReview14DLQRetryCopyReachesNewSubscriber: group late subscribes with
+// TestDLQRetryCopyReachesNewSubscriber: group late subscribes with
 // subscriptionMode=new after m1 was pushed (popping another partition, so
 // it has no cursor on p), so it must never see m1. After g's dead letter of
 // m1 is retried, late's first pop of p serves it the copy: created after
 // its subscription, it passes late's subscription start.
-func TestReview14DLQRetryCopyReachesNewSubscriber(t *testing.T) {
+func TestDLQRetryCopyReachesNewSubscriber(t *testing.T) {
 	c := rc{t: t, n: nodetest.Start(t)}
 	c.configure("rn", msg{"retryLimit": 0})
 	pid := c.push("rn", "p", "m1")

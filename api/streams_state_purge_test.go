@@ -9,12 +9,12 @@ import (
 	"queen-node/internal/nodetest"
 )
 
-// TestReviewQueueDeletePurgesStreamState: deleting a stream's source queue
+// TestQueueDeletePurgesStreamState: deleting a stream's source queue
 // deletes everything below it (docs/api.md, "queue delete"), the stream
 // state of its partitions included. stream_state has no foreign key to
 // partitions, so without an explicit delete those rows stayed forever,
 // unreachable (a re-created queue has new partition ids).
-func TestReviewQueueDeletePurgesStreamState(t *testing.T) {
+func TestQueueDeletePurgesStreamState(t *testing.T) {
 	n := nodetest.Start(t)
 	streamPush(t, n, "rvp.src", "p", 1, 1)
 	_, out := register(t, n, "", msg{"name": "rvp", "source_queue": "rvp.src", "config_hash": "h"})

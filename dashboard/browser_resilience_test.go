@@ -20,12 +20,12 @@ import (
 	"queen-node/node"
 )
 
-// TestReview14MalformedHashDoesNotStopRefresh: a hand-edited address with
+// TestMalformedHashDoesNotStopRefresh: a hand-edited address with
 // a bad percent escape (#/queue/%) makes currentQueue's decodeURIComponent
 // throw inside round(), after now() set running = true and before done()
 // is attached: every later round, timer or click, only sets again, so the
 // page never refreshes again, even once the address is fixed.
-func TestReview14MalformedHashDoesNotStopRefresh(t *testing.T) {
+func TestMalformedHashDoesNotStopRefresh(t *testing.T) {
 	b := newBrowser(t) // skips before starting a node when there is no Chromium
 	n := nodetest.Start(t)
 	push(t, n, "", "rv-first", 1)
@@ -50,13 +50,13 @@ type noHints struct{}
 
 func (noHints) HintsReceived(tenant, queue string, partitions []string) {}
 
-// TestReview14HungMemberDoesNotFreezePage: a member that is alive in the
+// TestHungMemberDoesNotFreezePage: a member that is alive in the
 // mesh but whose HTTP address accepts connections and never answers (a
 // stopped process, a half-open network path) holds the round's per-member
 // /status fetch open with no timeout. The round never completes, so the
 // next one is never scheduled: the page stops updating (queues, members,
 // charts) for as long as the browser keeps the request open.
-func TestReview14HungMemberDoesNotFreezePage(t *testing.T) {
+func TestHungMemberDoesNotFreezePage(t *testing.T) {
 	b := newBrowser(t) // skips before starting a node when there is no Chromium
 	nodes := nodetest.StartCluster(t, 1)
 	n := nodes[0]
@@ -135,12 +135,12 @@ func TestReview14HungMemberDoesNotFreezePage(t *testing.T) {
 		`(r => !!r && r.dataset.pending === '3')(document.querySelector('#queues tr[data-queue="rv-after-hang"]'))`, outer("#queues"))
 }
 
-// TestReview14TokenNotSentToMeshAdvertisedAddress: with JWT on and an open
+// TestTokenNotSentToMeshAdvertisedAddress: with JWT on and an open
 // mesh (no QUEEN_MESH_SECRET), anyone who reaches the mesh port can join
 // advertising an address of their own. The page must not send the tab's
 // token there: it does not ask other members for live figures at all and
 // says why (#members-note), while its own rounds go on.
-func TestReview14TokenNotSentToMeshAdvertisedAddress(t *testing.T) {
+func TestTokenNotSentToMeshAdvertisedAddress(t *testing.T) {
 	b := newBrowser(t) // skips before starting a node when there is no Chromium
 	nodes := nodetest.StartClusterConfig(t, 1, func(c *node.Config) {
 		c.Auth.Enabled = true
@@ -177,11 +177,11 @@ func TestReview14TokenNotSentToMeshAdvertisedAddress(t *testing.T) {
 	}
 }
 
-// TestReview14SecretMeshMembersAsked: with QUEEN_MESH_SECRET set, only
+// TestSecretMeshMembersAsked: with QUEEN_MESH_SECRET set, only
 // holders of the secret can join, so the page asks every alive member for
 // its own /status with the token: a three-node cluster with JWT on shows
 // every member's figures, and no note.
-func TestReview14SecretMeshMembersAsked(t *testing.T) {
+func TestSecretMeshMembersAsked(t *testing.T) {
 	b := newBrowser(t) // skips before starting a cluster when there is no Chromium
 	nodes := nodetest.StartClusterConfig(t, 3, func(c *node.Config) {
 		c.Auth.Enabled = true

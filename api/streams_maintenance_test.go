@@ -7,14 +7,14 @@ import (
 	"queen-node/internal/nodetest"
 )
 
-// TestReviewStreamCycleDuringPushMaintenance: a stream cycle with sink
+// TestStreamCycleDuringPushMaintenance: a stream cycle with sink
 // pushes is a transaction of acks and pushes, so push maintenance must
 // refuse it like POST /api/v1/transaction with a push (503, nothing
 // applied): stored directly it would overtake the pushes buffered before
 // it and write to the database under maintenance (docs/api.md,
 // "Maintenance modes"). Once the buffer is replayed the same cycle runs,
 // and the sink holds the buffered message first.
-func TestReviewStreamCycleDuringPushMaintenance(t *testing.T) {
+func TestStreamCycleDuringPushMaintenance(t *testing.T) {
 	n := nodetest.Start(t)
 	t.Cleanup(func() { n.Do(t, "POST", "/api/v1/system/maintenance", msg{"enabled": false}) })
 	streamPush(t, n, "rvm.src", "p", 1, 1)

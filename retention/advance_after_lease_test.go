@@ -6,13 +6,13 @@ import (
 	"time"
 )
 
-// TestReviewRetentionAdvanceAfterLease: the pending rules delete messages
+// TestRetentionAdvanceAfterLease: the pending rules delete messages
 // past a group's live lease; the pass cannot move that group's cursor (the
 // lease is the client's), and pg.RetentionAdvance says the next pass
 // moves it. Once the lease's batch is acked, the next pass must pass the
 // holes, or the partition looks pending to the group (cursor below the
 // watermark) with nothing to deliver.
-func TestReviewRetentionAdvanceAfterLease(t *testing.T) {
+func TestRetentionAdvanceAfterLease(t *testing.T) {
 	n := startNode(t)
 	c := dbConn(t, n)
 	const q = "ret-rv-adv"

@@ -35,12 +35,12 @@ func generalPopSQL(t testing.TB) string {
 	return s
 }
 
-// TestReviewPopFastPathMatchesGeneral runs random pops (named partitions,
+// TestPopFastPathMatchesGeneral runs random pops (named partitions,
 // budgets, partition counts, byte caps, autoAck) over partitions with
 // holes, acks past gaps and expired leases, each twice in one transaction:
 // through the loop alone (rolled back) and through pop_v1, and compares
 // the rows answered and the consumer rows written.
-func TestReviewPopFastPathMatchesGeneral(t *testing.T) {
+func TestPopFastPathMatchesGeneral(t *testing.T) {
 	db, url := openDB(t)
 	ctx := context.Background()
 	seed := uint64(time.Now().UnixNano())
