@@ -31,12 +31,13 @@ const (
 
 	// DefaultConfirmInterval (QUEEN_MESH_CONFIRM_MS) and
 	// DefaultConfirmWindow (QUEEN_MESH_CONFIRM_WINDOW_MS): for a second
-	// after a hints frame, a stream that wrote nothing for 10 ms sends a
-	// heartbeat, so the loss of a last frame (the single message a parked
-	// long-poll waits for) is learned within tens of milliseconds even when
-	// most heartbeats are lost too: at a drop rate of 0.9, 100 tries make
-	// missing all of them a 1-in-37,000 event. A busy stream's frames do
-	// the same job and send no heartbeat; an idle stream is back to one per
+	// after a hints frame, a stream silent for a flush interval plus 10 ms
+	// sends a heartbeat, then one every 10 ms while it stays silent, so the
+	// loss of a last frame (the single message a parked long-poll waits
+	// for) is learned within tens of milliseconds even when most heartbeats
+	// are lost too: at a drop rate of 0.9, about 97 tries make missing all
+	// of them a 1-in-27,000 event. A busy stream's frames do the same job
+	// and send no heartbeat; an idle stream is back to one per
 	// DefaultHeartbeatInterval (docs/mesh.md, "Loss detection").
 	DefaultConfirmInterval = 10 * time.Millisecond
 	DefaultConfirmWindow   = time.Second

@@ -68,3 +68,27 @@ func TestLostLastFrameFoundFast(t *testing.T) {
 		})
 	}
 }
+
+// A busy stream (a hints frame every flush) reveals any gap with its next
+// frame, so it sends no confirm heartbeats: they start only after a flush
+// interval more quiet than a busy stream ever has. (Review finding: with a
+// 10 ms confirm interval under a 20 ms flush, every gap got one.)
+func TestBusyStreamSendsNoConfirms(t *testing.T) {
+	a, _ := lossPair(t, "127.0.5.24", "127.0.5.25")
+	eventually(t, 5*time.Second, "a stream is open", func() bool {
+		a.m.Enqueue("t", "q", "warm")
+		return a.m.Stats().FramesSent > 0
+	})
+	before := a.m.Stats()
+	end := time.Now().Add(2 * time.Second)
+	for i := 0; time.Now().Before(end); i++ {
+		a.m.Enqueue("t", "q", fmt.Sprint("p", i))
+		time.Sleep(5 * time.Millisecond) // pacing: a producer pushing every 5 ms
+	}
+	after := a.m.Stats()
+	frames, beats := after.FramesSent-before.FramesSent, after.HeartbeatsSent-before.HeartbeatsSent
+	t.Logf("busy stream: %d hints frames, %d heartbeats in 2 s", frames, beats)
+	if frames < 20 || beats*10 > frames {
+		t.Fatalf("busy stream: %d hints frames and %d heartbeats; want at least 20 frames and heartbeats under a tenth of them", frames, beats)
+	}
+}

@@ -409,6 +409,10 @@ func (p *peer) run() {
 		// detection"). Stopped until the first hints frame.
 		confirm   = time.NewTimer(time.Hour)
 		lastHints time.Time
+		// confirmed: a confirm heartbeat went out since lastHints. The first
+		// waits for FlushInterval more quiet, so a busy stream (a frame at
+		// least every flush) sends none; later ones come every ConfirmInterval.
+		confirmed bool
 		stamped   uint64 // p.lost as last written in a frame header
 		// verify: a stream broke with frames possibly in flight; a
 		// heartbeat on the next stream lets the peer check what arrived
@@ -471,8 +475,12 @@ func (p *peer) run() {
 			if conn == nil || time.Since(lastHints) > p.m.cfg.ConfirmWindow {
 				continue // the stream broke (beat's verify covers it) or the window closed
 			}
-			if quiet := time.Since(lastWrite); quiet < p.m.cfg.ConfirmInterval {
-				confirm.Reset(p.m.cfg.ConfirmInterval - quiet)
+			need := p.m.cfg.ConfirmInterval
+			if !confirmed {
+				need += p.m.cfg.FlushInterval
+			}
+			if quiet := time.Since(lastWrite); quiet < need {
+				confirm.Reset(need - quiet)
 				continue
 			}
 			if err := p.writeHeartbeat(conn, w, st, &stamped); err != nil {
@@ -483,7 +491,7 @@ func (p *peer) run() {
 				broken(err)
 				continue
 			}
-			lastWrite = time.Now()
+			lastWrite, confirmed = time.Now(), true
 			confirm.Reset(p.m.cfg.ConfirmInterval)
 			continue
 		case <-beat.C:
@@ -535,8 +543,8 @@ func (p *peer) run() {
 		lastWrite = time.Now()
 		idle.Reset(idleAfter)
 		if err == nil && p.m.cfg.ConfirmInterval > 0 {
-			lastHints = lastWrite
-			confirm.Reset(p.m.cfg.ConfirmInterval)
+			lastHints, confirmed = lastWrite, false
+			confirm.Reset(p.m.cfg.ConfirmInterval + p.m.cfg.FlushInterval)
 		}
 	}
 }

@@ -69,33 +69,46 @@ func Start(ctx context.Context, cfg Config, logger hclog.Logger) (*Node, error) 
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
 	}
-	// While the broker connects (and retries a database that is not up),
-	// /health answers 503 with the reason instead of leaving the port mute.
-	starting := startStartup(ln, cfg.Version, cfg.API.ReadHeaderTimeout)
-	bcfg := cfg.Broker
-	bcfg.PG.ConnectFailed = starting.setReason
-	b, err := broker.New(ctx, bcfg, logger.Named("broker"))
-	starting.stop()
-	if err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("start broker: %w", err)
-	}
-
-	rcfg := cfg.Retention
-	rcfg.Node = cfg.Broker.NodeName
-	ret, err := retention.New(b.Store(), rcfg, logger.Named("retention"))
-	if err != nil {
-		ln.Close()
-		b.Close()
-		return nil, err
-	}
-
+	// The API serves from here on, on the bound port with its connection
+	// limits: while the broker connects (and retries a database that is
+	// not up) the gate answers /health with 503 and the reason, and every
+	// other request with 503, instead of leaving the port mute.
 	acfg := cfg.API
 	acfg.Version = cfg.Version
 	if authn != nil {
 		acfg.Auth = authn.Authenticate
 	}
-	srv := api.New(b, acfg, logger.Named("api"))
+	late := &lateBroker{}
+	srv := api.New(late, acfg, logger.Named("api"))
+	gate := newStartGate(srv.Handler(), cfg.Version)
+	// Header, body and idle timeouts and the connection cap (api/conn.go);
+	// no ReadTimeout/WriteTimeout: long-polls legitimately hold a request
+	// for up to the pop timeout.
+	httpSrv := srv.HTTPServer()
+	httpSrv.Handler = gate
+	// Parked long-polls answer 204 as soon as shutdown starts instead of
+	// holding the grace period for their whole timeout.
+	httpSrv.RegisterOnShutdown(srv.Drain)
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- httpSrv.Serve(srv.Listener(ln)) }()
+
+	bcfg := cfg.Broker
+	bcfg.PG.ConnectFailed = gate.setReason
+	b, err := broker.New(ctx, bcfg, logger.Named("broker"))
+	if err != nil {
+		_ = httpSrv.Close() // and the listener
+		return nil, fmt.Errorf("start broker: %w", err)
+	}
+	late.Broker = b
+
+	rcfg := cfg.Retention
+	rcfg.Node = cfg.Broker.NodeName
+	ret, err := retention.New(b.Store(), rcfg, logger.Named("retention"))
+	if err != nil {
+		_ = httpSrv.Close()
+		b.Close()
+		return nil, err
+	}
 	srv.SetRetentionSource(ret.Stats)
 	// The same address peers learn from membership metadata, so /status
 	// and `queen-node status --cluster` agree on where each node is.
@@ -114,18 +127,10 @@ func Start(ctx context.Context, cfg Config, logger hclog.Logger) (*Node, error) 
 	srv.Handle("GET /{$}", dashboard.Handler())
 	srv.Handle("GET /assets/", dashboard.Handler())
 
-	// Header, body and idle timeouts and the connection cap (api/conn.go);
-	// no ReadTimeout/WriteTimeout: long-polls legitimately hold a request
-	// for up to the pop timeout.
-	httpSrv := srv.HTTPServer()
-	// Parked long-polls answer 204 as soon as shutdown starts instead of
-	// holding the grace period for their whole timeout.
-	httpSrv.RegisterOnShutdown(srv.Drain)
-
-	n := &Node{cfg: cfg, log: logger, addr: addr, broker: b, api: srv, http: httpSrv, serveErr: make(chan error, 1), retention: ret}
+	n := &Node{cfg: cfg, log: logger, addr: addr, broker: b, api: srv, http: httpSrv, serveErr: serveErr, retention: ret}
 	n.sampler = stats.New(cfg.Stats, b, logger.Named("stats"))
 	n.sampler.Start()
-	go func() { n.serveErr <- httpSrv.Serve(srv.Listener(ln)) }()
+	gate.open()
 
 	if cfg.PprofAddr != "" {
 		n.pprof = startPprof(cfg.PprofAddr, logger.Named("pprof"))

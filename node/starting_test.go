@@ -1,6 +1,7 @@
 package node_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"io"
@@ -129,6 +130,17 @@ func TestHealthAnswersWhileDatabaseIsDown(t *testing.T) {
 		t.Fatalf("Start returned before the database came up: %v", r.err)
 	default:
 	}
+	// A connection opened while starting (a load balancer's, pre-connected)
+	// is served by the API once it is up, not reset: one server throughout.
+	early, err := net.Dial("tcp", cfg.HTTPAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer early.Close()
+	earlyR := bufio.NewReader(early)
+	if code := rawGet(t, early, earlyR, "/health"); code != http.StatusServiceUnavailable {
+		t.Fatalf("early connection, health while starting: %d", code)
+	}
 
 	forward(t, dbURL.Host, target)
 	var r started
@@ -141,6 +153,9 @@ func TestHealthAnswersWhileDatabaseIsDown(t *testing.T) {
 		t.Fatal(r.err)
 	}
 	defer r.n.Stop(context.Background())
+	if code := rawGet(t, early, earlyR, "/health"); code != http.StatusOK {
+		t.Fatalf("connection opened while starting, once started: %d", code)
+	}
 	if r.n.Addr() != cfg.HTTPAddr {
 		t.Fatalf("node serves %s, want the port it held while starting, %s", r.n.Addr(), cfg.HTTPAddr)
 	}
@@ -234,4 +249,20 @@ func TestTakenPortNeverJoinsTheMesh(t *testing.T) {
 			}
 		}
 	}
+}
+
+// rawGet sends one keep-alive GET on c and returns the status.
+func rawGet(t *testing.T, c net.Conn, br *bufio.Reader, path string) int {
+	t.Helper()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("read: %v", err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
 }
