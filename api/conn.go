@@ -244,9 +244,11 @@ type capListener struct {
 	log      hclog.Logger
 	refusing chan struct{} // semaphore of refusals in progress
 
-	mu         sync.Mutex
-	lastLog    time.Time
-	suppressed int64
+	mu              sync.Mutex
+	lastLog         time.Time
+	suppressed      int64
+	lastShareLog    time.Time
+	shareSuppressed int64
 }
 
 func (l *capListener) Accept() (net.Conn, error) {
@@ -269,6 +271,7 @@ func (l *capListener) Accept() (net.Conn, error) {
 			l.s.conns.refused.Add(1)
 			if share {
 				l.s.conns.refusedShare.Add(1)
+				l.logShare(key)
 			}
 			l.refuse(c, key)
 			continue
@@ -303,6 +306,21 @@ func (l *capListener) logAcceptError(err error) {
 	l.lastLog, l.suppressed = time.Now(), 0
 }
 
+// logShare says, at most once per acceptLogEvery, that an address was held
+// to its share: behind a proxy every client has the proxy's address, and
+// the operator must raise QUEEN_HTTP_MAX_CONNS_PER_ADDR there.
+func (l *capListener) logShare(key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if time.Since(l.lastShareLog) < acceptLogEvery {
+		l.shareSuppressed++
+		return
+	}
+	l.log.Warn("refusing connections from an address at its share (behind a proxy or load balancer, raise QUEEN_HTTP_MAX_CONNS_PER_ADDR)",
+		"addr", key, "max_conns_per_addr", l.s.cfg.MaxConnsPerAddr, "suppressed", l.shareSuppressed)
+	l.lastShareLog, l.shareSuppressed = time.Now(), 0
+}
+
 // refuse answers a connection beyond the cap or its address's share. It
 // reads the request head first and lingers for the client's close, so the
 // client reads the answer rather than a connection reset. A `GET /health`
@@ -333,6 +351,8 @@ func (l *capListener) refuse(c net.Conn, key string) {
 			cancel()
 			b, _ := json.Marshal(hr)
 			body = string(b)
+			// The check may have used the deadline up: the answer gets its own.
+			_ = c.SetWriteDeadline(time.Now().Add(refuseLinger))
 		}
 		body += "\n"
 		resp := fmt.Sprintf("HTTP/1.1 %d %s\r\n", code, http.StatusText(code)) +

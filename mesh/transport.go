@@ -746,13 +746,22 @@ func (m *Mesh) serve(ic *inConn) {
 			m.logLimited("rejected", "rejected a hint frame", "from", conn.RemoteAddr(), "error", err)
 			return
 		}
+		// A whole frame arrived: the stream is not idle, also while its
+		// first frame's claim is decided.
+		ic.last.Store(time.Now().UnixNano())
 		if member == "" {
 			if !m.claimFirst(ic, f) {
 				return
 			}
 			member = f.Sender
 		}
-		ic.last.Store(time.Now().UnixNano())
+		select {
+		case <-ic.gone:
+			// Replaced or evicted meanwhile: frames already buffered are
+			// not applied; only the slot's stream speaks for its member.
+			return
+		default:
+		}
 		m.apply(f, ic.ip)
 	}
 }

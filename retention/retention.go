@@ -161,6 +161,9 @@ func (j *Job) loop(ctx context.Context) {
 		switch {
 		case ctx.Err() != nil:
 			return
+		case errors.Is(err, pg.ErrRetentionLeaseLost):
+			// Another node took the lease (this one was frozen past it): a handover.
+			j.log.Info("retention pass stopped: another node took the lease over", "deleted_completed", p.Completed, "deleted_pending", p.Pending)
 		case err != nil:
 			j.log.Warn("retention pass failed", "error", err, "deleted_completed", p.Completed, "deleted_pending", p.Pending)
 		case !p.Ran:
@@ -198,7 +201,7 @@ func (j *Job) RunOnce(ctx context.Context) (Pass, error) {
 	j.runs.Add(1)
 	j.lastRunNanos.Store(int64(p.Duration))
 	j.lastDeleted.Store(p.Completed + p.Pending)
-	if err != nil {
+	if err != nil && !errors.Is(err, pg.ErrRetentionLeaseLost) {
 		j.errs.Add(1)
 	}
 	return p, err

@@ -84,6 +84,12 @@ func Start(ctx context.Context, o Options) (*Bouncer, error) {
 	if b.dir, err = os.MkdirTemp("", "pgbouncer-"); err != nil {
 		return nil, err
 	}
+	started := false
+	defer func() {
+		if !started {
+			b.Stop() // stops what was started and removes the directory
+		}
+	}()
 	// Readable by the user PgBouncer runs as.
 	if err := os.Chmod(b.dir, 0o755); err != nil {
 		return nil, err
@@ -124,6 +130,7 @@ logfile = %s
 	b.cmd = exec.Command(bin, filepath.Join(b.dir, "pgbouncer.ini"))
 	b.cmd.Stdout, b.cmd.Stderr = logf, logf
 	if err := pgtemp.StartChild(b.cmd, o.User); err != nil {
+		b.cmd = nil
 		return nil, fmt.Errorf("pgbouncer: start: %w", err)
 	}
 	go func() { _ = b.cmd.Wait(); close(b.exited) }()
@@ -132,18 +139,17 @@ logfile = %s
 		c, err := net.DialTimeout("tcp", b.Addr(), time.Second)
 		if err == nil {
 			c.Close()
+			started = true
 			return b, nil
 		}
 		select {
 		case <-b.exited:
 			return nil, fmt.Errorf("pgbouncer exited at start:\n%s", b.LogTail())
 		case <-ctx.Done():
-			b.Stop()
 			return nil, ctx.Err()
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			b.Stop()
 			return nil, fmt.Errorf("pgbouncer: not accepting on %s after 10 s:\n%s", b.Addr(), b.LogTail())
 		}
 	}
