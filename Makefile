@@ -15,7 +15,7 @@ SHELL := bash
 
 PGTEMP := $(GO) run ./cmd/pgtemp --
 
-.PHONY: build test test-race test-short cluster-test soak bench bench-quick bench-go demo fmt vet lint fuzz clean ensure-postgres ensure-chromium
+.PHONY: build test test-race test-short cluster-test ha-test ensure-ha soak bench bench-quick bench-go demo fmt vet lint fuzz clean ensure-postgres ensure-chromium
 
 build:
 	$(GO) build -o bin/ ./cmd/...
@@ -40,6 +40,17 @@ test-short: ensure-postgres lint
 
 cluster-test: ensure-postgres
 	$(PGTEMP) $(GO) test -count=1 -timeout 15m -v ./cluster-test/...
+
+# Failover under Patroni with etcd (docs/cluster-tests.md, "Failover under
+# Patroni"): the test starts its own etcd, Patroni and PostgreSQL processes
+# on loopback and stops them; about 3 minutes. Not part of make test.
+HA_TIMEOUT ?= 20m
+
+ensure-ha:
+	bash ./scripts/ensure-ha.sh
+
+ha-test: ensure-postgres ensure-ha
+	QUEEN_HA=1 $(PGTEMP) $(GO) test -count=1 -timeout $(HA_TIMEOUT) -v -run '^TestPatroniFailover$$' ./cluster-test/
 
 soak: ensure-postgres
 	QUEEN_SOAK=1 SOAK_DURATION=$(SOAK_DURATION) \

@@ -90,12 +90,12 @@ func TestPatroniFailover(t *testing.T) {
 		}
 		ph := &haPhase{name: name, from: st.Leader().Name, before: smp.now()}
 		ph.event = do(pc.Machine(ph.from))
-		ph.to, ph.newLeader = waitNewLeader(t, ctx, pc, ph.from, ph.event)
-		ph.recovered = waitNodesServe(t, c, rt, ph.event.Add(ph.newLeader))
+		ph.to, ph.leaderKey, ph.primary = waitNewLeader(t, ctx, pc, ph.from, ph.event)
+		ph.recovered = waitNodesServe(t, c, rt, ph.event.Add(ph.primary))
 		ph.after = smp.now()
 		phases = append(phases, ph)
-		t.Logf("%s: leader %s -> %s, Patroni's new leader %v after the event; every node served a 201 push and a 200 pop sent after that %v after the event",
-			name, ph.from, ph.to, ph.newLeader.Round(time.Millisecond), ph.recovered.Sub(ph.event).Round(time.Millisecond))
+		t.Logf("%s: leader %s -> %s: leader key %v after the event, primary %v after it; every node served a 201 push and a 200 pop sent after that %v after the event",
+			name, ph.from, ph.to, ph.leaderKey.Round(time.Millisecond), ph.primary.Round(time.Millisecond), ph.recovered.Sub(ph.event).Round(time.Millisecond))
 	}
 
 	run("1 SIGKILL the leader's postgres", func(m *patroni.Machine) time.Time {
@@ -167,32 +167,40 @@ func startPatroni(t *testing.T, ctx context.Context) *patroni.Cluster {
 }
 
 // waitNewLeader polls Patroni until a member other than old holds the
-// leader key and runs, and returns it with the time since the event.
-func waitNewLeader(t *testing.T, ctx context.Context, pc *patroni.Cluster, old string, event time.Time) (string, time.Duration) {
+// leader key and runs, and until a member other than old answers GET
+// /primary 200 (promoted: it takes writes); it returns that member and
+// both times since the event.
+func waitNewLeader(t *testing.T, ctx context.Context, pc *patroni.Cluster, old string, event time.Time) (string, time.Duration, time.Duration) {
 	t.Helper()
-	for {
+	var key, primary time.Duration
+	var name string
+	for key == 0 || primary == 0 {
 		sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		st, err := pc.State(sctx)
-		cancel()
-		if err == nil {
+		if err == nil && key == 0 {
 			if l := st.Leader(); l.Name != "" && l.Name != old && l.State == "running" {
-				return l.Name, time.Since(event)
+				key = time.Since(event)
 			}
 		}
-		if time.Since(event) > haRecovery {
-			t.Fatalf("Patroni elected no new leader within %v of the event (last: %v %v)", haRecovery, st, err)
+		if p := pc.Primary(sctx); primary == 0 && p != "" && p != old {
+			name, primary = p, time.Since(event)
 		}
-		time.Sleep(100 * time.Millisecond)
+		cancel()
+		if time.Since(event) > haRecovery {
+			t.Fatalf("Patroni has no new leader (%v) or primary (%v) within %v of the event (last state: %v %v)", key, primary, haRecovery, st, err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
+	return name, key, primary
 }
 
 // waitNodesServe waits until every node answered a push 201 and a pop 200
-// that were sent after since (Patroni's new leader), and returns when the
+// that were sent after since (the new primary), and returns when the
 // last of those answers came; it fails the test after haRecovery.
 func waitNodesServe(t *testing.T, c *Cluster, rt *recordingTransport, since time.Time) time.Time {
 	t.Helper()
 	var last time.Time
-	waitUntil(t, haRecovery, "every node serving a 201 push and a 200 pop after Patroni's new leader", func() bool {
+	waitUntil(t, haRecovery, "every node serving a 201 push and a 200 pop after the new primary", func() bool {
 		obs := rt.snapshot()
 		for _, nd := range c.Nodes() {
 			for _, k := range []string{"push", "pop"} {
@@ -225,21 +233,37 @@ func firstOK(obs []reqObs, host, kind string, t time.Time) time.Time {
 	return first
 }
 
-// recoveredAt is a node's recovery for kind after an event: the end of its
-// first successful answer sent after the last failed one (5xx or transport
-// error) answered in [event, until]; with no failure, the first success
-// sent after the event. A switchover's old primary serves for a moment
-// after the call, so "the first success after the event" alone would be
-// too early.
-func recoveredAt(obs []reqObs, host, kind string, event, until time.Time) time.Time {
-	lastFail := event
+// failed tells whether an answer is a failure: a 5xx or a transport error.
+func failed(o reqObs) bool { return o.code == 0 || o.code >= 500 }
+
+// gapStart is when the first failed answer of any request came after the
+// event (the event itself when none did): a switchover's old primary
+// serves for a moment after the call, so the outage starts later than the
+// event.
+func gapStart(obs []reqObs, event, until time.Time) time.Time {
+	var first time.Time
 	for _, o := range obs {
-		if o.host == host && o.kind == kind && (o.code == 0 || o.code >= 500) &&
-			o.end.After(event) && !o.end.After(until) && o.start.After(lastFail) {
-			lastFail = o.start
+		if o.kind != "other" && failed(o) && o.end.After(event) && !o.end.After(until) && (first.IsZero() || o.end.Before(first)) {
+			first = o.end
 		}
 	}
-	return firstOK(obs, host, kind, lastFail)
+	if first.IsZero() {
+		return event
+	}
+	return first
+}
+
+// recoveredAt is a node's recovery for kind after an event: the end of its
+// first successful answer sent after both the gap's start and the node's
+// last failed answer of that kind in [event, until].
+func recoveredAt(obs []reqObs, host, kind string, event, until time.Time) time.Time {
+	after := gapStart(obs, event, until)
+	for _, o := range obs {
+		if o.host == host && o.kind == kind && failed(o) && o.end.After(event) && !o.end.After(until) && o.start.After(after) {
+			after = o.start
+		}
+	}
+	return firstOK(obs, host, kind, after)
 }
 
 func (rt *recordingTransport) snapshot() []reqObs {
@@ -370,10 +394,11 @@ func (s *statusSampler) between(node string, t0, t1 time.Time) []statusSample {
 // haPhase is one event and what followed it.
 type haPhase struct {
 	name          string
-	from, to      string    // Patroni leader before and after
-	event         time.Time // see run in TestPatroniFailover
-	newLeader     time.Duration
-	recovered     time.Time // the end of the gap: every node answered a 201 push and a 200 pop sent after the new leader
+	from, to      string        // Patroni leader before and after
+	event         time.Time     // see run in TestPatroniFailover
+	leaderKey     time.Duration // from the event to a new member holding Patroni's leader key
+	primary       time.Duration // from the event to the new primary answering Patroni's GET /primary 200
+	recovered     time.Time     // the end of the gap: every node answered a 201 push and a 200 pop sent after the new leader
 	before, after map[string]statusSample
 }
 
@@ -426,15 +451,17 @@ func reportPhases(t *testing.T, c *Cluster, rt *recordingTransport, smp *statusS
 			beyond = append(beyond, o.end.Sub(o.start)-o.wait)
 		}
 		_, _, p99, mx := percentiles(beyond)
-		fmt.Fprintf(&b, "\n### %s: leader %s -> %s; Patroni's new leader after %v; gap (event to the last node's recovery) %v\n",
-			ph.name, ph.from, ph.to, ph.newLeader.Round(time.Millisecond), ph.recovered.Sub(ph.event).Round(time.Millisecond))
+		gs := gapStart(obs, ph.event, ph.recovered)
+		fmt.Fprintf(&b, "\n### %s: leader %s -> %s; new leader key after %v, new primary (GET /primary 200) after %v; first failed answer after %v; gap (event to the last node's recovery) %v\n",
+			ph.name, ph.from, ph.to, ph.leaderKey.Round(time.Millisecond), ph.primary.Round(time.Millisecond),
+			gs.Sub(ph.event).Round(time.Millisecond), ph.recovered.Sub(ph.event).Round(time.Millisecond))
 		fmt.Fprintf(&b, "answers in the gap: push %s, pop %s, ack %s; time beyond a long-poll's wait p99 %v, max %v\n",
 			fmtCodes(codes["push"]), fmtCodes(codes["pop"]), fmtCodes(codes["ack"]), p99.Round(time.Millisecond), mx.Round(time.Millisecond))
 		n503 := codes["push"][503] + codes["pop"][503] + codes["ack"][503]
 		if n503 == 0 {
 			t.Errorf("%s: no 503 in the gap: the test did not see it", ph.name)
 		}
-		fmt.Fprintf(&b, "| node | 201 push again, from the event | 200 pop again, from the event | the same from Patroni's new leader (push / pop) | /health 503 seen | pool total before / min during / after | acquired max during | new conns | reseeds (churn passes, added) |\n")
+		fmt.Fprintf(&b, "| node | 201 push again, from the event | 200 pop again, from the event | the same from the new primary (push / pop) | /health 503 seen | pool total before / min during / after | acquired max during | new conns | reseeds (churn passes, added) |\n")
 		fmt.Fprintf(&b, "| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 		for _, nd := range c.Nodes() {
 			push := recoveredAt(obs, hostOf(nd), "push", ph.event, ph.recovered).Sub(ph.event)
@@ -463,7 +490,7 @@ func reportPhases(t *testing.T, c *Cluster, rt *recordingTransport, smp *statusS
 			}
 			fmt.Fprintf(&b, "| %s | %v | %v | %v / %v | %d of %d samples | %s | %d | %s | %s |\n", nd.Name,
 				push.Round(time.Millisecond), pop.Round(time.Millisecond),
-				(push - ph.newLeader).Round(time.Millisecond), (pop - ph.newLeader).Round(time.Millisecond),
+				(push - ph.primary).Round(time.Millisecond), (pop - ph.primary).Round(time.Millisecond),
 				h503, len(during), pool, maxAcq, newConns, reseeds)
 		}
 	}

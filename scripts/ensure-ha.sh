@@ -9,16 +9,19 @@
 # otherwise prints the command that would install them and exits 1.
 set -euo pipefail
 
-PKGS=(patroni etcd-server etcd-client pgbouncer)
+PKGS=(patroni python3-etcd etcd-server etcd-client pgbouncer)
 
 missing=()
 command -v patroni >/dev/null 2>&1 || missing+=(patroni)
+# Patroni's etcd and etcd3 stores both import python-etcd, which the
+# patroni package may leave out (it is one of several alternatives).
+/usr/bin/python3 -c 'import etcd' >/dev/null 2>&1 || missing+=(python3-etcd)
 command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
 command -v etcdctl >/dev/null 2>&1 || missing+=(etcd-client)
 command -v pgbouncer >/dev/null 2>&1 || [[ -x /usr/sbin/pgbouncer ]] || missing+=(pgbouncer)
 
 if [[ ${#missing[@]} -eq 0 ]]; then
-  echo "ensure-ha: patroni, etcd and pgbouncer present"
+  echo "ensure-ha: patroni (with python3-etcd), etcd and pgbouncer present"
   exit 0
 fi
 

@@ -533,6 +533,31 @@ func (c *Cluster) State(ctx context.Context) (*State, error) {
 	return nil, fmt.Errorf("patroni: no member answered GET /cluster: %w", errors.Join(errs...))
 }
 
+// Primary returns the member whose REST API answers GET /primary with
+// 200, which Patroni does once it runs that member's PostgreSQL as the
+// primary (promoted, accepting writes); "" when none does.
+func (c *Cluster) Primary(ctx context.Context) string {
+	for _, m := range c.machines {
+		if m.Stopped() {
+			continue
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/primary", m.APIPort), nil)
+		if err != nil {
+			continue
+		}
+		resp, err := c.client.Do(req)
+		if err != nil {
+			continue
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			return m.Name
+		}
+	}
+	return ""
+}
+
 // healthy tells why st is not yet a cluster to run a test against, or ""
 // when it is: a running leader, a running synchronous standby, and every
 // machine that is not stopped running on the leader's timeline with a
