@@ -138,7 +138,8 @@ type Machine struct {
 	mu      sync.Mutex
 	etcd    *proc
 	patroni *proc
-	stopped bool // StopMachine was called
+	stopped bool // StopMachine or FreezeMachine was called
+	frozen  bool // FreezeMachine was called
 }
 
 // DataDir is the member's PostgreSQL data directory.
@@ -624,7 +625,12 @@ func (c *Cluster) WaitHealthy(ctx context.Context) (*State, error) {
 	}
 }
 
-// CreateDatabase creates database name on the leader with psql.
+// CreateDatabase creates database name on the leader with psql and waits
+// until every member that runs has replayed it. A client given every member
+// in one URL needs that: pgx stops at the first host that answers "database
+// does not exist" (3D000) instead of trying the next, and queen-node treats
+// that answer as a refusal and stops (docs/operations.md, "Running on
+// Patroni").
 func (c *Cluster) CreateDatabase(ctx context.Context, name string) error {
 	st, err := c.State(ctx)
 	if err != nil {
@@ -634,14 +640,32 @@ func (c *Cluster) CreateDatabase(ctx context.Context, name string) error {
 	if l.Name == "" {
 		return errors.New("patroni: create database: no leader")
 	}
-	cmd := exec.CommandContext(ctx, filepath.Join(c.binDir, "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1",
-		"-h", "127.0.0.1", "-p", strconv.Itoa(c.Machine(l.Name).PGPort), "-U", "postgres", "-d", "postgres",
-		"-c", `CREATE DATABASE "`+name+`"`)
-	cmd.Env = cleanEnv(map[string]string{"PGCONNECT_TIMEOUT": "5"})
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("patroni: create database %s on %s: %w\n%s", name, l.Name, err, bytes.TrimSpace(out))
+	if out, err := c.psql(ctx, c.Machine(l.Name), "postgres", `CREATE DATABASE "`+name+`"`); err != nil {
+		return fmt.Errorf("patroni: create database %s on %s: %w\n%s", name, l.Name, err, out)
+	}
+	for _, m := range c.machines {
+		for !m.Stopped() {
+			out, err := c.psql(ctx, m, name, "SELECT 1")
+			if err == nil {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("patroni: database %s not on %s: %w\n%s", name, m.Name, ctx.Err(), out)
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
 	}
 	return nil
+}
+
+// psql runs one statement on the machine's PostgreSQL in database db.
+func (c *Cluster) psql(ctx context.Context, m *Machine, db, sql string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(c.binDir, "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1",
+		"-h", "127.0.0.1", "-p", strconv.Itoa(m.PGPort), "-U", "postgres", "-d", db, "-c", sql)
+	cmd.Env = cleanEnv(map[string]string{"PGCONNECT_TIMEOUT": "5"})
+	out, err := cmd.CombinedOutput()
+	return bytes.TrimSpace(out), err
 }
 
 // ---------------------------------------------------------------------------
@@ -674,18 +698,35 @@ func (c *Cluster) Postmaster(m *Machine) (pid, pgrp int) {
 	return pid, pgrp
 }
 
-// KillPostgres sends SIGKILL to the machine's postmaster and its backends
-// (their process group) and waits until they are gone. Patroni stays up.
-func (c *Cluster) KillPostgres(m *Machine) error {
-	pid, pgrp := c.Postmaster(m)
+// signalPostgres sends sig to the machine's postmaster, then to each of
+// its children (backends, WAL sender, checkpointer, ...: PostgreSQL puts
+// every child in a process group of its own, so the postmaster's group is
+// not enough), and returns their PIDs. The postmaster goes first, so it
+// starts no child after the list was read.
+func (c *Cluster) signalPostgres(m *Machine, sig syscall.Signal) ([]int, error) {
+	pid, _ := c.Postmaster(m)
 	if pid == 0 {
-		return fmt.Errorf("patroni: %s: no postmaster running", m.Name)
+		return nil, fmt.Errorf("patroni: %s: no postmaster running", m.Name)
 	}
-	if err := syscall.Kill(-pgrp, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return fmt.Errorf("patroni: kill %s's postgres (group %d): %w", m.Name, pgrp, err)
+	if err := syscall.Kill(pid, sig); err != nil {
+		return nil, fmt.Errorf("patroni: signal %s's postmaster %d: %w", m.Name, pid, err)
 	}
-	if !waitGroupGone(pgrp, 10*time.Second) {
-		return fmt.Errorf("patroni: %s's postgres (group %d) still running 10 s after SIGKILL", m.Name, pgrp)
+	pids := append([]int{pid}, children(pid)...)
+	for _, p := range pids[1:] {
+		_ = syscall.Kill(p, sig) // one may have exited meanwhile
+	}
+	return pids, nil
+}
+
+// KillPostgres sends SIGKILL to the machine's postmaster and every child
+// of it and waits until they are gone. Patroni stays up.
+func (c *Cluster) KillPostgres(m *Machine) error {
+	pids, err := c.signalPostgres(m, syscall.SIGKILL)
+	if err != nil {
+		return err
+	}
+	if !waitGone(pids, 10*time.Second) {
+		return fmt.Errorf("patroni: %s's postgres still running 10 s after SIGKILL", m.Name)
 	}
 	return nil
 }
@@ -727,21 +768,38 @@ func (c *Cluster) StopMachine(m *Machine) error {
 	m.stopped = true
 	etcd, pat := m.etcd, m.patroni
 	m.mu.Unlock()
-	_, pgrp := c.Postmaster(m)
 	var errs []error
 	if pat != nil {
 		errs = append(errs, pat.kill())
 	}
-	if pgrp != 0 {
-		_ = syscall.Kill(-pgrp, syscall.SIGKILL)
-	}
+	pids, err := c.signalPostgres(m, syscall.SIGKILL)
+	errs = append(errs, err)
 	if etcd != nil {
 		errs = append(errs, etcd.kill())
 	}
-	if pgrp != 0 && !waitGroupGone(pgrp, 10*time.Second) {
-		errs = append(errs, fmt.Errorf("patroni: %s's postgres (group %d) still running 10 s after SIGKILL", m.Name, pgrp))
+	if !waitGone(pids, 10*time.Second) {
+		errs = append(errs, fmt.Errorf("patroni: %s's postgres still running 10 s after SIGKILL", m.Name))
 	}
 	return errors.Join(errs...)
+}
+
+// FreezeMachine takes a whole machine away as a network partition or a
+// hung host would: SIGSTOP to its Patroni, its PostgreSQL and its etcd
+// member. Unlike StopMachine, their sockets stay open and answer nothing,
+// so a client waits on them until its own timeouts. Close kills them.
+func (c *Cluster) FreezeMachine(m *Machine) error {
+	m.mu.Lock()
+	m.stopped, m.frozen = true, true
+	etcd, pat := m.etcd, m.patroni
+	m.mu.Unlock()
+	var errs []error
+	for _, p := range []*proc{pat, etcd} {
+		if err := syscall.Kill(-p.cmd.Process.Pid, syscall.SIGSTOP); err != nil {
+			errs = append(errs, fmt.Errorf("patroni: SIGSTOP %s: %w", m.Name, err))
+		}
+	}
+	_, err := c.signalPostgres(m, syscall.SIGSTOP)
+	return errors.Join(append(errs, err)...)
 }
 
 // Close stops every Patroni (SIGTERM: Patroni stops its PostgreSQL; SIGKILL
@@ -761,15 +819,19 @@ func (c *Cluster) Close() error {
 	for _, m := range c.machines {
 		c.Postmaster(m) // remember its group before Patroni removes the pid file
 		m.mu.Lock()
-		p := m.patroni
+		p, frozen := m.patroni, m.frozen
 		m.mu.Unlock()
 		if p == nil {
 			continue
 		}
+		sig := syscall.SIGTERM
+		if frozen {
+			sig = syscall.SIGKILL // a stopped process would hold SIGTERM until the grace ran out
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := p.stop(syscall.SIGTERM, 30*time.Second); err != nil {
+			if err := p.stop(sig, 30*time.Second); err != nil {
 				emu.Lock()
 				errs = append(errs, fmt.Errorf("%s's Patroni: %w", m.Name, err))
 				emu.Unlock()
@@ -777,34 +839,36 @@ func (c *Cluster) Close() error {
 		}()
 	}
 	wg.Wait()
-	c.mu.Lock()
-	groups := make([]int, 0, len(c.groups))
-	for g := range c.groups {
-		groups = append(groups, g)
-	}
-	c.mu.Unlock()
+	// A postmaster Patroni did not stop (Patroni killed, or the machine
+	// frozen: its stopped children would never see the postmaster die).
 	for _, m := range c.machines {
-		if _, g := c.Postmaster(m); g != 0 {
-			groups = append(groups, g)
-		}
-	}
-	for _, g := range groups {
-		if groupAlive(g) {
-			_ = syscall.Kill(-g, syscall.SIGKILL)
-			if !waitGroupGone(g, 10*time.Second) {
-				errs = append(errs, fmt.Errorf("patroni: postgres group %d still running after SIGKILL", g))
-			}
+		if pids, err := c.signalPostgres(m, syscall.SIGKILL); err == nil && !waitGone(pids, 10*time.Second) {
+			errs = append(errs, fmt.Errorf("patroni: %s's postgres still running after SIGKILL", m.Name))
 		}
 	}
 	for _, m := range c.machines {
 		m.mu.Lock()
-		p := m.etcd
+		p, frozen := m.etcd, m.frozen
 		m.mu.Unlock()
+		sig := syscall.SIGTERM
+		if frozen {
+			sig = syscall.SIGKILL
+		}
 		if p != nil {
-			if err := p.stop(syscall.SIGTERM, 10*time.Second); err != nil {
+			if err := p.stop(sig, 10*time.Second); err != nil {
 				errs = append(errs, fmt.Errorf("%s: %w", m.EtcdName, err))
 			}
 		}
+	}
+	// Anything of the cluster still alive (a backend of a frozen machine
+	// whose postmaster was already gone) is killed by PID.
+	var left []int
+	for _, p := range c.strayPIDs() {
+		_ = syscall.Kill(p, syscall.SIGKILL)
+		left = append(left, p)
+	}
+	if len(left) > 0 {
+		waitGone(left, 10*time.Second)
 	}
 	if s := c.Strays(); len(s) > 0 {
 		errs = append(errs, fmt.Errorf("patroni: processes of the cluster still running after Close: %s", strings.Join(s, "; ")))
@@ -828,23 +892,28 @@ func (c *Cluster) KeepDir() string {
 
 // Strays lists the live processes that belong to this cluster: any whose
 // command line names the cluster's folder or scope (etcd, Patroni, a
-// postmaster, a backend's title carries the cluster_name), or that is in
-// a postmaster's process group seen here.
+// postmaster; a backend's title carries the cluster_name, which Patroni
+// sets to the scope), or that is in a postmaster's process group seen here.
 func (c *Cluster) Strays() []string {
+	var out []string
+	for _, pid := range c.strayPIDs() {
+		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		cmd = bytes.ReplaceAll(bytes.TrimRight(cmd, "\x00"), []byte{0}, []byte{' '})
+		out = append(out, fmt.Sprintf("pid %d: %.120s", pid, cmd))
+	}
+	return out
+}
+
+func (c *Cluster) strayPIDs() []int {
 	c.mu.Lock()
 	groups := map[int]bool{}
 	for g := range c.groups {
 		groups[g] = true
 	}
 	c.mu.Unlock()
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return []string{"read /proc: " + err.Error()}
-	}
-	var out []string
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
+	var out []int
+	for _, pid := range pids() {
+		if pid == os.Getpid() {
 			continue
 		}
 		_, pgrp, state, ok := procStat(pid)
@@ -852,12 +921,11 @@ func (c *Cluster) Strays() []string {
 			continue
 		}
 		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		cmd = bytes.ReplaceAll(bytes.TrimRight(cmd, "\x00"), []byte{0}, []byte{' '})
 		if groups[pgrp] || bytes.Contains(cmd, []byte(c.dir)) || bytes.Contains(cmd, []byte(c.scope)) {
-			out = append(out, fmt.Sprintf("pid %d: %.120s", pid, cmd))
+			out = append(out, pid)
 		}
 	}
-	sort.Strings(out)
+	sort.Ints(out)
 	return out
 }
 
@@ -974,6 +1042,56 @@ func procStat(pid int) (ppid, pgrp int, state string, ok bool) {
 	ppid, _ = strconv.Atoi(f[1])
 	pgrp, _ = strconv.Atoi(f[2])
 	return ppid, pgrp, f[0], true
+}
+
+// pids lists the process IDs in /proc.
+func pids() []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, e := range entries {
+		if pid, err := strconv.Atoi(e.Name()); err == nil {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// children lists the live processes whose parent is pid.
+func children(pid int) []int {
+	var out []int
+	for _, p := range pids() {
+		if ppid, _, state, ok := procStat(p); ok && ppid == pid && state != "Z" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// alive tells whether pid runs (and is not a zombie).
+func alive(pid int) bool {
+	_, _, state, ok := procStat(pid)
+	return ok && state != "Z"
+}
+
+// waitGone polls until none of pids is alive, or timeout.
+func waitGone(pids []int, timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for {
+		left := false
+		for _, p := range pids {
+			left = left || alive(p)
+		}
+		if !left {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // groupAlive tells whether a live (not zombie) process is in group pgid.
