@@ -47,7 +47,7 @@ import (
 const (
 	haRecovery  = 60 * time.Second  // from an event to every node serving again: fails a hang, survives a loaded machine
 	haSettle    = 120 * time.Second // for Patroni to be healthy again (a rejoin may need pg_rewind or a new base backup)
-	maxHAAnswer = 10 * time.Second  // bound on any answer beyond a long-poll's wait
+	maxHAAnswer = 15 * time.Second  // bound on any answer beyond a long-poll's wait: the node's own 10 s bound on a push's or ack's database work (broker.dbRequestTimeout) and a margin; the client gives up at 20 s
 )
 
 func TestPatroniFailover(t *testing.T) {
