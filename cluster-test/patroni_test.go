@@ -187,14 +187,17 @@ func waitNewLeader(t *testing.T, ctx context.Context, pc *patroni.Cluster, old s
 	var key, primary time.Duration
 	var name string
 	for key == 0 || primary == 0 {
-		sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		// A slow member's answer is not waited for long: these are polls.
+		sctx, cancel := context.WithTimeout(ctx, time.Second)
 		st, err := pc.State(sctx)
+		cancel()
 		if err == nil && key == 0 {
 			if l := st.Leader(); l.Name != "" && l.Name != old && l.State == "running" {
 				key = time.Since(event)
 			}
 		}
-		if p := pc.Primary(sctx); primary == 0 && p != "" && p != old {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		if p := pc.Primary(pctx); primary == 0 && p != "" && p != old {
 			name, primary = p, time.Since(event)
 		}
 		cancel()

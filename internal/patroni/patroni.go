@@ -516,47 +516,84 @@ func (s *State) String() string {
 	return strings.Join(parts, "; ")
 }
 
-// State asks the REST API of each machine that is not stopped, in turn,
-// for Patroni's view of the cluster, and returns the first answer.
+// State asks the REST API of every machine that is not stopped, all at
+// once, for Patroni's view of the cluster, and returns the first answer. At
+// once, not in turn: a member in the middle of a demotion can be slow to
+// answer, and the others' view should not wait for it.
 func (c *Cluster) State(ctx context.Context) (*State, error) {
+	type answer struct {
+		st  *State
+		err error
+	}
+	live := c.live()
+	ch := make(chan answer, len(live))
+	for _, m := range live {
+		go func() {
+			var st State
+			err := c.getJSON(ctx, fmt.Sprintf("http://127.0.0.1:%d/cluster", m.APIPort), &st)
+			if err != nil {
+				ch <- answer{nil, fmt.Errorf("%s: %w", m.Name, err)}
+				return
+			}
+			ch <- answer{&st, nil}
+		}()
+	}
 	var errs []error
-	for _, m := range c.machines {
-		if m.Stopped() {
-			continue
+	for range live {
+		a := <-ch
+		if a.err == nil {
+			return a.st, nil
 		}
-		var st State
-		err := c.getJSON(ctx, fmt.Sprintf("http://127.0.0.1:%d/cluster", m.APIPort), &st)
-		if err == nil {
-			return &st, nil
-		}
-		errs = append(errs, fmt.Errorf("%s: %w", m.Name, err))
+		errs = append(errs, a.err)
 	}
 	return nil, fmt.Errorf("patroni: no member answered GET /cluster: %w", errors.Join(errs...))
 }
 
-// Primary returns the member whose REST API answers GET /primary with
-// 200, which Patroni does once it runs that member's PostgreSQL as the
-// primary (promoted, accepting writes); "" when none does.
+// Primary asks every machine that is not stopped, all at once, for GET
+// /primary and returns the member that answers 200, which Patroni does
+// once it runs that member's PostgreSQL as the primary (promoted, taking
+// writes); "" when none does.
 func (c *Cluster) Primary(ctx context.Context) string {
-	for _, m := range c.machines {
-		if m.Stopped() {
-			continue
-		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/primary", m.APIPort), nil)
-		if err != nil {
-			continue
-		}
-		resp, err := c.client.Do(req)
-		if err != nil {
-			continue
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode == http.StatusOK {
-			return m.Name
+	live := c.live()
+	ch := make(chan string, len(live))
+	for _, m := range live {
+		go func() {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/primary", m.APIPort), nil)
+			if err != nil {
+				ch <- ""
+				return
+			}
+			resp, err := c.client.Do(req)
+			if err != nil {
+				ch <- ""
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				ch <- m.Name
+				return
+			}
+			ch <- ""
+		}()
+	}
+	for range live {
+		if name := <-ch; name != "" {
+			return name
 		}
 	}
 	return ""
+}
+
+// live returns the machines that are not stopped.
+func (c *Cluster) live() []*Machine {
+	var out []*Machine
+	for _, m := range c.machines {
+		if !m.Stopped() {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // healthy tells why st is not yet a cluster to run a test against, or ""
