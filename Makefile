@@ -43,7 +43,7 @@ cluster-test: ensure-postgres
 
 # Failover under Patroni with etcd (docs/cluster-tests.md, "Failover under
 # Patroni"): the test starts its own etcd, Patroni and PostgreSQL processes
-# on loopback and stops them; about 3 minutes. Not part of make test.
+# on loopback and stops them; 2 to 3 minutes. Not part of make test.
 HA_TIMEOUT ?= 20m
 
 ensure-ha:
