@@ -15,7 +15,7 @@ SHELL := bash
 
 PGTEMP := $(GO) run ./cmd/pgtemp --
 
-.PHONY: build test test-race test-short cluster-test soak bench bench-quick bench-go demo fmt vet lint fuzz clean ensure-postgres ensure-chromium ensure-ha
+.PHONY: build test test-race test-short cluster-test ha-test soak bench bench-quick bench-go demo fmt vet lint fuzz clean ensure-postgres ensure-chromium ensure-pgbouncer ensure-ha
 
 # The version is git's description of the tree (a tag, or the commit, -dirty
 # with uncommitted changes): queen-node version, /health, /status, the dashboard.
@@ -33,11 +33,11 @@ ensure-chromium:
 	bash ./scripts/ensure-chromium.sh || echo "ensure-chromium: continuing without Chromium (browser tests will skip)"
 
 # Best-effort too: PgBouncer for TestThroughPgBouncer (skipped with a message
-# without it), Patroni and etcd for make ha-test.
-ensure-ha:
-	bash ./scripts/ensure-ha.sh || echo "ensure-ha: continuing without pgbouncer/patroni/etcd (their tests will skip)"
+# without it).
+ensure-pgbouncer:
+	bash ./scripts/ensure-ha.sh pgbouncer || echo "ensure-pgbouncer: continuing without PgBouncer (TestThroughPgBouncer will skip)"
 
-test: ensure-postgres ensure-chromium ensure-ha lint
+test: ensure-postgres ensure-chromium ensure-pgbouncer lint
 	$(PGTEMP) $(GO) test -count=1 -timeout 20m ./...
 
 # The product packages under the race detector (slower; not part of CI's make test).
@@ -49,6 +49,17 @@ test-short: ensure-postgres lint
 
 cluster-test: ensure-postgres
 	$(PGTEMP) $(GO) test -count=1 -timeout 15m -v ./cluster-test/...
+
+# Failover under Patroni with etcd (docs/cluster-tests.md, "Failover under
+# Patroni"): the test starts its own etcd, Patroni and PostgreSQL processes
+# on loopback and stops them; 2 to 3 minutes. Not part of make test.
+HA_TIMEOUT ?= 20m
+
+ensure-ha:
+	bash ./scripts/ensure-ha.sh
+
+ha-test: ensure-postgres ensure-ha
+	QUEEN_HA=1 $(PGTEMP) $(GO) test -count=1 -timeout $(HA_TIMEOUT) -v -run '^TestPatroniFailover$$' ./cluster-test/
 
 soak: ensure-postgres
 	QUEEN_SOAK=1 SOAK_DURATION=$(SOAK_DURATION) \

@@ -16,6 +16,8 @@ func (b *Broker) Ack(ctx context.Context, tenant string, items []AckItem) ([]Ack
 	if len(items) == 0 {
 		return []AckResult{}, nil
 	}
+	ctx, cancel := context.WithTimeout(ctx, dbRequestTimeout) // see push.go
+	defer cancel()
 	var (
 		outs []pg.AckOutcome
 		used bool
@@ -28,7 +30,7 @@ func (b *Broker) Ack(ctx context.Context, tenant string, items []AckItem) ([]Ack
 		outs, err = b.ackGeneral(ctx, tenant, items)
 	}
 	if err != nil {
-		return nil, err
+		return nil, wrap(err) // the bound above running out is a 503 too
 	}
 	b.afterAck(tenant, outs)
 	res := make([]AckResult, len(items))

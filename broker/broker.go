@@ -238,7 +238,7 @@ func wrap(err error) error {
 	if err == nil {
 		return nil
 	}
-	if errors.Is(err, context.Canceled) {
+	if errors.Is(err, context.Canceled) || errors.Is(err, ErrUnavailable) {
 		return err
 	}
 	if pg.IsUnavailable(err) {

@@ -24,8 +24,19 @@ func (b *Broker) Push(ctx context.Context, tenant string, producerSub *string, i
 	if res, ok, err := b.bufferPush(tenant, producerSub, items); ok {
 		return res, err // push maintenance (maintenance.go)
 	}
+	ctx, cancel := context.WithTimeout(ctx, dbRequestTimeout)
+	defer cancel()
 	return b.pushStore(ctx, tenant, producerSub, items)
 }
+
+// dbRequestTimeout bounds the database work of one push or ack request. A
+// primary that stops answering without closing its connections (a frozen
+// host, a network partition; the failover manager promotes a standby
+// meanwhile) would otherwise hold a request whose statement went to it
+// until its client gives up; with the bound it answers 503 and the client
+// retries (docs/operations.md, "Running on Patroni"). Generous: a healthy
+// server answers a push or an ack in milliseconds.
+const dbRequestTimeout = 10 * time.Second
 
 // pushStore stores items in PostgreSQL: the push path behind the buffer,
 // which the buffer's replay also takes.

@@ -256,7 +256,12 @@ type Workload struct {
 	pushRetries atomic.Int64
 	popErrors   atomic.Int64
 	ackUnknown  atomic.Int64
+	stopPush    atomic.Bool // StopPushing
 }
+
+// StopPushing ends the producers at their next batch, for a test whose
+// load lasts as long as its events do rather than a set count or time.
+func (w *Workload) StopPushing() { w.stopPush.Store(true) }
 
 // startWorkload configures the queue and starts producers and consumers.
 func startWorkload(t *testing.T, c *Cluster, spec WorkloadSpec) *Workload {
@@ -343,7 +348,7 @@ func (w *Workload) producer(j, n int) {
 		} else if sent >= n {
 			return
 		}
-		if w.ctx.Err() != nil {
+		if w.ctx.Err() != nil || w.stopPush.Load() {
 			return
 		}
 		if rate > 0 { // pace: sent/rate must not run ahead of the clock

@@ -44,9 +44,14 @@ func Open(ctx context.Context, url string, maxConns int32, log hclog.Logger) (*D
 	if maxConns > 0 {
 		cfg.MaxConns = maxConns
 	}
-	// Fail fast on a dead server instead of hanging a request.
+	// Fail fast on a dead server instead of hanging a request. The bound is
+	// per host: with several hosts in the URL, a host that takes the
+	// connection and never answers (a frozen or partitioned machine, which a
+	// failover leaves behind) costs this much for every new connection
+	// while it comes before the primary in the list; 2 s, libpq's minimum
+	// (docs/operations.md, "Running on Patroni").
 	if cfg.ConnConfig.ConnectTimeout == 0 {
-		cfg.ConnConfig.ConnectTimeout = 5 * time.Second
+		cfg.ConnConfig.ConnectTimeout = 2 * time.Second
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

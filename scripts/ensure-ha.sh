@@ -7,18 +7,30 @@
 #
 # Installs when running as root with apt-get and QUEEN_NO_INSTALL unset;
 # otherwise prints the command that would install them and exits 1.
+#
+# `ensure-ha.sh pgbouncer` ensures PgBouncer only (make test needs no more).
 set -euo pipefail
 
-PKGS=(patroni etcd-server etcd-client pgbouncer)
+PKGS=(patroni python3-etcd etcd-server etcd-client pgbouncer)
+only_pgbouncer=0
+if [[ ${1:-} == pgbouncer ]]; then
+  PKGS=(pgbouncer)
+  only_pgbouncer=1
+fi
 
 missing=()
-command -v patroni >/dev/null 2>&1 || missing+=(patroni)
-command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
-command -v etcdctl >/dev/null 2>&1 || missing+=(etcd-client)
+if [[ $only_pgbouncer -eq 0 ]]; then
+  command -v patroni >/dev/null 2>&1 || missing+=(patroni)
+  # Patroni's etcd and etcd3 stores both import python-etcd, which the
+  # patroni package may leave out (it is one of several alternatives).
+  /usr/bin/python3 -c 'import etcd' >/dev/null 2>&1 || missing+=(python3-etcd)
+  command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
+  command -v etcdctl >/dev/null 2>&1 || missing+=(etcd-client)
+fi
 command -v pgbouncer >/dev/null 2>&1 || [[ -x /usr/sbin/pgbouncer ]] || missing+=(pgbouncer)
 
 if [[ ${#missing[@]} -eq 0 ]]; then
-  echo "ensure-ha: patroni, etcd and pgbouncer present"
+  echo "ensure-ha: ${PKGS[*]} present"
   exit 0
 fi
 
