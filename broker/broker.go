@@ -101,6 +101,12 @@ func New(ctx context.Context, cfg Config, log hclog.Logger) (*Broker, error) {
 			// hides the fault behind "not ready" lines (docs/operations.md).
 			return nil, fmt.Errorf("connect to PostgreSQL: not retrying, the server refuses this role, password or database; fix QUEEN_PG_URL or the server: %w", err)
 		}
+		if errors.Is(err, pg.ErrSchema) {
+			// A newer schema, a failing migration or a function set this
+			// node cannot run on is the same at every try
+			// (docs/operations.md, "Upgrades").
+			return nil, fmt.Errorf("set up the schema: not retrying: %w", err)
+		}
 		if cfg.PG.ConnectFailed != nil {
 			cfg.PG.ConnectFailed(err)
 		}

@@ -1,4 +1,6 @@
--- queen.pop_v1 is the claim core. Given a queue, a group and candidate
+-- queen.pop_v1 was the claim core (pg.Pop calls queen.pop_v2 since 856f416;
+-- pop_v1 stays for nodes of the releases in between, and as the reference
+-- of pop_v2's differential test). Given a queue, a group and candidate
 -- partition names (or NULL for the SQL wildcard scan), it claims each
 -- candidate with FOR UPDATE SKIP LOCKED on the (partition, group) consumer
 -- row, reads up to the remaining budget, writes the lease (or commits at once
@@ -17,6 +19,12 @@
 -- (o_verdict 'seeded') or was written by this call ('fresh'), and the queue's
 -- deferral options. The queue row and the group marker are provisioned on
 -- first contact (a subscription may precede the first push).
+-- 029898a added p_max_bytes to pop_v1 under the same name and dropped the
+-- 13-argument form below, against the renaming rule (docs/storage.md,
+-- "Schema migrations"): nodes of the release before could not pop once a
+-- newer node had started. No release an upgrade can start from calls that
+-- form any more, so the DROP stays as its retirement; a changed argument
+-- list gets a new name (as pop_v2 did), never a new overload.
 DROP FUNCTION IF EXISTS queen.pop_v1(text, text, text, text[], int, int, int, text, int, boolean, text, text, timestamptz);
 CREATE OR REPLACE FUNCTION queen.pop_v1(
     p_tenant        text,

@@ -1,0 +1,190 @@
+package pg
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/jackc/pgx/v5"
+
+	"queen-node/internal/pgtest"
+)
+
+// functionSets is the record of every released FunctionSet: its number and
+// the hash of its files. Append a line whenever pg/sql/functions changes
+// (and bump FunctionSet); never edit a line, so a number names one set.
+var functionSets = []struct {
+	Version int
+	Hash    string
+}{
+	{1, "de18578be296bf84af20e5a45aec0904f3629cffa60c5fb88e3cc1f099f5dbdd"}, // the files as of a331f8c, the last release without the number
+	{2, "570f99b4df157216c84d82012b8c2e61ba9a1df8097310bf78df40b234072ff8"}, // 20_pop.sql: the pop_v1 DROP explained against the renaming rule
+}
+
+// The function files cannot change without FunctionSet changing: a node
+// decides by the number whether to install its functions, so two sets
+// under one number would let an old body win (docs/storage.md, "Schema
+// migrations").
+func TestFunctionSetNumbered(t *testing.T) {
+	set, err := embeddedFunctionSet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hash := set.Hash()
+	last := functionSets[len(functionSets)-1]
+	for i, s := range functionSets {
+		if i > 0 && s.Version <= functionSets[i-1].Version {
+			t.Fatalf("functionSets: version %d after %d: numbers must grow", s.Version, functionSets[i-1].Version)
+		}
+		if s.Hash == hash && s.Version != FunctionSet {
+			t.Fatalf("pg/sql/functions are those of set %d, but FunctionSet is %d", s.Version, FunctionSet)
+		}
+	}
+	switch {
+	case last.Version == FunctionSet && last.Hash != hash:
+		t.Fatalf("pg/sql/functions changed but FunctionSet is still %d: set FunctionSet = %d in pg/functionset.go and append {%d, %q} to functionSets",
+			FunctionSet, FunctionSet+1, FunctionSet+1, hash)
+	case last.Version != FunctionSet:
+		t.Fatalf("FunctionSet is %d: append {%d, %q} to functionSets (the last recorded is %d)", FunctionSet, FunctionSet, hash, last.Version)
+	}
+}
+
+// Signatures, parsed from the files, name exactly the functions the set
+// creates, as the catalog resolves them: the check an older node runs
+// against a newer database relies on it.
+func TestFunctionSignaturesMatchCatalog(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.NewDatabase(t)
+	db, err := Open(ctx, url, 4, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	set, err := embeddedFunctionSet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sigs, err := set.Signatures()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var resolved []string
+	if err := db.pool.QueryRow(ctx, `SELECT coalesce(array_agg(to_regprocedure(s)::text), '{}') FROM unnest($1::text[]) s`, sigs).Scan(&resolved); err != nil {
+		t.Fatal(err)
+	}
+	var catalog []string
+	if err := db.pool.QueryRow(ctx, `SELECT coalesce(array_agg(p.oid::regprocedure::text), '{}')
+		FROM pg_proc p WHERE p.pronamespace = 'queen'::regnamespace`).Scan(&catalog); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(resolved)
+	resolved = slices.Compact(resolved)
+	slices.Sort(catalog)
+	if len(resolved) != len(sigs) || !slices.Equal(resolved, catalog) {
+		t.Fatalf("parsed %d signatures %v\nresolved %v\ncatalog %v", len(sigs), sigs, resolved, catalog)
+	}
+}
+
+// markedSet is this build's set renumbered, plus a function whose body
+// names the set it came from.
+func markedSet(t *testing.T, version int, marker string, extra ...sqlFile) functionSet {
+	t.Helper()
+	set, err := embeddedFunctionSet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	set.Version = version
+	set.Files = append(set.Files, sqlFile{Name: "sql/functions/99_marker.sql",
+		Body: "CREATE OR REPLACE FUNCTION queen.test_marker() RETURNS text LANGUAGE sql AS $$ SELECT '" + marker + "' $$;"})
+	set.Files = append(set.Files, extra...)
+	return set
+}
+
+func marker(t *testing.T, ctx context.Context, conn *pgx.Conn) (body string, version int) {
+	t.Helper()
+	if err := conn.QueryRow(ctx, `SELECT queen.test_marker(), (SELECT version FROM queen.function_set)`).Scan(&body, &version); err != nil {
+		t.Fatal(err)
+	}
+	return body, version
+}
+
+// The ordering rule (docs/storage.md, "Schema migrations"): a node installs
+// its functions only when its set is at least as new as the database's; an
+// older node runs on the newer functions, or refuses with ErrSchema when
+// one it calls is missing; one number with two contents is refused.
+func TestFunctionSetNeverDowngrades(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.NewDatabase(t)
+	db, err := Open(ctx, url, 4, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var v int
+	var hash string
+	if err := conn.QueryRow(ctx, `SELECT version, hash FROM queen.function_set`).Scan(&v, &hash); err != nil {
+		t.Fatal(err)
+	}
+	if set, _ := embeddedFunctionSet(); v != FunctionSet || hash != set.Hash() {
+		t.Fatalf("recorded set %d %s, want %d %s", v, hash, FunctionSet, set.Hash())
+	}
+
+	step := func(name string, set functionSet, wantErr string, wantMarker string, wantVersion int) {
+		t.Helper()
+		err := db.migrate(ctx, set)
+		switch {
+		case wantErr == "" && err != nil:
+			t.Fatalf("%s: %v", name, err)
+		case wantErr != "" && (err == nil || !errors.Is(err, ErrSchema) || !strings.Contains(err.Error(), wantErr)):
+			t.Fatalf("%s: want ErrSchema with %q, got %v", name, wantErr, err)
+		}
+		if m, v := marker(t, ctx, conn); m != wantMarker || v != wantVersion {
+			t.Fatalf("%s: marker %q set %d, want %q set %d", name, m, v, wantMarker, wantVersion)
+		}
+	}
+	step("newer node installs", markedSet(t, 10, "ten"), "", "ten", 10)
+	step("older node keeps the newer bodies", markedSet(t, 9, "nine"), "", "ten", 10)
+	step("same node again", markedSet(t, 10, "ten"), "", "ten", 10)
+	step("same number, other files", markedSet(t, 10, "other"), "different pg/sql/functions under one number", "ten", 10)
+	needs := sqlFile{Name: "sql/functions/98_gone.sql",
+		Body: "CREATE OR REPLACE FUNCTION queen.test_gone(p_a text, p_b int[]) RETURNS int LANGUAGE sql AS $$ SELECT 1 $$;"}
+	step("older node missing a function", markedSet(t, 9, "nine", needs), "lack queen.test_gone(text, int[])", "ten", 10)
+
+	// A node from before queen.function_set re-creates its bodies at every
+	// start; the next start of a node of the recorded set puts them back.
+	if _, err := conn.Exec(ctx, "CREATE OR REPLACE FUNCTION queen.test_marker() RETURNS text LANGUAGE sql AS $$ SELECT 'legacy' $$"); err != nil {
+		t.Fatal(err)
+	}
+	step("same set repairs a legacy downgrade", markedSet(t, 10, "ten"), "", "ten", 10)
+	step("a later set installs", markedSet(t, 11, "eleven"), "", "eleven", 11)
+}
+
+// A newer schema and a failing migration statement are permanent errors;
+// a lost connection is not.
+func TestSchemaErrorsArePermanent(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.NewDatabase(t)
+	db, err := Open(ctx, url, 4, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	bad := markedSet(t, FunctionSet+1, "x", sqlFile{Name: "sql/functions/99_zbad.sql", Body: "CREATE OR REPLACE FUNCTION queen.test_bad() RETURNS int LANGUAGE sql AS $$ SELECT no_such_column FROM queen.queues $$;"})
+	if err := db.migrate(ctx, bad); !errors.Is(err, ErrSchema) || !strings.Contains(err.Error(), "99_zbad.sql") {
+		t.Fatalf("failing function file: %v", err)
+	}
+	if _, err := db.pool.Exec(ctx, `INSERT INTO queen.schema_migrations (version, name) VALUES (9999, 'future')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(ctx, url, 4, hclog.NewNullLogger()); !errors.Is(err, ErrSchema) || !strings.Contains(err.Error(), "newer") {
+		t.Fatalf("newer schema: %v", err)
+	}
+}
