@@ -266,3 +266,32 @@ func rawGet(t *testing.T, c net.Conn, br *bufio.Reader, path string) int {
 	resp.Body.Close()
 	return resp.StatusCode
 }
+
+// With several hosts in the URL the same refusal is retried: the host that
+// answered may be a replica that has not replayed the database's creation
+// yet (pgx stops at the first host that refuses). The start runs until its
+// context ends, with the reason on /health.
+func TestMultiHostRefusalIsRetried(t *testing.T) {
+	base, err := url.Parse(pgtest.ServerURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := *base
+	u.Host = base.Host + "," + base.Host
+	u.Path = "/queen_no_such_database"
+	cfg := node.DefaultConfig()
+	cfg.HTTPAddr = "127.0.0.1:0"
+	cfg.Broker.NodeName = "n1"
+	cfg.Broker.PG.URL = u.String()
+	cfg.Mesh.Enabled = false
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	n, err := node.Start(ctx, cfg, nil)
+	if err == nil {
+		_ = n.Stop(context.Background())
+		t.Fatal("started")
+	}
+	if ctx.Err() == nil || strings.Contains(err.Error(), "not retrying") {
+		t.Fatalf("multi-host refusal: %v (want retries until the context ends)", err)
+	}
+}

@@ -60,6 +60,13 @@ func Open(ctx context.Context, url string, maxConns int32, log hclog.Logger) (*D
 	db := &DB{pool: pool, log: log}
 	if err := db.Migrate(ctx); err != nil {
 		pool.Close()
+		if len(cfg.ConnConfig.Fallbacks) > 0 {
+			// Several hosts: pgx stops at the first that refuses the role or
+			// database, which may be a replica that has not yet replayed
+			// their creation. Retrying is the only way through; /health
+			// shows the reason meanwhile (docs/operations.md, "Starting").
+			return nil, err
+		}
 		return nil, refused(err)
 	}
 	return db, nil
