@@ -135,7 +135,7 @@ func New(ctx context.Context, cfg Config, log hclog.Logger) (*Broker, error) {
 		b.leases = newLeaseMemory(defaultLeaseMemLeases, defaultLeaseMemBytes)
 	}
 	if cfg.Hotlist.Enabled {
-		b.hot = newHotlist(cfg, func(key, event string, kv ...any) {
+		b.hot = newHotlist(cfg, func(key hotlist.Key, event string, kv ...any) {
 			b.hotLog.Debug("trace "+event, append([]any{"queue", queueName(key)}, kv...)...)
 		})
 		b.startHotLoops()
@@ -247,4 +247,4 @@ func wrap(err error) error {
 	return err
 }
 
-func queueKey(tenant, queue string) string { return hotlist.Key(tenant, queue) }
+func queueKey(tenant, queue string) hotlist.Key { return hotlist.KeyOf(tenant, queue) }

@@ -29,11 +29,3 @@ func (b *Broker) startEarlyLoop() {
 		}
 	})
 }
-
-// has tells whether a pop is parked on key.
-func (g *gates) has(key string) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	e := g.m[key]
-	return e != nil && e.refs > 0
-}

@@ -23,7 +23,7 @@ const (
 	reportEvery = 30 * time.Second
 )
 
-func newHotlist(cfg Config, log func(key, event string, kv ...any)) *hotlist.Hotlist {
+func newHotlist(cfg Config, log func(key hotlist.Key, event string, kv ...any)) *hotlist.Hotlist {
 	hc := cfg.Hotlist.Config // zero fields take hotlist's defaults in hotlist.New
 	if hc.TracePrefix != "" && hc.Trace == nil {
 		hc.Trace = log
@@ -87,7 +87,7 @@ func (b *Broker) runReseed(r *hotlist.Ring) {
 // walk of its probably-pending partitions, applied as reseed marks. The
 // caller has claimed it (BeginReseed / DueReseeds).
 func (b *Broker) reseed(ctx context.Context, r *hotlist.Ring) error {
-	tenant, queue := hotlist.SplitKey(r.Key())
+	tenant, queue := r.Key().Split()
 	after, added, complete := "", 0, false
 	var err error
 	for page := 0; page < reseedMaxPages; page++ {
@@ -269,10 +269,7 @@ func queueOpts(out *pg.PopOutcome) hotlist.QueueOpts {
 	return hotlist.QueueOpts{Delay: time.Duration(out.Delay) * time.Second, Window: time.Duration(out.Window) * time.Second}
 }
 
-func queueName(key string) string {
-	_, q := hotlist.SplitKey(key)
-	return q
-}
+func queueName(key hotlist.Key) string { return key.Queue() }
 
 // report logs the hot-list's periodic "reseed floor" line and one "ring"
 // line per busiest non-empty ring.

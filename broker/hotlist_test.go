@@ -34,7 +34,7 @@ func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) 
 func TestRingRegisteredAfterGroupSeeded(t *testing.T) {
 	t.Parallel()
 	n := nodetest.Start(t, hotOn(time.Minute))
-	key := hotlist.Key(broker.DefaultTenant, "reg")
+	key := hotlist.KeyOf(broker.DefaultTenant, "reg")
 	pop(t, n, "reg", "batch=1&consumerGroup=g")
 	if n.Broker.Hotlist().Lookup(key, "g") != nil {
 		t.Fatal("a ring was registered on the first pop of a name")
@@ -182,7 +182,7 @@ func TestDeleteGroupDropsRing(t *testing.T) {
 	pop(t, n, "dg", "batch=1&consumerGroup=g")
 	ms, _ := pop(t, n, "dg", "batch=10&consumerGroup=g")
 	ackAll(t, n, "g", "completed", ms)
-	key := hotlist.Key(broker.DefaultTenant, "dg")
+	key := hotlist.KeyOf(broker.DefaultTenant, "dg")
 	if n.Broker.Hotlist().Lookup(key, "g") == nil {
 		t.Fatal("ring missing")
 	}

@@ -96,7 +96,7 @@ func (h *Hotlist) earlyDue(r *Ring, n int64) bool {
 // without a parked consumer are not claimed: their next pop reseeds them.
 // With no loss signal since the last pass and no deferred ring due, it
 // costs two atomic loads; otherwise one pass over the rings.
-func (h *Hotlist) EarlyReseeds(now time.Time, parked func(key string) bool) []*Ring {
+func (h *Hotlist) EarlyReseeds(now time.Time, parked func(key Key) bool) []*Ring {
 	n := now.UnixNano()
 	if !h.early.pending.Swap(false) {
 		if w := h.early.wakeAt.Load(); w == 0 || n < w {

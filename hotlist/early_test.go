@@ -10,7 +10,7 @@ import (
 func earlyRings(h *Hotlist, n int) []*Ring {
 	var rs []*Ring
 	for i := range n {
-		r := h.Register(Key("t", "q"+string(rune('1'+i))), "g", QueueOpts{}, at(0))
+		r := h.Register(KeyOf("t", "q"+string(rune('1'+i))), "g", QueueOpts{}, at(0))
 		warm(h, r, at(0))
 		rs = append(rs, r)
 	}
@@ -23,8 +23,8 @@ func endEarly(h *Hotlist, rs []*Ring, now time.Time) {
 	}
 }
 
-func ringKeys(rs []*Ring) []string {
-	var out []string
+func ringKeys(rs []*Ring) []Key {
+	var out []Key
 	for _, r := range rs {
 		out = append(out, r.Key())
 	}
@@ -37,7 +37,7 @@ func TestEarlyReseedOrderParkedThenNonEmpty(t *testing.T) {
 	h := newHL()
 	rs := earlyRings(h, 3) // q1 parked and empty, q2 non-empty, q3 empty and idle
 	markN(h, rs[1].Key(), SourceLocal, at(0), "p")
-	parked := func(key string) bool { return key == rs[0].Key() }
+	parked := func(key Key) bool { return key == rs[0].Key() }
 
 	if got := h.EarlyReseeds(at(time.Second), parked); got != nil {
 		t.Fatalf("no loss yet, claimed %v", ringKeys(got))
@@ -47,7 +47,7 @@ func TestEarlyReseedOrderParkedThenNonEmpty(t *testing.T) {
 	}
 	h.HintsLost(at(time.Second))
 	got := h.EarlyReseeds(at(time.Second), parked)
-	if want := []string{rs[0].Key(), rs[1].Key()}; !slices.Equal(ringKeys(got), want) {
+	if want := []Key{rs[0].Key(), rs[1].Key()}; !slices.Equal(ringKeys(got), want) {
 		t.Fatalf("claimed %q, want %q (parked first, then non-empty)", ringKeys(got), want)
 	}
 	endEarly(h, got, at(time.Second))

@@ -171,7 +171,7 @@ type model struct {
 	conf   mconf
 	faults bool
 	h      *Hotlist
-	key    string
+	key    Key
 	rings  [mGroups]*Ring
 	g      truth
 	now    time.Time
@@ -194,7 +194,7 @@ func newModel(t testing.TB, seed uint64, conf mconf, faults bool, st *mstats) *m
 		WindowBatch: conf.windowBatch,
 		Jitter:      func(max time.Duration) time.Duration { return time.Duration(m.rng.Int64N(int64(max))) },
 	})
-	m.key = Key("tenant", "q-"+conf.name)
+	m.key = KeyOf("tenant", "q-"+conf.name)
 	m.g.opts = conf.opts
 	for grp := range mGroups {
 		m.rings[grp] = m.h.Register(m.key, fmt.Sprintf("g%d", grp), conf.opts, m.now)
@@ -586,7 +586,7 @@ func runConcurrent(t *testing.T, seed uint64, conf mconf, faults bool) (verdictC
 	tick := func(rng *rand.Rand) { clock.Add(int64(rng.IntN(1000)) * int64(time.Microsecond)) }
 
 	h := New(Config{Shards: conf.shards, WindowBatch: conf.windowBatch, ReseedInterval: 200 * time.Millisecond})
-	key := Key("tenant", "c-"+conf.name)
+	key := KeyOf("tenant", "c-"+conf.name)
 	var rings [mGroups]*Ring
 	for grp := range mGroups {
 		rings[grp] = h.Register(key, fmt.Sprintf("g%d", grp), conf.opts, now())

@@ -7,7 +7,7 @@ import (
 )
 
 // warmRing registers a ring and finishes its first (cold) reseed.
-func warmRing(t *testing.T, h *Hotlist, key string) *Ring {
+func warmRing(t *testing.T, h *Hotlist, key Key) *Ring {
 	t.Helper()
 	r := h.Register(key, "g", QueueOpts{}, at(0))
 	if !h.BeginReseed(r, at(0), false) {
@@ -21,15 +21,15 @@ func warmRing(t *testing.T, h *Hotlist, key string) *Ring {
 // commit mark, a reseed row and a took or leased verdict confirm it.
 func TestRemoteMarksStayUnconfirmedUntilSomethingConfirmsThem(t *testing.T) {
 	h := newHL()
-	r := warmRing(t, h, "t\x1fq")
-	markN(h, "t\x1fq", SourceRemote, at(1), "a", "b", "c", "d", "e")
+	r := warmRing(t, h, KeyOf("t", "q"))
+	markN(h, KeyOf("t", "q"), SourceRemote, at(1), "a", "b", "c", "d", "e")
 	if r.Unconfirmed() != 5 || h.Stats().Unconfirmed != 5 {
 		t.Fatalf("unconfirmed %d / %d, want 5", r.Unconfirmed(), h.Stats().Unconfirmed)
 	}
-	markN(h, "t\x1fq", SourceLocal, at(1), "a")
-	markN(h, "t\x1fq", SourceCommit, at(1), "b")
+	markN(h, KeyOf("t", "q"), SourceLocal, at(1), "a")
+	markN(h, KeyOf("t", "q"), SourceCommit, at(1), "b")
 	h.Reseed(r, []ReseedRow{{Name: "c", PartitionID: "pc"}}, at(1))
-	markN(h, "t\x1fq", SourceRemote, at(1), "a") // a remote mark never unconfirms
+	markN(h, KeyOf("t", "q"), SourceRemote, at(1), "a") // a remote mark never unconfirms
 	if r.Unconfirmed() != 2 {
 		t.Fatalf("unconfirmed %d, want 2 (d, e)", r.Unconfirmed())
 	}
@@ -57,7 +57,7 @@ func TestRemoteMarksStayUnconfirmedUntilSomethingConfirmsThem(t *testing.T) {
 // it ran, confirmed ones and checked-out ones stay.
 func TestCompleteReseedPrunesUnconfirmedEntriesInBulk(t *testing.T) {
 	h := newHL()
-	key := "t\x1fq"
+	key := KeyOf("t", "q")
 	r := warmRing(t, h, key)
 	fakes := make([]string, 100000)
 	for i := range fakes {
@@ -100,7 +100,7 @@ func TestCompleteReseedPrunesUnconfirmedEntriesInBulk(t *testing.T) {
 // every partition with work.
 func TestIncompleteReseedDoesNotPrune(t *testing.T) {
 	h := newHL()
-	key := "t\x1fq"
+	key := KeyOf("t", "q")
 	r := warmRing(t, h, key)
 	markN(h, key, SourceRemote, at(1), "x", "y")
 	h.BeginReseed(r, at(2), true)
@@ -116,7 +116,7 @@ func TestIncompleteReseedDoesNotPrune(t *testing.T) {
 // SuspectUnconfirmed unconfirmed entries, at most once per PruneEvery.
 func TestBeginPruneThresholdAndPace(t *testing.T) {
 	h := newHL(func(c *Config) { c.SuspectUnconfirmed = 10; c.PruneEvery = time.Second })
-	key := "t\x1fq"
+	key := KeyOf("t", "q")
 	r := warmRing(t, h, key)
 	for i := 0; i < 9; i++ {
 		markN(h, key, SourceRemote, at(time.Second), fmt.Sprintf("f%d", i))

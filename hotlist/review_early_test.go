@@ -62,7 +62,7 @@ func TestEarlyReseedPopRefusedIsRetriedByTheLoop(t *testing.T) {
 		t.Fatal("the second pop ran without a token")
 	}
 	// The second pop parks on its ring; no new loss arrives.
-	parked := func(key string) bool { return key == rs[1].Key() }
+	parked := func(key Key) bool { return key == rs[1].Key() }
 	if got := h.EarlyReseeds(at(time.Second+500*time.Millisecond), parked); len(got) != 0 {
 		t.Fatalf("claimed %d before a token is back", len(got))
 	}

@@ -9,7 +9,7 @@ import (
 // check-in and an ack, and checks what the view reports at each step.
 func TestQueueView(t *testing.T) {
 	h := newHL(shards(2))
-	key := Key("t1", "q")
+	key := KeyOf("t1", "q")
 	if _, ok := h.QueueView(key, 10, at(0)); ok {
 		t.Fatal("view of an unknown queue: registered")
 	}
@@ -89,7 +89,7 @@ func TestQueueView(t *testing.T) {
 // start time.
 func TestQueueViewBounds(t *testing.T) {
 	h := newHL(shards(4))
-	key := Key("t1", "q")
+	key := KeyOf("t1", "q")
 	r := h.Register(key, "g", QueueOpts{}, at(0))
 	var names []string
 	for i := 0; i < 50; i++ {
@@ -135,7 +135,7 @@ func TestQueueViewBounds(t *testing.T) {
 // are never negative and its entries never exceed the bound.
 func TestQueueViewConcurrent(t *testing.T) {
 	h := newHL(shards(4))
-	key := Key("t1", "q")
+	key := KeyOf("t1", "q")
 	r := h.Register(key, "g", QueueOpts{}, at(0))
 	done := make(chan struct{})
 	go func() {
