@@ -183,28 +183,28 @@ func (b *Broker) startChurnWatch() {
 		// DueReseedsBy claims every ring due by then: with the floor interval
 		// plus the largest phase ahead, that is every ring not reseeding
 		// already (a reseed that began before the event is covered by the
-		// follow-up pass). Each keeps its floor phase (EndReseedWalk).
-		rings := b.hot.DueReseedsBy(start, start.Add(hc.ReseedInterval+hc.MaxPhase))
-		for i, r := range rings {
+		// follow-up pass). Each keeps its floor phase (Walk.End).
+		walks := b.hot.DueReseedsBy(start, start.Add(hc.ReseedInterval+hc.MaxPhase))
+		for i, w := range walks {
 			select {
 			case <-b.stop:
 				// Closing: release the claims not run, without a pass.
-				for _, rest := range rings[i:] {
-					b.hot.EndReseed(rest, false, time.Now())
+				for _, rest := range walks[i:] {
+					rest.End(false, false, time.Now())
 				}
 				return
 			default:
 			}
-			b.runReseed(r)
-			if r.Ready(time.Now()) {
+			b.runReseed(w)
+			if r := w.Ring(); r.Ready(time.Now()) {
 				// Long-polls parked on the stale ring take what it found now
 				// rather than at their next re-poll.
 				b.gates.notify(r.Key())
 			}
 		}
 		b.churn.passes.Add(1)
-		b.churn.reseeds.Add(int64(len(rings)))
-		log.Info("reseeded every ring after churn", "reason", reason, "rings", len(rings),
+		b.churn.reseeds.Add(int64(len(walks)))
+		log.Info("reseeded every ring after churn", "reason", reason, "rings", len(walks),
 			"took", time.Since(start).Round(time.Millisecond))
 		// The pass's own time is not a stall.
 		w.lastCheck = time.Now()

@@ -24,8 +24,8 @@ func (b *Broker) HintsLost(sender string) {
 // parked pops first, through the same reseed path as the floor.
 func (b *Broker) startEarlyLoop() {
 	b.every(earlyTick, func(now time.Time) {
-		for _, r := range b.hot.EarlyReseeds(now, b.gates.has) {
-			b.runReseed(r)
+		for _, w := range b.hot.EarlyReseeds(now, b.gates.has) {
+			b.runReseed(w)
 		}
 	})
 }

@@ -41,8 +41,8 @@ func (b *Broker) startHotLoops() {
 	})
 	b.startWakeLoop()
 	b.every(reseedTick, func(now time.Time) {
-		for _, r := range b.hot.DueReseeds(now) {
-			b.runReseed(r)
+		for _, w := range b.hot.DueReseeds(now) {
+			b.runReseed(w)
 		}
 	})
 	b.startEarlyLoop()
@@ -75,21 +75,33 @@ func (b *Broker) every(d time.Duration, fn func(time.Time)) {
 }
 
 // runReseed runs a claimed reseed with its own deadline.
-func (b *Broker) runReseed(r *hotlist.Ring) {
+func (b *Broker) runReseed(w *hotlist.Walk) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := b.reseed(ctx, r); err != nil && !pg.IsUnavailable(err) {
+	if err := b.reseed(ctx, w); err != nil && !pg.IsUnavailable(err) {
+		r := w.Ring()
 		b.hotLog.Warn("reseed failed", "queue", queueName(r.Key()), "group", r.Group(), "error", err)
 	}
 }
 
 // reseed re-derives a ring's contents from PostgreSQL: the keyset-paginated
-// walk of its probably-pending partitions, applied as reseed marks. The
-// caller has claimed it (BeginReseed / DueReseeds).
-func (b *Broker) reseed(ctx context.Context, r *hotlist.Ring) error {
+// walk of its probably-pending partitions, applied as reseed marks. Every
+// claimed walk (BeginReseed, BeginPrune, DueReseeds, EarlyReseeds) is run
+// here, which ends it on every path, a panic included (docs/hotlist.md,
+// "Reseed walks").
+func (b *Broker) reseed(ctx context.Context, w *hotlist.Walk) (err error) {
+	r := w.Ring()
 	tenant, queue := r.Key().Split()
-	after, added, complete := "", 0, false
-	var err error
+	after, added, complete, returned := "", 0, false, false
+	defer func() {
+		// Only a walk that read every page without error warms the ring,
+		// and only one that reached the end may prune what it did not list.
+		ok := returned && err == nil
+		w.End(ok, ok && complete, time.Now())
+		if added > 0 {
+			b.gates.notify(r.Key())
+		}
+	}()
 	for page := 0; page < reseedMaxPages; page++ {
 		var rows []pg.ReseedRow
 		rows, err = b.db.ReseedPage(ctx, tenant, queue, r.Group(), after, reseedPageSize)
@@ -103,18 +115,14 @@ func (b *Broker) reseed(ctx context.Context, r *hotlist.Ring) error {
 				hr[i].Age, hr[i].AgeKnown = time.Duration(*row.AgeMs)*time.Millisecond, true
 			}
 		}
-		added += b.hot.Reseed(r, hr, time.Now())
+		added += w.Reseed(hr, time.Now())
 		if len(rows) < reseedPageSize {
 			complete = true
 			break
 		}
 		after = rows[len(rows)-1].PartitionID
 	}
-	// Only a walk that reached the end may prune what it did not list.
-	b.hot.EndReseedWalk(r, err == nil, err == nil && complete, time.Now())
-	if added > 0 {
-		b.gates.notify(r.Key())
-	}
+	returned = true
 	return err
 }
 
@@ -132,10 +140,12 @@ func (b *Broker) hotPop(ctx context.Context, args pg.PopArgs, wait bool) (*PopRe
 		}
 		return res, err
 	}
-	if ring.Cold() && b.hot.BeginReseed(ring, time.Now(), false) {
-		// Opportunistic: a cold ring knows nothing yet.
-		if err := b.reseed(ctx, ring); err != nil {
-			return nil, wrap(err)
+	if ring.Cold() {
+		if w := b.hot.BeginReseed(ring, time.Now(), false); w != nil {
+			// Opportunistic: a cold ring knows nothing yet.
+			if err := b.reseed(ctx, w); err != nil {
+				return nil, wrap(err)
+			}
 		}
 	}
 	// Check out what one claim can use: the MaxParts it may claim plus three
@@ -147,22 +157,24 @@ func (b *Broker) hotPop(ctx context.Context, args pg.PopArgs, wait bool) (*PopRe
 	k := clamp(args.MaxParts*4, 4, 256)
 	for round := 0; round < 8; round++ {
 		now := time.Now()
-		if b.hot.BeginPrune(ring, now) {
+		if w := b.hot.BeginPrune(ring, now); w != nil {
 			// Many entries only remote marks vouch for (a flood of fake
 			// hints): one walk of the partitions with work drops them all,
 			// where probing them would cost one empty claim each.
-			if err := b.reseed(ctx, ring); err != nil {
+			if err := b.reseed(ctx, w); err != nil {
 				return nil, wrap(err)
 			}
 		}
 		cands := b.hot.Take(ring, k, now)
 		if cands == nil {
-			if !ring.Ready(now) && b.hot.BeginReseed(ring, now, false) {
-				// The floor is due anyway: run it now rather than park.
-				if err := b.reseed(ctx, ring); err != nil {
-					return nil, wrap(err)
+			if !ring.Ready(now) {
+				if w := b.hot.BeginReseed(ring, now, false); w != nil {
+					// The floor is due anyway: run it now rather than park.
+					if err := b.reseed(ctx, w); err != nil {
+						return nil, wrap(err)
+					}
+					continue
 				}
-				continue
 			}
 			if !wait {
 				// wait=false must see every committed push at once (read-your-

@@ -283,3 +283,28 @@ func TestIdleNodeWakesAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// Every reseed walk the broker claims is ended: after cold-ring reseeds,
+// a seek's forced reseed, floor reseeds and Close, none is open
+// (hotlist.Walk; docs/hotlist.md, "Reseed walks").
+func TestNoReseedWalkLeftOpen(t *testing.T) {
+	t.Parallel()
+	n := nodetest.Start(t, hotOn(100*time.Millisecond))
+	for _, p := range []string{"a", "b", "c"} {
+		push(t, n, "walks", p, msg{"i": p})
+	}
+	pop(t, n, "walks", "batch=1&consumerGroup=g") // SQL path: registers no ring
+	for range 3 {
+		pop(t, n, "walks", "batch=1&consumerGroup=g&autoAck=true") // cold reseed, then the ring
+	}
+	r := n.Do(t, "POST", "/api/v1/consumer-groups/g/queues/walks/seek", msg{"timestamp": "2000-01-01T00:00:00Z"})
+	if r.Status != 200 {
+		t.Fatalf("seek: %d %s", r.Status, r.Body)
+	}
+	hot := n.Broker.Hotlist()
+	waitFor(t, 5*time.Second, "a floor reseed", func() bool { return hot.Stats().Reseeds >= 3 })
+	n.Broker.Close()
+	if open := hot.OpenWalks(); open != 0 {
+		t.Fatalf("%d reseed walks left open", open)
+	}
+}

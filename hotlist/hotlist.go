@@ -35,6 +35,7 @@ type Hotlist struct {
 
 	marksLocal, marksRemote, marksCommit atomic.Int64
 	reseeds, reseedAdded, reclaimed      atomic.Int64
+	walks                                atomic.Int64 // reseed walks claimed and not yet ended
 	swept, dropped, pruned               atomic.Int64
 
 	early early

@@ -94,8 +94,8 @@ func takeOne(t *testing.T, h *Hotlist, r *Ring, name string, now time.Time) Cand
 
 // warm runs an empty successful reseed so the ring is no longer cold.
 func warm(h *Hotlist, r *Ring, now time.Time) {
-	if h.BeginReseed(r, now, true) {
-		h.EndReseed(r, true, now)
+	if claim(h.BeginReseed(r, now, true)) {
+		endReseed(r, true, now)
 	}
 }
 
@@ -1120,14 +1120,14 @@ func TestReseedPhaseWithinMinOf15sAndInterval(t *testing.T) {
 		warm(h, r1, base)
 		warm(h, r2, base)
 		for i, r := range []*Ring{r1, r2} {
-			if h.BeginReseed(r, at(phases[i]-time.Nanosecond), false) {
+			if claim(h.BeginReseed(r, at(phases[i]-time.Nanosecond), false)) {
 				t.Fatalf("ring %d reseeded before its phase", i)
 			}
 		}
-		if got := h.DueReseeds(at(phases[1])); len(got) != 1 || got[0] != r2 {
+		if got := claimed(h.DueReseeds(at(phases[1]))); len(got) != 1 || got[0] != r2 {
 			t.Fatalf("DueReseeds at g2's phase = %v", got)
 		}
-		if got := h.DueReseeds(at(phases[0])); len(got) != 1 || got[0] != r1 {
+		if got := claimed(h.DueReseeds(at(phases[0]))); len(got) != 1 || got[0] != r1 {
 			t.Fatalf("DueReseeds at g1's phase = %v", got)
 		}
 	}
@@ -1150,14 +1150,14 @@ func TestReseedRunsOnNonEmptyRing(t *testing.T) {
 	markN(h, k, SourceCommit, base, "busy1", "busy2")
 	// "lost" was erroneously dropped from this busy ring (a missed hint).
 	now := at(DefaultReseedInterval)
-	got := h.DueReseeds(now)
+	got := claimed(h.DueReseeds(now))
 	if len(got) != 1 || got[0] != r {
 		t.Fatalf("DueReseeds on a non-empty ring = %v", got)
 	}
 	if h.Reseed(r, []ReseedRow{{Name: "busy1"}, {Name: "busy2"}, {Name: "lost"}}, now) != 1 {
 		t.Fatal("the floor did not recover the lost partition")
 	}
-	h.EndReseed(r, true, now)
+	endReseed(r, true, now)
 	wantState(t, h, r, "lost", Ready)
 	checkInvariants(t, h)
 }
@@ -1171,7 +1171,7 @@ func TestEndReseedKeepsPhase(t *testing.T) {
 		return h, r
 	}
 	due := func(h *Hotlist, r *Ring, now time.Time) bool {
-		got := h.DueReseeds(now)
+		got := claimed(h.DueReseeds(now))
 		return len(got) == 1 && got[0] == r
 	}
 	notDue := func(t *testing.T, h *Hotlist, r *Ring, next time.Time) {
@@ -1188,18 +1188,18 @@ func TestEndReseedKeepsPhase(t *testing.T) {
 		if !due(h, r, at(phase)) {
 			t.Fatal("not due at the phase")
 		}
-		h.EndReseed(r, true, at(phase+500*time.Millisecond)) // the scan took 500 ms
+		endReseed(r, true, at(phase+500*time.Millisecond)) // the scan took 500 ms
 		notDue(t, h, r, at(phase+iv))
 		warm(h, r, at(20*time.Second)) // a forced reseed between floors
 		notDue(t, h, r, at(phase+iv))
 		if !due(h, r, at(phase+iv)) {
 			t.Fatal("not due one interval after the previous due time")
 		}
-		h.EndReseed(r, false, at(phase+iv)) // a failed reseed is retried at the next tick
+		endReseed(r, false, at(phase+iv)) // a failed reseed is retried at the next tick
 		if !due(h, r, at(phase+iv+2*time.Second)) {
 			t.Fatal("a failed reseed was not retried")
 		}
-		h.EndReseed(r, true, at(phase+iv+2*time.Second)) // late by a tick: phase kept
+		endReseed(r, true, at(phase+iv+2*time.Second)) // late by a tick: phase kept
 		notDue(t, h, r, at(phase+2*iv))
 		if !due(h, r, at(phase+2*iv)) {
 			t.Fatal("phase lost after a late reseed")
@@ -1217,7 +1217,7 @@ func TestEndReseedKeepsPhase(t *testing.T) {
 		if !due(h, r, recovery) {
 			t.Fatal("not due after the outage")
 		}
-		h.EndReseed(r, true, recovery)
+		endReseed(r, true, recovery)
 		next := at(phase + 5*iv) // the first phase-aligned time after recovery
 		notDue(t, h, r, next)
 		if !due(h, r, next) {
@@ -1233,33 +1233,33 @@ func TestColdRingUntilFirstReseed(t *testing.T) {
 	if !r.Cold() {
 		t.Fatal("a new ring is cold")
 	}
-	if !h.BeginReseed(r, base, false) {
+	if !claim(h.BeginReseed(r, base, false)) {
 		t.Fatal("a cold ring may be reseeded before its phase")
 	}
-	if h.BeginReseed(r, base, true) {
+	if claim(h.BeginReseed(r, base, true)) {
 		t.Fatal("a second concurrent reseed of one ring was claimed")
 	}
-	if got := h.DueReseeds(at(time.Hour)); len(got) != 0 {
+	if got := claimed(h.DueReseeds(at(time.Hour))); len(got) != 0 {
 		t.Fatalf("DueReseeds claimed a ring that is being reseeded: %v", got)
 	}
-	h.EndReseed(r, false, base)
+	endReseed(r, false, base)
 	if !r.Cold() {
 		t.Fatal("a failed reseed warmed the ring")
 	}
-	if !h.BeginReseed(r, base, false) {
+	if !claim(h.BeginReseed(r, base, false)) {
 		t.Fatal("after a failure the cold ring is claimable again")
 	}
-	h.EndReseed(r, true, base)
+	endReseed(r, true, base)
 	if r.Cold() {
 		t.Fatal("a successful reseed must warm the ring")
 	}
-	if h.BeginReseed(r, base, false) {
+	if claim(h.BeginReseed(r, base, false)) {
 		t.Fatal("a warm ring is not reseeded before it is due")
 	}
-	if !h.BeginReseed(r, base, true) {
+	if !claim(h.BeginReseed(r, base, true)) {
 		t.Fatal("force must claim a warm ring")
 	}
-	h.EndReseed(r, true, base)
+	endReseed(r, true, base)
 	if again := h.Register(k, "g", QueueOpts{}, base); again != r || again.Cold() {
 		t.Fatal("re-registering must return the same warm ring")
 	}
@@ -1723,22 +1723,22 @@ func TestConfigDefaults(t *testing.T) {
 }
 
 // A stranded Inflight entry whose partition has nothing pending is never
-// listed by a reseed; EndReseed reclaims it so the queue can be swept.
+// listed by a reseed; ending the walk reclaims it so the queue can be swept.
 func TestEndReseedReclaimsUnlistedStrandedInflight(t *testing.T) {
 	h := newHL(func(c *Config) { c.StrandedAfter = 10 * time.Second })
 	k := KeyOf("t", "q")
 	r := h.Register(k, "g", QueueOpts{}, base)
 	markN(h, k, SourceCommit, base, "a")
 	h.Take(r, 8, base) // dropped pop
-	if !h.BeginReseed(r, at(5*time.Second), true) {
+	if !claim(h.BeginReseed(r, at(5*time.Second), true)) {
 		t.Fatal("reseed not claimed")
 	}
 	h.Reseed(r, nil, at(5*time.Second))
-	h.EndReseed(r, true, at(5*time.Second))
+	endReseed(r, true, at(5*time.Second))
 	wantState(t, h, r, "a", Inflight) // still fresh
-	h.BeginReseed(r, at(11*time.Second), true)
+	claim(h.BeginReseed(r, at(11*time.Second), true))
 	h.Reseed(r, nil, at(11*time.Second))
-	h.EndReseed(r, true, at(11*time.Second))
+	endReseed(r, true, at(11*time.Second))
 	wantState(t, h, r, "a", Ready)
 	if st := h.Stats(); st.Inflight != 0 || st.Reclaimed != 1 {
 		t.Fatalf("stats %+v", st)

@@ -10,10 +10,10 @@ import (
 func warmRing(t *testing.T, h *Hotlist, key Key) *Ring {
 	t.Helper()
 	r := h.Register(key, "g", QueueOpts{}, at(0))
-	if !h.BeginReseed(r, at(0), false) {
+	if !claim(h.BeginReseed(r, at(0), false)) {
 		t.Fatal("cold ring not claimable")
 	}
-	h.EndReseed(r, true, at(0))
+	endReseed(r, true, at(0))
 	return r
 }
 
@@ -69,12 +69,12 @@ func TestCompleteReseedPrunesUnconfirmedEntriesInBulk(t *testing.T) {
 	inflight := h.Take(r, 1, at(1)) // fake-000000 is checked out
 	markN(h, key, SourceRemote, at(1), inflight[0].Name)
 
-	if !h.BeginReseed(r, at(2), true) {
+	if !claim(h.BeginReseed(r, at(2), true)) {
 		t.Fatal("reseed not claimable")
 	}
 	markN(h, key, SourceRemote, at(2), "during") // after Begin: may be real and unseen by the walk
 	h.Reseed(r, []ReseedRow{{Name: "real-remote", PartitionID: "p1"}}, at(2))
-	h.EndReseed(r, true, at(2))
+	endReseed(r, true, at(2))
 
 	st := h.Stats()
 	if st.Pruned != int64(len(fakes)-1) || st.Ready != 3 || st.Inflight != 1 {
@@ -103,10 +103,10 @@ func TestIncompleteReseedDoesNotPrune(t *testing.T) {
 	key := KeyOf("t", "q")
 	r := warmRing(t, h, key)
 	markN(h, key, SourceRemote, at(1), "x", "y")
-	h.BeginReseed(r, at(2), true)
-	h.EndReseedWalk(r, true, false, at(2))
-	h.BeginReseed(r, at(3), true)
-	h.EndReseed(r, false, at(3))
+	claim(h.BeginReseed(r, at(2), true))
+	endWalk(r, true, false, at(2))
+	claim(h.BeginReseed(r, at(3), true))
+	endReseed(r, false, at(3))
 	if st := h.Stats(); st.Pruned != 0 || st.Ready != 2 {
 		t.Fatalf("an incomplete reseed pruned: %+v", st)
 	}
@@ -121,28 +121,28 @@ func TestBeginPruneThresholdAndPace(t *testing.T) {
 	for i := 0; i < 9; i++ {
 		markN(h, key, SourceRemote, at(time.Second), fmt.Sprintf("f%d", i))
 	}
-	if h.BeginPrune(r, at(time.Second)) {
+	if claim(h.BeginPrune(r, at(time.Second))) {
 		t.Fatal("claimed below the threshold")
 	}
 	markN(h, key, SourceRemote, at(time.Second), "f9")
-	if !h.BeginPrune(r, at(time.Second)) {
+	if !claim(h.BeginPrune(r, at(time.Second))) {
 		t.Fatal("not claimed at the threshold")
 	}
-	h.EndReseed(r, true, at(time.Second))
+	endReseed(r, true, at(time.Second))
 	if r.Unconfirmed() != 0 || h.Stats().Pruned != 10 {
 		t.Fatalf("unconfirmed %d pruned %d", r.Unconfirmed(), h.Stats().Pruned)
 	}
 	for i := 0; i < 10; i++ {
 		markN(h, key, SourceRemote, at(1500*time.Millisecond), fmt.Sprintf("g%d", i))
 	}
-	if h.BeginPrune(r, at(1500*time.Millisecond)) {
+	if claim(h.BeginPrune(r, at(1500*time.Millisecond))) {
 		t.Fatal("claimed twice within PruneEvery")
 	}
-	if !h.BeginPrune(r, at(2*time.Second+time.Millisecond)) {
+	if !claim(h.BeginPrune(r, at(2*time.Second+time.Millisecond))) {
 		t.Fatal("not claimed after PruneEvery")
 	}
-	if h.BeginPrune(r, at(5*time.Second)) {
+	if claim(h.BeginPrune(r, at(5*time.Second))) {
 		t.Fatal("claimed while a reseed is in progress")
 	}
-	h.EndReseed(r, true, at(5*time.Second))
+	endReseed(r, true, at(5*time.Second))
 }

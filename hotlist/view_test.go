@@ -100,7 +100,7 @@ func TestQueueViewBounds(t *testing.T) {
 	if g := v.Rings[0]; g.Unconfirmed != 50 || !g.Entries[0].Unconfirmed {
 		t.Fatalf("remote marks: %+v", g)
 	}
-	if !h.BeginReseed(r, at(time.Second), false) {
+	if !claim(h.BeginReseed(r, at(time.Second), false)) {
 		t.Fatal("reseed not claimed")
 	}
 	v, _ = h.QueueView(key, 5, at(time.Second))
@@ -113,7 +113,7 @@ func TestQueueViewBounds(t *testing.T) {
 		rows[i] = ReseedRow{Name: n}
 	}
 	h.Reseed(r, rows, at(time.Second)) // confirms every entry
-	h.EndReseed(r, true, at(2*time.Second))
+	endReseed(r, true, at(2*time.Second))
 	v, _ = h.QueueView(key, 5, at(2*time.Second))
 	g = v.Rings[0]
 	if g.Ready != 50 || g.Unconfirmed != 0 || len(g.Entries) != 5 || !g.Truncated || g.Cold || g.Reseeding {
