@@ -187,7 +187,7 @@ func (b *Broker) startChurnWatch() {
 		walks := b.hot.DueReseedsBy(start, start.Add(hc.ReseedInterval+hc.MaxPhase))
 		for i, w := range walks {
 			select {
-			case <-b.stop:
+			case <-b.life.Done():
 				// Closing: release the claims not run, without a pass.
 				for _, rest := range walks[i:] {
 					rest.End(false, false, time.Now())

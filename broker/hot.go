@@ -58,27 +58,26 @@ func (b *Broker) startHotLoops() {
 
 // every runs fn on a ticker until Close.
 func (b *Broker) every(d time.Duration, fn func(time.Time)) {
-	b.wg.Add(1)
-	go func() {
-		defer b.wg.Done()
+	b.spawn(func(ctx context.Context) {
 		t := time.NewTicker(d)
 		defer t.Stop()
 		for {
 			select {
-			case <-b.stop:
+			case <-ctx.Done():
 				return
 			case now := <-t.C:
 				fn(now)
 			}
 		}
-	}()
+	})
 }
 
-// runReseed runs a claimed reseed with its own deadline.
+// runReseed runs a claimed reseed of a background loop with its own
+// deadline; Close cancels it (the walk then ends as failed).
 func (b *Broker) runReseed(w *hotlist.Walk) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(b.life, 30*time.Second)
 	defer cancel()
-	if err := b.reseed(ctx, w); err != nil && !pg.IsUnavailable(err) {
+	if err := b.reseed(ctx, w); err != nil && !pg.IsUnavailable(err) && b.life.Err() == nil {
 		r := w.Ring()
 		b.hotLog.Warn("reseed failed", "queue", queueName(r.Key()), "group", r.Group(), "error", err)
 	}
