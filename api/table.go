@@ -5,6 +5,7 @@ import (
 
 	"queen-node/hotlist"
 	"queen-node/mesh"
+	"queen-node/protocol"
 )
 
 // Kind says how a row is exported on /metrics.
@@ -193,7 +194,7 @@ const (
 )
 
 // membersIn counts the members in one state.
-func membersIn(state string) func(*Snapshot) float64 {
+func membersIn(state protocol.MemberState) func(*Snapshot) float64 {
 	return func(s *Snapshot) float64 {
 		n := 0
 		for _, m := range s.Mesh.Members {
@@ -285,10 +286,10 @@ var Table = []Row{
 	// The members list is text in /status; /metrics counts it by state,
 	// all four always (zeros included), so a query like
 	// queen_mesh_members{state="dead"} > 0 never hits a missing series.
-	{Status: "mesh.members", Metric: "queen_mesh_members", Label: Label{"state", "alive"}, Kind: Gauge, Help: helpMembs, Count: membersIn("alive")},
-	{Status: "mesh.members", Metric: "queen_mesh_members", Label: Label{"state", "suspect"}, Kind: Gauge, Help: helpMembs, Count: membersIn("suspect")},
-	{Status: "mesh.members", Metric: "queen_mesh_members", Label: Label{"state", "dead"}, Kind: Gauge, Help: helpMembs, Count: membersIn("dead")},
-	{Status: "mesh.members", Metric: "queen_mesh_members", Label: Label{"state", "left"}, Kind: Gauge, Help: helpMembs, Count: membersIn("left")},
+	{Status: "mesh.members", Metric: "queen_mesh_members", Label: Label{"state", string(protocol.MemberAlive)}, Kind: Gauge, Help: helpMembs, Count: membersIn(protocol.MemberAlive)},
+	{Status: "mesh.members", Metric: "queen_mesh_members", Label: Label{"state", string(protocol.MemberSuspect)}, Kind: Gauge, Help: helpMembs, Count: membersIn(protocol.MemberSuspect)},
+	{Status: "mesh.members", Metric: "queen_mesh_members", Label: Label{"state", string(protocol.MemberDead)}, Kind: Gauge, Help: helpMembs, Count: membersIn(protocol.MemberDead)},
+	{Status: "mesh.members", Metric: "queen_mesh_members", Label: Label{"state", string(protocol.MemberLeft)}, Kind: Gauge, Help: helpMembs, Count: membersIn(protocol.MemberLeft)},
 	{Status: "mesh.encrypted", Metric: "queen_mesh_encrypted", Kind: Gauge,
 		Help: "1 when QUEEN_MESH_SECRET is set: membership and hints are authenticated and encrypted.", Field: flag(func(s *Snapshot) *bool { return &s.Mesh.Encrypted })},
 	{Status: "mesh.live_peers", Metric: "queen_mesh_live_peers", Kind: Gauge,

@@ -211,7 +211,7 @@ const maxSubjectBytes = 255
 
 // validTenant: 1 to 255 bytes, no spaces and no control characters (NUL
 // cannot be stored; \x1f separates tenant and queue in the broker's ring
-// and long-poll keys, hotlist.Key, so it would let two tenants collide).
+// and long-poll keys, hotlist.KeyOf, so it would let two tenants collide).
 func validTenant(s string) bool {
 	if s == "" || len(s) > 255 {
 		return false

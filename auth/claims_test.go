@@ -10,13 +10,13 @@ import (
 )
 
 // A tenant claim must not contain the byte the broker's ring and long-poll
-// keys use as separator (hotlist.Key: tenant + "\x1f" + queue): tenant
+// keys use as separator (hotlist.KeyOf encodes tenant + "\x1f" + queue): tenant
 // "a\x1fb" with queue "c" and tenant "a" with queue "b\x1fc" (queue names
 // may hold any UTF-8 but NUL) would share rings and wake gates, and a
-// reseed (hotlist.SplitKey) would read tenant "a"'s queue for them. A NUL
+// reseed (hotlist.Key.Split) would read tenant "a"'s queue for them. A NUL
 // cannot be stored by PostgreSQL (500 on every push). Both are 401.
 func TestTenantClaimRefusesControlCharacters(t *testing.T) {
-	if k := hotlist.Key("a\x1fb", "c"); k != hotlist.Key("a", "b\x1fc") {
+	if k := hotlist.KeyOf("a\x1fb", "c"); k != hotlist.KeyOf("a", "b\x1fc") {
 		t.Fatalf("premise: keys differ")
 	}
 	a, err := auth.New(auth.Config{Enabled: true, Secret: secret})

@@ -106,9 +106,11 @@ func (b *Broker) Seek(ctx context.Context, tenant, group, queue string, toEnd bo
 	if b.hot != nil {
 		// A backwards seek makes partitions pending that the ring cleared:
 		// re-derive the ring now rather than at the next floor.
-		if r := b.hot.Lookup(queueKey(tenant, queue), group); r != nil && b.hot.BeginReseed(r, time.Now(), true) {
-			if err := b.reseed(ctx, r); err != nil {
-				return n, wrap(err)
+		if r := b.hot.Lookup(queueKey(tenant, queue), group); r != nil {
+			if w := b.hot.BeginReseed(r, time.Now(), true); w != nil {
+				if err := b.reseed(ctx, w); err != nil {
+					return n, wrap(err)
+				}
 			}
 		}
 	}

@@ -42,20 +42,28 @@ func (b *Broker) NodeName() string { return b.cfg.NodeName }
 // Snapshot's parked count.
 func (b *Broker) ParkedQueues(limit int) []ParkedSample {
 	b.gates.mu.Lock()
-	out := make([]ParkedSample, 0, len(b.gates.m))
+	type parked struct {
+		key  hotlist.Key
+		refs int
+	}
+	keys := make([]parked, 0, len(b.gates.m))
 	for key, g := range b.gates.m {
 		if g.refs > 0 {
-			tenant, queue := hotlist.SplitKey(key)
-			out = append(out, ParkedSample{Tenant: tenant, Queue: queue, Parked: g.refs})
+			keys = append(keys, parked{key, g.refs})
 		}
 	}
 	b.gates.mu.Unlock()
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Parked != out[j].Parked {
-			return out[i].Parked > out[j].Parked
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].refs != keys[j].refs {
+			return keys[i].refs > keys[j].refs
 		}
-		return out[i].Tenant+"\x1f"+out[i].Queue < out[j].Tenant+"\x1f"+out[j].Queue
+		return keys[i].key.Less(keys[j].key)
 	})
+	out := make([]ParkedSample, len(keys))
+	for i, p := range keys {
+		tenant, queue := p.key.Split()
+		out[i] = ParkedSample{Tenant: tenant, Queue: queue, Parked: p.refs}
+	}
 	if len(out) > limit {
 		out = out[:limit]
 	}

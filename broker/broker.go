@@ -44,9 +44,12 @@ type Broker struct {
 	churn churnStats   // the churn reseed's counters (churn.go)
 	maint *maintenance // maintenance modes and the push buffer (maintenance.go)
 
-	started   time.Time
+	started time.Time
+	// life is the background loops' lifecycle: Close cancels it and then
+	// waits for every loop started with spawn (wg).
+	life      context.Context
+	endLife   context.CancelFunc
 	closeOnce sync.Once
-	stop      chan struct{}
 	wg        sync.WaitGroup
 }
 
@@ -123,12 +126,13 @@ func New(ctx context.Context, cfg Config, log hclog.Logger) (*Broker, error) {
 		log:      log,
 		db:       db,
 		gates:    newGates(),
-		stop:     make(chan struct{}),
 		wakeKick: make(chan struct{}, 1),
 		hotLog:   log.Named("hotlist"),
 		started:  time.Now(),
 	}
 	b.lastReport.at = time.Now()
+	// Not derived from ctx: that one bounds only the start.
+	b.life, b.endLife = context.WithCancel(context.Background())
 	if cfg.PushCombine {
 		b.push = newPushCombiner(db, DefaultMaxPushRows, DefaultMaxPushBytes, &b.stats.PushFlushes)
 	}
@@ -141,7 +145,7 @@ func New(ctx context.Context, cfg Config, log hclog.Logger) (*Broker, error) {
 		b.leases = newLeaseMemory(defaultLeaseMemLeases, defaultLeaseMemBytes)
 	}
 	if cfg.Hotlist.Enabled {
-		b.hot = newHotlist(cfg, func(key, event string, kv ...any) {
+		b.hot = newHotlist(cfg, func(key hotlist.Key, event string, kv ...any) {
 			b.hotLog.Debug("trace "+event, append([]any{"queue", queueName(key)}, kv...)...)
 		})
 		b.startHotLoops()
@@ -177,13 +181,23 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// Close stops the background loops and closes the pool.
+// Close stops the background loops, waits for them, and closes the pool.
 func (b *Broker) Close() {
 	b.closeOnce.Do(func() {
-		close(b.stop)
+		b.endLife()
 		b.wg.Wait()
 		b.db.Close()
 	})
+}
+
+// spawn runs loop in its own goroutine with the broker's lifecycle context:
+// Close cancels ctx and waits for loop to return.
+func (b *Broker) spawn(loop func(ctx context.Context)) {
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		loop(b.life)
+	}()
 }
 
 // Health reports whether PostgreSQL answers.
@@ -253,4 +267,4 @@ func wrap(err error) error {
 	return err
 }
 
-func queueKey(tenant, queue string) string { return hotlist.Key(tenant, queue) }
+func queueKey(tenant, queue string) hotlist.Key { return hotlist.KeyOf(tenant, queue) }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"queen-node/mesh"
+	"queen-node/protocol"
 )
 
 // Churn reseed (docs/hotlist.md, "Churn: rings after a partition or a
@@ -85,9 +86,9 @@ type churnStats struct {
 type churnWatch struct {
 	cfg       ChurnConfig
 	lastCheck time.Time
-	states    map[string]string // peer name -> state at the last check; nil before the first
-	due       time.Time         // next pass; zero = none
-	followUp  bool              // the pass at due answers a new event: schedule one more after it
+	states    map[string]protocol.MemberState // peer name -> state at the last check; nil before the first
+	due       time.Time                       // next pass; zero = none
+	followUp  bool                            // the pass at due answers a new event: schedule one more after it
 	lastPass  time.Time
 	reason    string
 }
@@ -126,7 +127,7 @@ func (w *churnWatch) detect(now time.Time, members []mesh.Member) string {
 	}
 	w.lastCheck = now
 	if members != nil {
-		cur := make(map[string]string, len(members))
+		cur := make(map[string]protocol.MemberState, len(members))
 		for _, m := range members {
 			if !m.Self {
 				cur[m.Name] = m.State
@@ -141,14 +142,14 @@ func (w *churnWatch) detect(now time.Time, members []mesh.Member) string {
 			for _, name := range names {
 				prev, now := w.states[name], cur[name]
 				switch {
-				case now == "alive" && prev != "alive":
+				case now == protocol.MemberAlive && prev != protocol.MemberAlive:
 					evs = append(evs, name+" joined")
-				case prev == "alive" && now != "alive":
-					evs = append(evs, name+" "+now)
+				case prev == protocol.MemberAlive && now != protocol.MemberAlive:
+					evs = append(evs, name+" "+string(now))
 				}
 			}
 			for name, prev := range w.states {
-				if _, ok := cur[name]; !ok && prev == "alive" {
+				if _, ok := cur[name]; !ok && prev == protocol.MemberAlive {
 					evs = append(evs, name+" gone")
 				}
 			}
@@ -182,28 +183,28 @@ func (b *Broker) startChurnWatch() {
 		// DueReseedsBy claims every ring due by then: with the floor interval
 		// plus the largest phase ahead, that is every ring not reseeding
 		// already (a reseed that began before the event is covered by the
-		// follow-up pass). Each keeps its floor phase (EndReseedWalk).
-		rings := b.hot.DueReseedsBy(start, start.Add(hc.ReseedInterval+hc.MaxPhase))
-		for i, r := range rings {
+		// follow-up pass). Each keeps its floor phase (Walk.End).
+		walks := b.hot.DueReseedsBy(start, start.Add(hc.ReseedInterval+hc.MaxPhase))
+		for i, w := range walks {
 			select {
-			case <-b.stop:
+			case <-b.life.Done():
 				// Closing: release the claims not run, without a pass.
-				for _, rest := range rings[i:] {
-					b.hot.EndReseed(rest, false, time.Now())
+				for _, rest := range walks[i:] {
+					rest.End(false, false, time.Now())
 				}
 				return
 			default:
 			}
-			b.runReseed(r)
-			if r.Ready(time.Now()) {
+			b.runReseed(w)
+			if r := w.Ring(); r.Ready(time.Now()) {
 				// Long-polls parked on the stale ring take what it found now
 				// rather than at their next re-poll.
 				b.gates.notify(r.Key())
 			}
 		}
 		b.churn.passes.Add(1)
-		b.churn.reseeds.Add(int64(len(rings)))
-		log.Info("reseeded every ring after churn", "reason", reason, "rings", len(rings),
+		b.churn.reseeds.Add(int64(len(walks)))
+		log.Info("reseeded every ring after churn", "reason", reason, "rings", len(walks),
 			"took", time.Since(start).Round(time.Millisecond))
 		// The pass's own time is not a stall.
 		w.lastCheck = time.Now()

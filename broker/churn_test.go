@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"queen-node/mesh"
+	"queen-node/protocol"
 )
 
 func TestChurnWatch(t *testing.T) {
@@ -16,7 +17,7 @@ func TestChurnWatch(t *testing.T) {
 	ms := func(states ...string) []mesh.Member {
 		out := []mesh.Member{{Name: "self", State: "alive", Self: true}}
 		for i := 0; i+1 < len(states); i += 2 {
-			out = append(out, mesh.Member{Name: states[i], State: states[i+1]})
+			out = append(out, mesh.Member{Name: states[i], State: protocol.MemberState(states[i+1])})
 		}
 		return out
 	}

@@ -24,16 +24,8 @@ func (b *Broker) HintsLost(sender string) {
 // parked pops first, through the same reseed path as the floor.
 func (b *Broker) startEarlyLoop() {
 	b.every(earlyTick, func(now time.Time) {
-		for _, r := range b.hot.EarlyReseeds(now, b.gates.has) {
-			b.runReseed(r)
+		for _, w := range b.hot.EarlyReseeds(now, b.gates.has) {
+			b.runReseed(w)
 		}
 	})
-}
-
-// has tells whether a pop is parked on key.
-func (g *gates) has(key string) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	e := g.m[key]
-	return e != nil && e.refs > 0
 }

@@ -1,6 +1,10 @@
 package broker
 
-import "sync"
+import (
+	"sync"
+
+	"queen-node/hotlist"
+)
 
 // gates are the per-queue long-poll wake gates, keyed by hotlist.Key so a
 // hot-list mark and a wake always name the same queue. A parked pop
@@ -8,7 +12,7 @@ import "sync"
 // query and its park is never lost.
 type gates struct {
 	mu sync.Mutex
-	m  map[string]*gate
+	m  map[hotlist.Key]*gate
 }
 
 type gate struct {
@@ -17,11 +21,11 @@ type gate struct {
 	deleted uint64        // bumped when the queue is deleted
 }
 
-func newGates() *gates { return &gates{m: make(map[string]*gate)} }
+func newGates() *gates { return &gates{m: make(map[hotlist.Key]*gate)} }
 
 // subscribe returns the channel the next wake closes, the queue's deletion
 // generation, and a release function the caller must call once.
-func (g *gates) subscribe(key string) (<-chan struct{}, uint64, func()) {
+func (g *gates) subscribe(key hotlist.Key) (<-chan struct{}, uint64, func()) {
 	g.mu.Lock()
 	e := g.m[key]
 	if e == nil {
@@ -42,7 +46,7 @@ func (g *gates) subscribe(key string) (<-chan struct{}, uint64, func()) {
 }
 
 // notify wakes every pop parked on key. It costs nothing when none is.
-func (g *gates) notify(key string) bool {
+func (g *gates) notify(key hotlist.Key) bool {
 	g.mu.Lock()
 	e := g.m[key]
 	if e != nil {
@@ -54,7 +58,7 @@ func (g *gates) notify(key string) bool {
 }
 
 // markDeleted wakes the pops parked on key and tells them their queue is gone.
-func (g *gates) markDeleted(key string) {
+func (g *gates) markDeleted(key hotlist.Key) {
 	g.mu.Lock()
 	if e := g.m[key]; e != nil {
 		e.deleted++
@@ -65,13 +69,21 @@ func (g *gates) markDeleted(key string) {
 }
 
 // deletedGen returns the deletion generation of a subscribed key.
-func (g *gates) deletedGen(key string) uint64 {
+func (g *gates) deletedGen(key hotlist.Key) uint64 {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if e := g.m[key]; e != nil {
 		return e.deleted
 	}
 	return 0
+}
+
+// has tells whether a pop is parked on key.
+func (g *gates) has(key hotlist.Key) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	e := g.m[key]
+	return e != nil && e.refs > 0
 }
 
 // parked returns the number of parked subscribers over all queues.

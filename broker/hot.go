@@ -23,7 +23,7 @@ const (
 	reportEvery = 30 * time.Second
 )
 
-func newHotlist(cfg Config, log func(key, event string, kv ...any)) *hotlist.Hotlist {
+func newHotlist(cfg Config, log func(key hotlist.Key, event string, kv ...any)) *hotlist.Hotlist {
 	hc := cfg.Hotlist.Config // zero fields take hotlist's defaults in hotlist.New
 	if hc.TracePrefix != "" && hc.Trace == nil {
 		hc.Trace = log
@@ -41,8 +41,8 @@ func (b *Broker) startHotLoops() {
 	})
 	b.startWakeLoop()
 	b.every(reseedTick, func(now time.Time) {
-		for _, r := range b.hot.DueReseeds(now) {
-			b.runReseed(r)
+		for _, w := range b.hot.DueReseeds(now) {
+			b.runReseed(w)
 		}
 	})
 	b.startEarlyLoop()
@@ -58,38 +58,49 @@ func (b *Broker) startHotLoops() {
 
 // every runs fn on a ticker until Close.
 func (b *Broker) every(d time.Duration, fn func(time.Time)) {
-	b.wg.Add(1)
-	go func() {
-		defer b.wg.Done()
+	b.spawn(func(ctx context.Context) {
 		t := time.NewTicker(d)
 		defer t.Stop()
 		for {
 			select {
-			case <-b.stop:
+			case <-ctx.Done():
 				return
 			case now := <-t.C:
 				fn(now)
 			}
 		}
-	}()
+	})
 }
 
-// runReseed runs a claimed reseed with its own deadline.
-func (b *Broker) runReseed(r *hotlist.Ring) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+// runReseed runs a claimed reseed of a background loop with its own
+// deadline; Close cancels it (the walk then ends as failed).
+func (b *Broker) runReseed(w *hotlist.Walk) {
+	ctx, cancel := context.WithTimeout(b.life, 30*time.Second)
 	defer cancel()
-	if err := b.reseed(ctx, r); err != nil && !pg.IsUnavailable(err) {
+	if err := b.reseed(ctx, w); err != nil && !pg.IsUnavailable(err) && b.life.Err() == nil {
+		r := w.Ring()
 		b.hotLog.Warn("reseed failed", "queue", queueName(r.Key()), "group", r.Group(), "error", err)
 	}
 }
 
 // reseed re-derives a ring's contents from PostgreSQL: the keyset-paginated
-// walk of its probably-pending partitions, applied as reseed marks. The
-// caller has claimed it (BeginReseed / DueReseeds).
-func (b *Broker) reseed(ctx context.Context, r *hotlist.Ring) error {
-	tenant, queue := hotlist.SplitKey(r.Key())
-	after, added, complete := "", 0, false
-	var err error
+// walk of its probably-pending partitions, applied as reseed marks. Every
+// claimed walk (BeginReseed, BeginPrune, DueReseeds, EarlyReseeds) is run
+// here, which ends it on every path, a panic included (docs/hotlist.md,
+// "Reseed walks").
+func (b *Broker) reseed(ctx context.Context, w *hotlist.Walk) (err error) {
+	r := w.Ring()
+	tenant, queue := r.Key().Split()
+	after, added, complete, returned := "", 0, false, false
+	defer func() {
+		// Only a walk that read every page without error warms the ring,
+		// and only one that reached the end may prune what it did not list.
+		ok := returned && err == nil
+		w.End(ok, ok && complete, time.Now())
+		if added > 0 {
+			b.gates.notify(r.Key())
+		}
+	}()
 	for page := 0; page < reseedMaxPages; page++ {
 		var rows []pg.ReseedRow
 		rows, err = b.db.ReseedPage(ctx, tenant, queue, r.Group(), after, reseedPageSize)
@@ -103,18 +114,14 @@ func (b *Broker) reseed(ctx context.Context, r *hotlist.Ring) error {
 				hr[i].Age, hr[i].AgeKnown = time.Duration(*row.AgeMs)*time.Millisecond, true
 			}
 		}
-		added += b.hot.Reseed(r, hr, time.Now())
+		added += w.Reseed(hr, time.Now())
 		if len(rows) < reseedPageSize {
 			complete = true
 			break
 		}
 		after = rows[len(rows)-1].PartitionID
 	}
-	// Only a walk that reached the end may prune what it did not list.
-	b.hot.EndReseedWalk(r, err == nil, err == nil && complete, time.Now())
-	if added > 0 {
-		b.gates.notify(r.Key())
-	}
+	returned = true
 	return err
 }
 
@@ -132,10 +139,12 @@ func (b *Broker) hotPop(ctx context.Context, args pg.PopArgs, wait bool) (*PopRe
 		}
 		return res, err
 	}
-	if ring.Cold() && b.hot.BeginReseed(ring, time.Now(), false) {
-		// Opportunistic: a cold ring knows nothing yet.
-		if err := b.reseed(ctx, ring); err != nil {
-			return nil, wrap(err)
+	if ring.Cold() {
+		if w := b.hot.BeginReseed(ring, time.Now(), false); w != nil {
+			// Opportunistic: a cold ring knows nothing yet.
+			if err := b.reseed(ctx, w); err != nil {
+				return nil, wrap(err)
+			}
 		}
 	}
 	// Check out what one claim can use: the MaxParts it may claim plus three
@@ -147,22 +156,24 @@ func (b *Broker) hotPop(ctx context.Context, args pg.PopArgs, wait bool) (*PopRe
 	k := clamp(args.MaxParts*4, 4, 256)
 	for round := 0; round < 8; round++ {
 		now := time.Now()
-		if b.hot.BeginPrune(ring, now) {
+		if w := b.hot.BeginPrune(ring, now); w != nil {
 			// Many entries only remote marks vouch for (a flood of fake
 			// hints): one walk of the partitions with work drops them all,
 			// where probing them would cost one empty claim each.
-			if err := b.reseed(ctx, ring); err != nil {
+			if err := b.reseed(ctx, w); err != nil {
 				return nil, wrap(err)
 			}
 		}
 		cands := b.hot.Take(ring, k, now)
 		if cands == nil {
-			if !ring.Ready(now) && b.hot.BeginReseed(ring, now, false) {
-				// The floor is due anyway: run it now rather than park.
-				if err := b.reseed(ctx, ring); err != nil {
-					return nil, wrap(err)
+			if !ring.Ready(now) {
+				if w := b.hot.BeginReseed(ring, now, false); w != nil {
+					// The floor is due anyway: run it now rather than park.
+					if err := b.reseed(ctx, w); err != nil {
+						return nil, wrap(err)
+					}
+					continue
 				}
-				continue
 			}
 			if !wait {
 				// wait=false must see every committed push at once (read-your-
@@ -269,10 +280,7 @@ func queueOpts(out *pg.PopOutcome) hotlist.QueueOpts {
 	return hotlist.QueueOpts{Delay: time.Duration(out.Delay) * time.Second, Window: time.Duration(out.Window) * time.Second}
 }
 
-func queueName(key string) string {
-	_, q := hotlist.SplitKey(key)
-	return q
-}
+func queueName(key hotlist.Key) string { return key.Queue() }
 
 // report logs the hot-list's periodic "reseed floor" line and one "ring"
 // line per busiest non-empty ring.

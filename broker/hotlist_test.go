@@ -34,7 +34,7 @@ func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) 
 func TestRingRegisteredAfterGroupSeeded(t *testing.T) {
 	t.Parallel()
 	n := nodetest.Start(t, hotOn(time.Minute))
-	key := hotlist.Key(broker.DefaultTenant, "reg")
+	key := hotlist.KeyOf(broker.DefaultTenant, "reg")
 	pop(t, n, "reg", "batch=1&consumerGroup=g")
 	if n.Broker.Hotlist().Lookup(key, "g") != nil {
 		t.Fatal("a ring was registered on the first pop of a name")
@@ -182,7 +182,7 @@ func TestDeleteGroupDropsRing(t *testing.T) {
 	pop(t, n, "dg", "batch=1&consumerGroup=g")
 	ms, _ := pop(t, n, "dg", "batch=10&consumerGroup=g")
 	ackAll(t, n, "g", "completed", ms)
-	key := hotlist.Key(broker.DefaultTenant, "dg")
+	key := hotlist.KeyOf(broker.DefaultTenant, "dg")
 	if n.Broker.Hotlist().Lookup(key, "g") == nil {
 		t.Fatal("ring missing")
 	}
@@ -281,5 +281,30 @@ func TestIdleNodeWakesAtOnce(t *testing.T) {
 		if d := at.Sub(sent); d > time.Second {
 			t.Fatalf("round %d: woken %v after the push on an idle node (tick 3 s)", i, d)
 		}
+	}
+}
+
+// Every reseed walk the broker claims is ended: after cold-ring reseeds,
+// a seek's forced reseed, floor reseeds and Close, none is open
+// (hotlist.Walk; docs/hotlist.md, "Reseed walks").
+func TestNoReseedWalkLeftOpen(t *testing.T) {
+	t.Parallel()
+	n := nodetest.Start(t, hotOn(100*time.Millisecond))
+	for _, p := range []string{"a", "b", "c"} {
+		push(t, n, "walks", p, msg{"i": p})
+	}
+	pop(t, n, "walks", "batch=1&consumerGroup=g") // SQL path: registers no ring
+	for range 3 {
+		pop(t, n, "walks", "batch=1&consumerGroup=g&autoAck=true") // cold reseed, then the ring
+	}
+	r := n.Do(t, "POST", "/api/v1/consumer-groups/g/queues/walks/seek", msg{"timestamp": "2000-01-01T00:00:00Z"})
+	if r.Status != 200 {
+		t.Fatalf("seek: %d %s", r.Status, r.Body)
+	}
+	hot := n.Broker.Hotlist()
+	waitFor(t, 5*time.Second, "a floor reseed", func() bool { return hot.Stats().Reseeds >= 3 })
+	n.Broker.Close()
+	if open := hot.OpenWalks(); open != 0 {
+		t.Fatalf("%d reseed walks left open", open)
 	}
 }

@@ -245,9 +245,8 @@ func (b *Broker) startMaintenance(ctx context.Context) error {
 	m.log.Info("push buffer ready", "path", buf.Path(), "records", count, "bytes", bytes,
 		"max_bytes", cfg.BufferMaxBytes, "push_maintenance", flags.Push, "pop_maintenance", flags.Pop)
 	b.maint = m
-	b.wg.Add(2)
-	go b.refreshLoop()
-	go b.replayLoop()
+	b.spawn(b.refreshLoop)
+	b.spawn(b.replayLoop)
 	return nil
 }
 
@@ -467,33 +466,17 @@ func (b *Broker) checkTxMaintenance(ops []TxOp) error {
 	return nil
 }
 
-// stopCtx is a context canceled when the broker closes.
-func (b *Broker) stopCtx() (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() {
-		select {
-		case <-b.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	return ctx, cancel
-}
-
 // refreshLoop polls the switches every RefreshInterval. A failed read
 // keeps the last view: during a database upgrade the node must go on
 // buffering.
-func (b *Broker) refreshLoop() {
-	defer b.wg.Done()
+func (b *Broker) refreshLoop(ctx context.Context) {
 	m := b.maint
-	ctx, cancel := b.stopCtx()
-	defer cancel()
 	t := time.NewTicker(m.cfg.RefreshInterval)
 	defer t.Stop()
 	failing := false
 	for {
 		select {
-		case <-b.stop:
+		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
@@ -519,12 +502,9 @@ func (b *Broker) refreshLoop() {
 
 // replayLoop replays the buffer whenever push maintenance is off and
 // records are pending, then closes the buffer when the broker stops.
-func (b *Broker) replayLoop() {
-	defer b.wg.Done()
+func (b *Broker) replayLoop(ctx context.Context) {
 	m := b.maint
 	defer m.buf.Close()
-	ctx, cancel := b.stopCtx()
-	defer cancel()
 	t := time.NewTicker(m.cfg.RefreshInterval)
 	defer t.Stop()
 	for {
@@ -532,7 +512,7 @@ func (b *Broker) replayLoop() {
 			b.replay(ctx)
 		}
 		select {
-		case <-b.stop:
+		case <-ctx.Done():
 			return
 		case <-m.kick:
 		case <-t.C:

@@ -1,6 +1,9 @@
 package broker
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // The wake loop wakes the pops parked on queues that local pushes marked
 // quietly (docs/hotlist.md, "Background ticks"): one notify per marked queue,
@@ -19,9 +22,7 @@ func (b *Broker) kickWakes() {
 
 // startWakeLoop runs the wake loop until Close.
 func (b *Broker) startWakeLoop() {
-	b.wg.Add(1)
-	go func() {
-		defer b.wg.Done()
+	b.spawn(func(ctx context.Context) {
 		every := b.cfg.Hotlist.WakeTick
 		if every <= 0 {
 			every = wakeTick
@@ -31,14 +32,14 @@ func (b *Broker) startWakeLoop() {
 		var last time.Time
 		for {
 			select {
-			case <-b.stop:
+			case <-ctx.Done():
 				return
 			case <-b.wakeKick:
 			case <-t.C:
 			}
 			if wait := every - time.Since(last); wait > 0 {
 				select {
-				case <-b.stop:
+				case <-ctx.Done():
 					return
 				case <-time.After(wait):
 				}
@@ -52,5 +53,5 @@ func (b *Broker) startWakeLoop() {
 				b.gates.notify(key)
 			}
 		}
-	}()
+	})
 }

@@ -21,9 +21,9 @@ func benchParts(n int) [][]PartMark {
 
 // benchQueue returns a Hotlist with one queue of the given number of group
 // rings and the key of the queue.
-func benchQueue(rings int) (*Hotlist, []*Ring, string) {
+func benchQueue(rings int) (*Hotlist, []*Ring, Key) {
 	h := newHL()
-	k := Key("tenant", "bench")
+	k := KeyOf("tenant", "bench")
 	rs := make([]*Ring, rings)
 	for g := range rs {
 		rs[g] = h.Register(k, fmt.Sprintf("g%d", g), QueueOpts{}, base)

@@ -51,12 +51,12 @@ type Config struct {
 	// ones in bulk. Default 1024: four full take batches (k = 256) of empty
 	// probes cost more than one walk of the partitions that have work.
 	SuspectUnconfirmed int
-	PruneEvery         time.Duration                         // at most one BeginPrune reseed per ring per interval, default 1 s
-	EarlyReseedMin     time.Duration                         // at most one early reseed (lost hints) per ring per interval, default 200 ms
-	EarlyReseedRate    int                                   // early reseeds per second over all rings, default 100
-	Jitter             func(max time.Duration) time.Duration // random phase in [0, max); default math/rand
-	TracePrefix        string                                // queue-name prefix that emits trace breadcrumbs; "" = off
-	Trace              func(key, event string, kv ...any)    // breadcrumb sink; nil = off
+	PruneEvery         time.Duration                          // at most one BeginPrune reseed per ring per interval, default 1 s
+	EarlyReseedMin     time.Duration                          // at most one early reseed (lost hints) per ring per interval, default 200 ms
+	EarlyReseedRate    int                                    // early reseeds per second over all rings, default 100
+	Jitter             func(max time.Duration) time.Duration  // random phase in [0, max); default math/rand
+	TracePrefix        string                                 // queue-name prefix that emits trace breadcrumbs; "" = off
+	Trace              func(key Key, event string, kv ...any) // breadcrumb sink; nil = off
 }
 
 // DefaultConfig returns a Config with every default filled in.

@@ -92,11 +92,12 @@ func (h *Hotlist) earlyDue(r *Ring, n int64) bool {
 // EarlyReseeds claims the rings whose early reseed is due at now, those
 // parked(key) names first, then non-empty ones, at most as many as the
 // node-wide budget allows (EarlyReseedRate a second, a burst of one
-// second's worth). The caller runs each as after BeginReseed. Empty rings
+// second's worth). The caller runs and ends each walk as after
+// BeginReseed. Empty rings
 // without a parked consumer are not claimed: their next pop reseeds them.
 // With no loss signal since the last pass and no deferred ring due, it
 // costs two atomic loads; otherwise one pass over the rings.
-func (h *Hotlist) EarlyReseeds(now time.Time, parked func(key string) bool) []*Ring {
+func (h *Hotlist) EarlyReseeds(now time.Time, parked func(key Key) bool) []*Walk {
 	n := now.UnixNano()
 	if !h.early.pending.Swap(false) {
 		if w := h.early.wakeAt.Load(); w == 0 || n < w {
@@ -165,18 +166,18 @@ func (h *Hotlist) EarlyReseeds(now time.Time, parked func(key string) bool) []*R
 		defer1(n + int64(time.Second)/int64(h.cfg.EarlyReseedRate))
 		h.early.suppressed.Add(int64(len(cands) - allowed))
 	}
-	out := cands[:0]
+	var out []*Walk
 	for _, r := range cands {
 		if len(out) == allowed {
 			break
 		}
 		r.resMu.Lock()
 		if !r.reseeding && h.earlyDue(r, n) {
-			r.begin(n)
+			w := h.begin(r, n)
 			r.lastEarly = n
 			r.earlyRun.Store(true)
 			h.early.runs.Add(1)
-			out = append(out, r)
+			out = append(out, w)
 		}
 		r.resMu.Unlock()
 	}

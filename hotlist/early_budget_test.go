@@ -14,14 +14,14 @@ func TestEarlyReseedPopPathWithinNodeBudget(t *testing.T) {
 	h := newHL(func(c *Config) { c.EarlyReseedRate = 2 })
 	rs := earlyRings(h, 5) // all empty, none parked: left to their pops
 	h.HintsLost(at(time.Second))
-	if got := h.EarlyReseeds(at(time.Second), nil); len(got) != 0 {
+	if got := claimed(h.EarlyReseeds(at(time.Second), nil)); len(got) != 0 {
 		t.Fatalf("claimed %d empty unparked rings", len(got))
 	}
 	ran := 0
 	for _, r := range rs {
-		if h.BeginReseed(r, at(time.Second), false) {
+		if claim(h.BeginReseed(r, at(time.Second), false)) {
 			ran++
-			h.EndReseed(r, true, at(time.Second))
+			endReseed(r, true, at(time.Second))
 		}
 	}
 	if ran != 2 {
@@ -30,16 +30,16 @@ func TestEarlyReseedPopPathWithinNodeBudget(t *testing.T) {
 	// The rest are still due: their pops run them as the bucket refills.
 	ran = 0
 	for _, r := range rs {
-		if h.BeginReseed(r, at(3*time.Second), false) {
+		if claim(h.BeginReseed(r, at(3*time.Second), false)) {
 			ran++
-			h.EndReseed(r, true, at(3*time.Second))
+			endReseed(r, true, at(3*time.Second))
 		}
 	}
 	if ran != 2 {
 		t.Fatalf("with the bucket full again pops ran %d, want 2", ran)
 	}
 	// A due floor or a forced reseed is not an early one: no token needed.
-	if !h.BeginReseed(rs[4], at(3*time.Second), true) {
+	if !claim(h.BeginReseed(rs[4], at(3*time.Second), true)) {
 		t.Fatal("a forced reseed was refused for want of a token")
 	}
 }
@@ -51,22 +51,22 @@ func TestEarlyReseedPopRefusedIsRetriedByTheLoop(t *testing.T) {
 	h := newHL(func(c *Config) { c.EarlyReseedRate = 1 })
 	rs := earlyRings(h, 2)
 	h.HintsLost(at(time.Second))
-	if got := h.EarlyReseeds(at(time.Second), nil); len(got) != 0 {
+	if got := claimed(h.EarlyReseeds(at(time.Second), nil)); len(got) != 0 {
 		t.Fatalf("claimed %d empty unparked rings", len(got))
 	}
-	if !h.BeginReseed(rs[0], at(time.Second), false) {
+	if !claim(h.BeginReseed(rs[0], at(time.Second), false)) {
 		t.Fatal("the first pop did not get the token")
 	}
-	h.EndReseed(rs[0], true, at(time.Second))
-	if h.BeginReseed(rs[1], at(time.Second), false) {
+	endReseed(rs[0], true, at(time.Second))
+	if claim(h.BeginReseed(rs[1], at(time.Second), false)) {
 		t.Fatal("the second pop ran without a token")
 	}
 	// The second pop parks on its ring; no new loss arrives.
-	parked := func(key string) bool { return key == rs[1].Key() }
-	if got := h.EarlyReseeds(at(time.Second+500*time.Millisecond), parked); len(got) != 0 {
+	parked := func(key Key) bool { return key == rs[1].Key() }
+	if got := claimed(h.EarlyReseeds(at(time.Second+500*time.Millisecond), parked)); len(got) != 0 {
 		t.Fatalf("claimed %d before a token is back", len(got))
 	}
-	got := h.EarlyReseeds(at(2*time.Second), parked)
+	got := claimed(h.EarlyReseeds(at(2*time.Second), parked))
 	if len(got) != 1 || got[0] != rs[1] {
 		t.Fatalf("the parked ring refused at its pop was not claimed once a token was back: %v", ringKeys(got))
 	}
@@ -83,13 +83,13 @@ func TestChurnClaimDoesNotCoverLaterLosses(t *testing.T) {
 	markN(h, r.Key(), SourceLocal, at(0), "p") // non-empty: the early loop claims it
 	start := at(time.Second)
 	hc := h.Config()
-	got := h.DueReseedsBy(start, start.Add(hc.ReseedInterval+hc.MaxPhase)) // as the churn pass does
+	got := claimed(h.DueReseedsBy(start, start.Add(hc.ReseedInterval+hc.MaxPhase))) // as the churn pass does
 	if len(got) != 1 {
 		t.Fatalf("churn claim: %d rings", len(got))
 	}
-	h.EndReseed(r, true, start.Add(10*time.Millisecond))
+	endReseed(r, true, start.Add(10*time.Millisecond))
 	h.HintsLost(start.Add(time.Second))
-	if got := h.EarlyReseeds(start.Add(time.Second), nil); len(got) != 1 {
+	if got := claimed(h.EarlyReseeds(start.Add(time.Second), nil)); len(got) != 1 {
 		t.Fatalf("a loss 1 s after a churn pass claimed %d rings, want 1: the pass was taken to cover it", len(got))
 	}
 }

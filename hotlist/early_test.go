@@ -10,7 +10,7 @@ import (
 func earlyRings(h *Hotlist, n int) []*Ring {
 	var rs []*Ring
 	for i := range n {
-		r := h.Register(Key("t", "q"+string(rune('1'+i))), "g", QueueOpts{}, at(0))
+		r := h.Register(KeyOf("t", "q"+string(rune('1'+i))), "g", QueueOpts{}, at(0))
 		warm(h, r, at(0))
 		rs = append(rs, r)
 	}
@@ -19,12 +19,12 @@ func earlyRings(h *Hotlist, n int) []*Ring {
 
 func endEarly(h *Hotlist, rs []*Ring, now time.Time) {
 	for _, r := range rs {
-		h.EndReseed(r, true, now)
+		endReseed(r, true, now)
 	}
 }
 
-func ringKeys(rs []*Ring) []string {
-	var out []string
+func ringKeys(rs []*Ring) []Key {
+	var out []Key
 	for _, r := range rs {
 		out = append(out, r.Key())
 	}
@@ -37,33 +37,33 @@ func TestEarlyReseedOrderParkedThenNonEmpty(t *testing.T) {
 	h := newHL()
 	rs := earlyRings(h, 3) // q1 parked and empty, q2 non-empty, q3 empty and idle
 	markN(h, rs[1].Key(), SourceLocal, at(0), "p")
-	parked := func(key string) bool { return key == rs[0].Key() }
+	parked := func(key Key) bool { return key == rs[0].Key() }
 
-	if got := h.EarlyReseeds(at(time.Second), parked); got != nil {
+	if got := claimed(h.EarlyReseeds(at(time.Second), parked)); got != nil {
 		t.Fatalf("no loss yet, claimed %v", ringKeys(got))
 	}
-	if h.BeginReseed(rs[2], at(time.Second), false) {
+	if claim(h.BeginReseed(rs[2], at(time.Second), false)) {
 		t.Fatal("an empty ring's pop reseeded without a loss or a due floor")
 	}
 	h.HintsLost(at(time.Second))
-	got := h.EarlyReseeds(at(time.Second), parked)
-	if want := []string{rs[0].Key(), rs[1].Key()}; !slices.Equal(ringKeys(got), want) {
+	got := claimed(h.EarlyReseeds(at(time.Second), parked))
+	if want := []Key{rs[0].Key(), rs[1].Key()}; !slices.Equal(ringKeys(got), want) {
 		t.Fatalf("claimed %q, want %q (parked first, then non-empty)", ringKeys(got), want)
 	}
 	endEarly(h, got, at(time.Second))
 	// The idle ring was not reseeded, but its next pop does it.
-	if !h.BeginReseed(rs[2], at(time.Second+time.Millisecond), false) {
+	if !claim(h.BeginReseed(rs[2], at(time.Second+time.Millisecond), false)) {
 		t.Fatal("the idle ring's pop did not run the pending early reseed")
 	}
-	h.EndReseed(rs[2], true, at(time.Second+time.Millisecond))
+	endReseed(rs[2], true, at(time.Second+time.Millisecond))
 	if st := h.Stats(); st.EarlyReseeds != 3 || st.LossSignals != 1 {
 		t.Fatalf("early reseeds %d (want 3), loss signals %d (want 1)", st.EarlyReseeds, st.LossSignals)
 	}
 	// All covered: nothing more without a new loss.
-	if got := h.EarlyReseeds(at(2*time.Second), parked); got != nil {
+	if got := claimed(h.EarlyReseeds(at(2*time.Second), parked)); got != nil {
 		t.Fatalf("claimed %v after every loss was covered", ringKeys(got))
 	}
-	if h.BeginReseed(rs[2], at(2*time.Second), false) {
+	if claim(h.BeginReseed(rs[2], at(2*time.Second), false)) {
 		t.Fatal("a covered ring's pop reseeded again")
 	}
 }
@@ -75,7 +75,7 @@ func TestEarlyReseedPerRingInterval(t *testing.T) {
 	r := earlyRings(h, 1)[0]
 	markN(h, r.Key(), SourceLocal, at(0), "p")
 	h.HintsLost(at(time.Second))
-	got := h.EarlyReseeds(at(time.Second), nil)
+	got := claimed(h.EarlyReseeds(at(time.Second), nil))
 	if len(got) != 1 {
 		t.Fatalf("first loss: %d claimed", len(got))
 	}
@@ -83,7 +83,7 @@ func TestEarlyReseedPerRingInterval(t *testing.T) {
 	for i := 1; i <= 5; i++ { // a signal every 20 ms
 		now := at(time.Second + time.Duration(i)*20*time.Millisecond)
 		h.HintsLost(now)
-		if got := h.EarlyReseeds(now, nil); got != nil {
+		if got := claimed(h.EarlyReseeds(now, nil)); got != nil {
 			t.Fatalf("signal %d at +%v: an early reseed inside the 200 ms interval", i, now.Sub(at(time.Second)))
 		}
 	}
@@ -91,15 +91,15 @@ func TestEarlyReseedPerRingInterval(t *testing.T) {
 		t.Fatalf("suppressed %d, want 5", st.EarlySuppressed)
 	}
 	// The folded signals run at the end of the interval, as one reseed.
-	if got := h.EarlyReseeds(at(time.Second+199*time.Millisecond), nil); got != nil {
+	if got := claimed(h.EarlyReseeds(at(time.Second+199*time.Millisecond), nil)); got != nil {
 		t.Fatal("ran before the interval ended")
 	}
-	got = h.EarlyReseeds(at(time.Second+200*time.Millisecond), nil)
+	got = claimed(h.EarlyReseeds(at(time.Second+200*time.Millisecond), nil))
 	if len(got) != 1 {
 		t.Fatalf("at the interval's end: %d claimed, want 1", len(got))
 	}
 	endEarly(h, got, at(time.Second+210*time.Millisecond))
-	if got := h.EarlyReseeds(at(2*time.Second), nil); got != nil {
+	if got := claimed(h.EarlyReseeds(at(2*time.Second), nil)); got != nil {
 		t.Fatal("a second reseed for the same signals")
 	}
 }
@@ -109,15 +109,15 @@ func TestEarlyReseedLossDuringWalkStaysPending(t *testing.T) {
 	h := newHL()
 	r := earlyRings(h, 1)[0]
 	markN(h, r.Key(), SourceLocal, at(0), "p")
-	if !h.BeginReseed(r, at(time.Second), true) {
+	if !claim(h.BeginReseed(r, at(time.Second), true)) {
 		t.Fatal("claim")
 	}
 	h.HintsLost(at(time.Second + time.Millisecond))
-	if got := h.EarlyReseeds(at(time.Second+time.Millisecond), nil); got != nil {
+	if got := claimed(h.EarlyReseeds(at(time.Second+time.Millisecond), nil)); got != nil {
 		t.Fatal("claimed a ring whose reseed is in progress")
 	}
-	h.EndReseed(r, true, at(time.Second+2*time.Millisecond))
-	got := h.EarlyReseeds(at(time.Second+3*time.Millisecond), nil)
+	endReseed(r, true, at(time.Second+2*time.Millisecond))
+	got := claimed(h.EarlyReseeds(at(time.Second+3*time.Millisecond), nil))
 	if len(got) != 1 {
 		t.Fatal("a loss signalled during a walk was treated as covered by it")
 	}
@@ -132,7 +132,7 @@ func TestEarlyReseedNodeBudget(t *testing.T) {
 		markN(h, r.Key(), SourceLocal, at(0), "p")
 	}
 	h.HintsLost(at(time.Second))
-	got := h.EarlyReseeds(at(time.Second), nil)
+	got := claimed(h.EarlyReseeds(at(time.Second), nil))
 	if len(got) != 2 {
 		t.Fatalf("claimed %d, want the budget of 2", len(got))
 	}
@@ -140,15 +140,15 @@ func TestEarlyReseedNodeBudget(t *testing.T) {
 	if st := h.Stats(); st.EarlySuppressed != 3 {
 		t.Fatalf("suppressed %d, want 3", st.EarlySuppressed)
 	}
-	if got := h.EarlyReseeds(at(time.Second+100*time.Millisecond), nil); len(got) != 0 {
+	if got := claimed(h.EarlyReseeds(at(time.Second+100*time.Millisecond), nil)); len(got) != 0 {
 		t.Fatalf("claimed %d with no token refilled", len(got))
 	}
-	got = h.EarlyReseeds(at(time.Second+500*time.Millisecond), nil)
+	got = claimed(h.EarlyReseeds(at(time.Second+500*time.Millisecond), nil))
 	if len(got) != 1 {
 		t.Fatalf("after 500 ms at 2/s: claimed %d, want 1", len(got))
 	}
 	endEarly(h, got, at(time.Second+500*time.Millisecond))
-	got = h.EarlyReseeds(at(3*time.Second), nil)
+	got = claimed(h.EarlyReseeds(at(3*time.Second), nil))
 	if len(got) != 2 {
 		t.Fatalf("with the bucket full again: claimed %d, want the last 2", len(got))
 	}
@@ -160,13 +160,13 @@ func TestEarlyReseedNotClaimedByFloorTick(t *testing.T) {
 	h := newHL()
 	rs := earlyRings(h, 3)
 	h.HintsLost(at(time.Second))
-	if got := h.EarlyReseeds(at(time.Second), nil); got != nil {
+	if got := claimed(h.EarlyReseeds(at(time.Second), nil)); got != nil {
 		t.Fatalf("claimed idle empty rings %v", ringKeys(got))
 	}
-	if got := h.DueReseeds(at(2 * time.Second)); len(got) != 0 {
+	if got := claimed(h.DueReseeds(at(2 * time.Second))); len(got) != 0 {
 		t.Fatalf("the floor tick claimed %d rings before their floor", len(got))
 	}
-	if got := h.DueReseeds(at(DefaultReseedInterval)); len(got) != len(rs) {
+	if got := claimed(h.DueReseeds(at(DefaultReseedInterval))); len(got) != len(rs) {
 		t.Fatalf("the floor claimed %d rings at its interval, want %d", len(got), len(rs))
 	}
 }
@@ -178,13 +178,13 @@ func TestEarlyReseedDarkTime(t *testing.T) {
 	r := earlyRings(h, 1)[0]
 	markN(h, r.Key(), SourceLocal, at(0), "held")
 	// A floor reseed's finds are not counted.
-	if !h.BeginReseed(r, at(time.Second), true) {
+	if !claim(h.BeginReseed(r, at(time.Second), true)) {
 		t.Fatal("claim")
 	}
 	h.Reseed(r, []ReseedRow{{Name: "floor", Age: time.Second, AgeKnown: true}}, at(time.Second))
-	h.EndReseed(r, true, at(time.Second))
+	endReseed(r, true, at(time.Second))
 	h.HintsLost(at(2 * time.Second))
-	got := h.EarlyReseeds(at(2*time.Second), nil)
+	got := claimed(h.EarlyReseeds(at(2*time.Second), nil))
 	if len(got) != 1 {
 		t.Fatal("no early reseed")
 	}
@@ -194,7 +194,7 @@ func TestEarlyReseedDarkTime(t *testing.T) {
 		{Name: "lost-b", Age: 3 * time.Second, AgeKnown: true},       // (2500, 5000]
 		{Name: "lost-c"}, // age unknown
 	}, at(2*time.Second))
-	h.EndReseed(r, true, at(2*time.Second))
+	endReseed(r, true, at(2*time.Second))
 	if added != 3 {
 		t.Fatalf("added %d, want 3", added)
 	}

@@ -61,7 +61,7 @@ func rotation(t *testing.T, seq, all []string) {
 func TestFairStrictRotation(t *testing.T) {
 	clocks(t, func(t *testing.T, tick func() time.Time) {
 		h := newHL()
-		k := Key("t", "q")
+		k := KeyOf("t", "q")
 		r := h.Register(k, "g", QueueOpts{}, base)
 		const P = 21
 		all := pnames(P)
@@ -92,7 +92,7 @@ func TestFairStrictRotation(t *testing.T) {
 func TestFairRequeuedCandidatesKeepTheirPlace(t *testing.T) {
 	clocks(t, func(t *testing.T, tick func() time.Time) {
 		h := newHL()
-		k := Key("t", "q")
+		k := KeyOf("t", "q")
 		r := h.Register(k, "g", QueueOpts{}, base)
 		const P, K = 21, 4
 		all := pnames(P)
@@ -134,7 +134,7 @@ func TestFairRequeueServedBeforeLaterReady(t *testing.T) {
 	for _, n := range []int{1, 8} {
 		t.Run(fmt.Sprintf("shards=%d", n), func(t *testing.T) {
 			h := newHL(shards(n))
-			k := Key("t", "q")
+			k := KeyOf("t", "q")
 			r := h.Register(k, "g", QueueOpts{}, base)
 			markN(h, k, SourceCommit, at(1*time.Millisecond), "a", "b")
 			cs := h.Take(r, 2, at(2*time.Millisecond))
@@ -156,7 +156,7 @@ func TestFairRequeueServedBeforeLaterReady(t *testing.T) {
 // unevenly, they are taken in that order, over several takes.
 func TestFairOldestFirstAcrossSubRings(t *testing.T) {
 	h := newHL() // 8 sub-rings: p<i> lives in sub-ring i%8
-	k := Key("t", "q")
+	k := KeyOf("t", "q")
 	r := h.Register(k, "g", QueueOpts{}, base)
 	all := pnames(16)
 	markN(h, k, SourceCommit, base, all...) // intern p00..p15 in index order
@@ -186,7 +186,7 @@ func TestFairAbandonKeepsOrder(t *testing.T) {
 	for _, n := range []int{1, 8} {
 		t.Run(fmt.Sprintf("shards=%d", n), func(t *testing.T) {
 			h := newHL(shards(n))
-			k := Key("t", "q")
+			k := KeyOf("t", "q")
 			r := h.Register(k, "g", QueueOpts{}, base)
 			markN(h, k, SourceCommit, base, "a", "b", "c", "d", "e", "f")
 			popA := h.Take(r, 2, at(time.Millisecond))
@@ -207,7 +207,7 @@ func TestFairAbandonKeepsOrder(t *testing.T) {
 // marked after that time, even when the tick that promotes it runs later.
 func TestFairWheelPromotionInLineAtRevisitTime(t *testing.T) {
 	h := newHL(shards(1))
-	k := Key("t", "q")
+	k := KeyOf("t", "q")
 	r := h.Register(k, "g", QueueOpts{}, base)
 	markN(h, k, SourceCommit, base, "a")
 	c := takeOne(t, h, r, "a", base)
@@ -228,7 +228,7 @@ func TestFairWheelPromotionInLineAtRevisitTime(t *testing.T) {
 // its revisit time as its place, as a promoted one would.
 func TestFairRequeuedWheelEntryKeepsRevisitTime(t *testing.T) {
 	h := newHL(shards(1))
-	k := Key("t", "q")
+	k := KeyOf("t", "q")
 	r := h.Register(k, "g", QueueOpts{}, base)
 	markN(h, k, SourceCommit, base, "a")
 	c := takeOne(t, h, r, "a", base)
@@ -246,7 +246,7 @@ func TestFairRequeuedWheelEntryKeepsRevisitTime(t *testing.T) {
 // took, and an empty verdict re-appended because a mark raced the probe.
 func TestFairVisitedGoToTheBack(t *testing.T) {
 	h := newHL()
-	k := Key("t", "q")
+	k := KeyOf("t", "q")
 	r := h.Register(k, "g", QueueOpts{}, base)
 	markN(h, k, SourceCommit, base, "a", "b", "c", "d")
 	cs := h.Take(r, 3, at(time.Millisecond))
@@ -271,7 +271,7 @@ func TestFairVisitedGoToTheBack(t *testing.T) {
 // returns to its old place.
 func TestFairReclaimedStrandedKeepsPlace(t *testing.T) {
 	h := newHL(shards(1))
-	k := Key("t", "q")
+	k := KeyOf("t", "q")
 	r := h.Register(k, "g", QueueOpts{}, base)
 	markN(h, k, SourceCommit, base, "a")
 	h.Take(r, 1, base) // the pop is lost without its drop guard

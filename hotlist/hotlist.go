@@ -24,17 +24,18 @@ type Hotlist struct {
 	cfg Config
 
 	mu     sync.RWMutex // guards queues; a write lock excludes every lookup (idle sweep)
-	queues map[string]*queue
+	queues map[Key]*queue
 	peak   int // most queues held since the map was last rebuilt (Sweep shrinks it)
 
 	wakeMu sync.Mutex
-	wakes  map[string]struct{} // queues marked quietly since the last TakeWakes
+	wakes  map[Key]struct{} // queues marked quietly since the last TakeWakes
 
 	c     counters
 	rings atomic.Int64
 
 	marksLocal, marksRemote, marksCommit atomic.Int64
 	reseeds, reseedAdded, reclaimed      atomic.Int64
+	walks                                atomic.Int64 // reseed walks claimed and not yet ended
 	swept, dropped, pruned               atomic.Int64
 
 	early early
@@ -42,7 +43,7 @@ type Hotlist struct {
 
 // queue is one tenant queue's state: the interning table and its rings.
 type queue struct {
-	key     string
+	key     Key
 	refs    atomic.Int32 // operations in progress; the sweep requires zero
 	touched atomic.Bool  // second-chance flag: set by every access, cleared by each sweep
 	traced  bool
@@ -104,14 +105,14 @@ func (r *Ring) stamp(n int64) int64 {
 
 // New returns an empty Hotlist.
 func New(cfg Config) *Hotlist {
-	return &Hotlist{cfg: cfg.withDefaults(), queues: make(map[string]*queue), wakes: make(map[string]struct{})}
+	return &Hotlist{cfg: cfg.withDefaults(), queues: make(map[Key]*queue), wakes: make(map[Key]struct{})}
 }
 
 // Config returns the effective configuration.
 func (h *Hotlist) Config() Config { return h.cfg }
 
 // acquire returns the queue of key with its reference held, or nil.
-func (h *Hotlist) acquire(key string) *queue {
+func (h *Hotlist) acquire(key Key) *queue {
 	h.mu.RLock()
 	q := h.queues[key]
 	if q != nil {
@@ -182,7 +183,7 @@ func (h *Hotlist) trace(q *queue, event string, kv ...any) {
 // the ring if needed. The broker calls it only once the group-seeded marker
 // is committed, so the first pop of a name allocates nothing here. A new
 // ring is cold, and gets a fixed random reseed phase.
-func (h *Hotlist) Register(key, group string, opts QueueOpts, now time.Time) *Ring {
+func (h *Hotlist) Register(key Key, group string, opts QueueOpts, now time.Time) *Ring {
 	q := h.acquire(key)
 	if q == nil {
 		h.mu.Lock()
@@ -190,7 +191,7 @@ func (h *Hotlist) Register(key, group string, opts QueueOpts, now time.Time) *Ri
 		if q == nil {
 			q = &queue{key: key, index: map[string]uint32{}, byID: map[string]uint32{}, rings: map[string]*Ring{}, opts: opts}
 			if h.cfg.TracePrefix != "" {
-				_, name := SplitKey(key)
+				name := key.Queue()
 				q.traced = strings.HasPrefix(name, h.cfg.TracePrefix)
 			}
 			h.queues[key] = q
@@ -223,7 +224,7 @@ func (h *Hotlist) Register(key, group string, opts QueueOpts, now time.Time) *Ri
 }
 
 // Lookup returns the ring of (key, group), or nil when it is not registered.
-func (h *Hotlist) Lookup(key, group string) *Ring {
+func (h *Hotlist) Lookup(key Key, group string) *Ring {
 	q := h.acquire(key)
 	if q == nil {
 		return nil
@@ -235,7 +236,7 @@ func (h *Hotlist) Lookup(key, group string) *Ring {
 }
 
 // SetOpts updates a queue's deferral options (learned on every pop).
-func (h *Hotlist) SetOpts(key string, opts QueueOpts) {
+func (h *Hotlist) SetOpts(key Key, opts QueueOpts) {
 	q := h.acquire(key)
 	if q == nil {
 		return
@@ -262,7 +263,7 @@ type PartMark struct {
 // parked pops is useful: some ring gained a ready entry, or the queue has no
 // ring at all (a partition-targeted long-poll parks without one). Local
 // marks do not ask for an immediate wake; they are queued for TakeWakes.
-func (h *Hotlist) Mark(key string, parts []PartMark, src Source, now time.Time) bool {
+func (h *Hotlist) Mark(key Key, parts []PartMark, src Source, now time.Time) bool {
 	switch src {
 	case SourceLocal:
 		h.marksLocal.Add(int64(len(parts)))
@@ -360,18 +361,18 @@ func (h *Hotlist) markSlot(r *Ring, i uint32, count int, opts QueueOpts, src Sou
 
 // TakeWakes returns the queues marked quietly since the last call (the wake
 // tick issues one wake per queue).
-func (h *Hotlist) TakeWakes() []string {
+func (h *Hotlist) TakeWakes() []Key {
 	h.wakeMu.Lock()
 	defer h.wakeMu.Unlock()
 	if len(h.wakes) == 0 {
 		return nil
 	}
-	out := make([]string, 0, len(h.wakes))
+	out := make([]Key, 0, len(h.wakes))
 	for k := range h.wakes {
 		out = append(out, k)
 	}
 	if len(out) > 1024 {
-		h.wakes = make(map[string]struct{}) // a map never shrinks: drop a burst's table
+		h.wakes = make(map[Key]struct{}) // a map never shrinks: drop a burst's table
 	} else {
 		clear(h.wakes)
 	}
@@ -613,7 +614,7 @@ func (h *Hotlist) Abandon(r *Ring, cands []Candidate, now time.Time) {
 // claim drained the partition, nothing was marked since its check-out, and
 // nothing is pending; otherwise it is made ready. It returns whether to wake
 // the queue.
-func (h *Hotlist) AckRelease(key, group, partitionID string, pending bool, now time.Time) bool {
+func (h *Hotlist) AckRelease(key Key, group, partitionID string, pending bool, now time.Time) bool {
 	q := h.acquire(key)
 	if q == nil {
 		return pending
@@ -656,9 +657,9 @@ func (h *Hotlist) AckRelease(key, group, partitionID string, pending bool, now t
 
 // WheelTick promotes every due wheel entry of every ring to Ready and
 // returns the keys of the queues that gained ready entries.
-func (h *Hotlist) WheelTick(now time.Time) []string {
+func (h *Hotlist) WheelTick(now time.Time) []Key {
 	n := now.UnixNano()
-	var keys []string
+	var keys []Key
 	for _, q := range h.snapshot() {
 		promoted := false
 		q.mu.RLock()
@@ -727,7 +728,7 @@ func (r *Ring) Ready(now time.Time) bool {
 func (r *Ring) Group() string { return r.group }
 
 // Key returns the ring's queue key.
-func (r *Ring) Key() string { return r.q.key }
+func (r *Ring) Key() Key { return r.q.key }
 
 // Counts returns the ring's ready, wheel and inflight entry counts.
 func (r *Ring) Counts() (ready, wheel, inflight int) {

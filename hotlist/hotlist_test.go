@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -32,7 +31,7 @@ func newHL(mut ...func(*Config)) *Hotlist {
 func shards(n int) func(*Config) { return func(c *Config) { c.Shards = n } }
 
 // markN marks partitions with one frame each.
-func markN(h *Hotlist, key string, src Source, now time.Time, names ...string) bool {
+func markN(h *Hotlist, key Key, src Source, now time.Time, names ...string) bool {
 	parts := make([]PartMark, len(names))
 	for i, n := range names {
 		parts[i] = PartMark{Name: n, Count: 1}
@@ -95,8 +94,8 @@ func takeOne(t *testing.T, h *Hotlist, r *Ring, name string, now time.Time) Cand
 
 // warm runs an empty successful reseed so the ring is no longer cold.
 func warm(h *Hotlist, r *Ring, now time.Time) {
-	if h.BeginReseed(r, now, true) {
-		h.EndReseed(r, true, now)
+	if claim(h.BeginReseed(r, now, true)) {
+		endReseed(r, true, now)
 	}
 }
 
@@ -198,11 +197,11 @@ func checkInvariants(t testing.TB, h *Hotlist) {
 // ---------------------------------------------------------------- keying
 
 func TestKeyCompositeTenantQueue(t *testing.T) {
-	if got := Key("acme", "orders"); got != "acme\x1forders" {
+	if got := KeyOf("acme", "orders"); got.s != "acme\x1forders" {
 		t.Fatalf("Key = %q", got)
 	}
 	h := newHL()
-	k1, k2 := Key("t1", "orders"), Key("t2", "orders")
+	k1, k2 := KeyOf("t1", "orders"), KeyOf("t2", "orders")
 	r1 := h.Register(k1, "workers", QueueOpts{}, base)
 	r2 := h.Register(k2, "workers", QueueOpts{}, base)
 	if r1 == r2 || r1.q == r2.q {
@@ -217,8 +216,9 @@ func TestKeyCompositeTenantQueue(t *testing.T) {
 	if cs := h.Take(r2, 8, base); cs != nil {
 		t.Fatalf("tenant t2 checked out tenant t1's candidate: %v", names(cs))
 	}
-	// The bare queue name is not a key.
-	if markN(h, "orders", SourceCommit, base, "q"); slotOf(h, r1, "q").state != Idle {
+	// A bare queue name cannot be passed as a key any more (Key is built
+	// only by KeyOf); the nearest spelling, an empty tenant, is another queue.
+	if markN(h, KeyOf("", "orders"), SourceCommit, base, "q"); slotOf(h, r1, "q").state != Idle {
 		t.Fatal("a bare queue name reached a tenant ring")
 	}
 	checkInvariants(t, h)
@@ -228,7 +228,7 @@ func TestKeyCompositeTenantQueue(t *testing.T) {
 
 func TestInterningDenseAppendOnlyAndPartitionIDs(t *testing.T) {
 	h := newHL(shards(1))
-	k := Key("t", "q")
+	k := KeyOf("t", "q")
 	r := h.Register(k, "g", QueueOpts{}, base)
 	markN(h, k, SourceCommit, base, "a", "b", "c")
 	markN(h, k, SourceCommit, base, "b", "d")
@@ -268,7 +268,7 @@ func TestInterningDenseAppendOnlyAndPartitionIDs(t *testing.T) {
 func TestShardLocalPositionsNoWastedSlots(t *testing.T) {
 	const S = 4
 	h := newHL(shards(S))
-	k := Key("t", "q")
+	k := KeyOf("t", "q")
 	r := h.Register(k, "g", QueueOpts{}, base)
 	var all []string
 	for i := range 12 {
@@ -312,7 +312,7 @@ func TestShardLocalPositionsNoWastedSlots(t *testing.T) {
 
 func TestMarkIdleNoDeferralPushesReadyTail(t *testing.T) {
 	h := newHL(shards(1))
-	k := Key("t", "q")
+	k := KeyOf("t", "q")
 	r := h.Register(k, "g", QueueOpts{}, base)
 	for _, n := range []string{"c", "a", "b"} {
 		if !markN(h, k, SourceCommit, base, n) {
@@ -327,7 +327,7 @@ func TestMarkIdleNoDeferralPushesReadyTail(t *testing.T) {
 
 func TestMarkAlreadyPendingIsEpochBumpOnly(t *testing.T) {
 	h := newHL(shards(1))
-	k := Key("t", "q")
+	k := KeyOf("t", "q")
 	r := h.Register(k, "g", QueueOpts{}, base)
 	markN(h, k, SourceCommit, base, "a")
 	markN(h, k, SourceCommit, base, "b")
@@ -351,7 +351,7 @@ func TestMarkAlreadyPendingIsEpochBumpOnly(t *testing.T) {
 
 func TestMarkIdleDelayedSchedulesAtDelayPlusPad(t *testing.T) {
 	h := newHL()
-	k := Key("t", "q")
+	k := KeyOf("t", "q")
 	r := h.Register(k, "g", QueueOpts{Delay: 2 * time.Second}, base)
 	if markN(h, k, SourceCommit, base, "a") {
 		t.Fatal("a delayed mark is no ready transition")
@@ -367,7 +367,7 @@ func TestMarkIdleDelayedSchedulesAtDelayPlusPad(t *testing.T) {
 	if cs := h.Take(r, 8, due.Add(-time.Nanosecond)); cs != nil {
 		t.Fatalf("took a deferred entry early: %v", names(cs))
 	}
-	if keys := h.WheelTick(due); !slices.Equal(keys, []string{k}) {
+	if keys := h.WheelTick(due); !slices.Equal(keys, []Key{k}) {
 		t.Fatalf("WheelTick at D + 300 ms = %v", keys)
 	}
 	wantState(t, h, r, "a", Ready)
@@ -376,7 +376,7 @@ func TestMarkIdleDelayedSchedulesAtDelayPlusPad(t *testing.T) {
 
 func TestMarkIdleWindowHoldsUntilFirstMarkPlusWindow(t *testing.T) {
 	h := newHL()
-	k := Key("t", "q")
+	k := KeyOf("t", "q")
 	W := time.Second
 	r := h.Register(k, "g", QueueOpts{Window: W}, base)
 	h.Mark(k, []PartMark{{Name: "a", Count: 10}}, SourceCommit, base)
@@ -393,7 +393,7 @@ func TestMarkIdleWindowHoldsUntilFirstMarkPlusWindow(t *testing.T) {
 
 func TestWindowBufferEarlyPromotionAtBatchThreshold(t *testing.T) {
 	h := newHL(func(c *Config) { c.WindowBatch = 10 })
-	k := Key("t", "q")
+	k := KeyOf("t", "q")
 	r := h.Register(k, "g", QueueOpts{Window: time.Minute}, base)
 
 	// IDLE with the batch already full: ready at once.
@@ -420,7 +420,7 @@ func TestWindowBufferEarlyPromotionAtBatchThreshold(t *testing.T) {
 func TestDelayDeadlineNeverShortened(t *testing.T) {
 	for _, opts := range []QueueOpts{{Delay: 2 * time.Second}, {Delay: 2 * time.Second, Window: time.Second}} {
 		h := newHL(func(c *Config) { c.WindowBatch = 10 })
-		k := Key("t", "q")
+		k := KeyOf("t", "q")
 		r := h.Register(k, "g", opts, base)
 		markN(h, k, SourceCommit, base, "a")
 		due := at(2*time.Second + DelayPad)
@@ -440,7 +440,7 @@ func TestDelayDeadlineNeverShortened(t *testing.T) {
 
 func TestMarkInflightOnlyBumpsEpoch(t *testing.T) {
 	h := newHL()
-	k := Key("t", "q")
+	k := KeyOf("t", "q")
 	r := h.Register(k, "g", QueueOpts{}, base)
 	markN(h, k, SourceCommit, base, "a")
 	c := takeOne(t, h, r, "a", base)
@@ -459,7 +459,7 @@ func TestMarkInflightOnlyBumpsEpoch(t *testing.T) {
 
 func TestMarkAppliesToEveryGroupRing(t *testing.T) {
 	h := newHL()
-	k := Key("t", "q")
+	k := KeyOf("t", "q")
 	r1 := h.Register(k, "g1", QueueOpts{}, base)
 	r2 := h.Register(k, "g2", QueueOpts{}, base)
 	markN(h, k, SourceCommit, base, "a")
@@ -492,7 +492,7 @@ func TestMarkAppliesToEveryGroupRing(t *testing.T) {
 
 func TestMarkQueueWithoutRingStillWakes(t *testing.T) {
 	h := newHL()
-	k := Key("t", "q")
+	k := KeyOf("t", "q")
 	// No queue state at all (a partition-targeted long-poll parks on the gate).
 	for _, src := range []Source{SourceCommit, SourceRemote} {
 		if !markN(h, k, src, base, "a") {
@@ -502,7 +502,7 @@ func TestMarkQueueWithoutRingStillWakes(t *testing.T) {
 	if markN(h, k, SourceLocal, base, "a") {
 		t.Fatal("local marks never wake inline")
 	}
-	if got := h.TakeWakes(); !slices.Equal(got, []string{k}) {
+	if got := h.TakeWakes(); !slices.Equal(got, []Key{k}) {
 		t.Fatalf("TakeWakes = %v: a local mark of a ringless queue must reach the wake tick", got)
 	}
 	if st := h.Stats(); st.Queues != 0 || st.Rings != 0 {
@@ -525,7 +525,7 @@ func TestMarkQueueWithoutRingStillWakes(t *testing.T) {
 
 func TestLocalMarkIsQuietAndQueuedForWakeTick(t *testing.T) {
 	h := newHL()
-	k1, k2 := Key("t", "q1"), Key("t", "q2")
+	k1, k2 := KeyOf("t", "q1"), KeyOf("t", "q2")
 	h.Register(k1, "g", QueueOpts{}, base)
 	h.Register(k2, "g", QueueOpts{}, base)
 	if h.TakeWakes() != nil {
@@ -538,8 +538,8 @@ func TestLocalMarkIsQuietAndQueuedForWakeTick(t *testing.T) {
 	}
 	markN(h, k2, SourceLocal, base, "x")
 	got := h.TakeWakes()
-	sort.Strings(got)
-	if !slices.Equal(got, []string{k1, k2}) {
+	slices.SortFunc(got, func(a, b Key) int { return strings.Compare(a.s, b.s) })
+	if !slices.Equal(got, []Key{k1, k2}) {
 		t.Fatalf("TakeWakes = %v, want one wake per marked queue", got)
 	}
 	if h.TakeWakes() != nil {
@@ -561,12 +561,12 @@ func TestLocalMarkIsQuietAndQueuedForWakeTick(t *testing.T) {
 
 func TestSetOptsAppliesToLaterMarks(t *testing.T) {
 	h := newHL()
-	k := Key("t", "q")
+	k := KeyOf("t", "q")
 	r := h.Register(k, "g", QueueOpts{}, base)
 	h.SetOpts(k, QueueOpts{Delay: time.Second})
 	markN(h, k, SourceCommit, base, "a")
 	wantRevisit(t, h, r, "a", at(time.Second+DelayPad))
-	h.SetOpts(Key("t", "unknown"), QueueOpts{Delay: time.Second}) // no state: no-op
+	h.SetOpts(KeyOf("t", "unknown"), QueueOpts{Delay: time.Second}) // no state: no-op
 	if h.Stats().Queues != 1 {
 		t.Fatal("SetOpts allocated a queue")
 	}
@@ -576,7 +576,7 @@ func TestSetOptsAppliesToLaterMarks(t *testing.T) {
 
 func TestTakeDueWheelFirstThenReadyOldestFirst(t *testing.T) {
 	h := newHL(shards(2))
-	k := Key("t", "q")
+	k := KeyOf("t", "q")
 	r := h.Register(k, "g", QueueOpts{}, base)
 	// "w" (index 0, shard 0) is lease-parked and due at +1 s.
 	markN(h, k, SourceCommit, base, "w")
@@ -613,7 +613,7 @@ func TestTakeDueWheelFirstThenReadyOldestFirst(t *testing.T) {
 
 func TestTakeSkipsWheelEntriesNotDue(t *testing.T) {
 	h := newHL()
-	k := Key("t", "q")
+	k := KeyOf("t", "q")
 	r := h.Register(k, "g", QueueOpts{Delay: time.Second}, base)
 	markN(h, k, SourceCommit, base, "a")
 	if cs := h.Take(r, 8, at(time.Second)); cs != nil {
@@ -630,7 +630,7 @@ func TestTakeSkipsWheelEntriesNotDue(t *testing.T) {
 
 func TestTakeSnapshotsEpochAndGeneration(t *testing.T) {
 	h := newHL()
-	k := Key("t", "q")
+	k := KeyOf("t", "q")
 	r := h.Register(k, "g", QueueOpts{}, base)
 	markN(h, k, SourceCommit, base, "a")
 	markN(h, k, SourceCommit, base, "a")
@@ -653,7 +653,7 @@ func TestTakeSnapshotsEpochAndGeneration(t *testing.T) {
 
 func TestEmptyVerdictEpochCASClearsOnlyWithoutInterveningMark(t *testing.T) {
 	h := newHL()
-	k := Key("t", "q")
+	k := KeyOf("t", "q")
 	r := h.Register(k, "g", QueueOpts{}, base)
 
 	markN(h, k, SourceCommit, base, "a")
@@ -692,7 +692,7 @@ func TestDeferralEmptyRevisitBoundedNeverCleared(t *testing.T) {
 	for _, opts := range []QueueOpts{{Delay: 2 * time.Second}, {Window: time.Second}} {
 		t.Run(fmt.Sprintf("%+v", opts), func(t *testing.T) {
 			h := newHL()
-			k := Key("t", "q")
+			k := KeyOf("t", "q")
 			r := h.Register(k, "g", opts, base)
 			markN(h, k, SourceCommit, base, "a")
 			now := at(5 * time.Second)
@@ -726,7 +726,7 @@ func TestDeferralEmptyRevisitBoundedNeverCleared(t *testing.T) {
 
 func TestLeasedVerdictNeverCleared(t *testing.T) {
 	h := newHL()
-	k := Key("t", "q")
+	k := KeyOf("t", "q")
 	r := h.Register(k, "g", QueueOpts{}, base)
 	markN(h, k, SourceCommit, base, "a")
 	now := base
@@ -749,7 +749,7 @@ func TestLeasedParkCappedAt1s(t *testing.T) {
 		t.Fatalf("LeasePad %v LeaseParkCap %v", LeasePad, LeaseParkCap)
 	}
 	h := newHL()
-	k := Key("t", "q")
+	k := KeyOf("t", "q")
 	r := h.Register(k, "g", QueueOpts{}, base)
 	markN(h, k, SourceCommit, base, "a")
 	now := base
@@ -769,7 +769,7 @@ func TestLeasedParkCappedAt1s(t *testing.T) {
 
 func TestTookLeasedGoesToWheelNotReady(t *testing.T) {
 	h := newHL()
-	k := Key("t", "q")
+	k := KeyOf("t", "q")
 	r := h.Register(k, "g", QueueOpts{}, base)
 	markN(h, k, SourceCommit, base, "a")
 	c := takeOne(t, h, r, "a", base)
@@ -790,7 +790,7 @@ func TestTookLeasedGoesToWheelNotReady(t *testing.T) {
 func TestTookAutoAckReturnsToReady(t *testing.T) {
 	for _, opts := range []QueueOpts{{}, {Delay: time.Second}} {
 		h := newHL()
-		k := Key("t", "q")
+		k := KeyOf("t", "q")
 		r := h.Register(k, "g", opts, base)
 		markN(h, k, SourceCommit, base, "a")
 		now := at(2 * time.Second)
@@ -805,7 +805,7 @@ func TestTookAutoAckReturnsToReady(t *testing.T) {
 
 func TestTookAutoAckWindowDebounced(t *testing.T) {
 	h := newHL()
-	k := Key("t", "q")
+	k := KeyOf("t", "q")
 	W := 800 * time.Millisecond
 	r := h.Register(k, "g", QueueOpts{Window: W}, base)
 	markN(h, k, SourceCommit, base, "a")
@@ -823,7 +823,7 @@ func TestTookAutoAckWindowDebounced(t *testing.T) {
 
 func TestRequeueKeepsPlace(t *testing.T) {
 	h := newHL(shards(1))
-	k := Key("t", "q")
+	k := KeyOf("t", "q")
 	r := h.Register(k, "g", QueueOpts{}, base)
 	markN(h, k, SourceCommit, base, "a", "b")
 	c := takeOne(t, h, r, "a", base)
@@ -838,7 +838,7 @@ func TestRequeueKeepsPlace(t *testing.T) {
 
 func TestAbandonReappends(t *testing.T) {
 	h := newHL()
-	k := Key("t", "q")
+	k := KeyOf("t", "q")
 	r := h.Register(k, "g", QueueOpts{}, base)
 	markN(h, k, SourceCommit, base, "a", "b", "c")
 	cs := h.Take(r, 8, base)
@@ -875,7 +875,7 @@ func leasedTook(t *testing.T, h *Hotlist, r *Ring, name, id string, drained bool
 
 func TestPromoteOnAckPendingMakesReady(t *testing.T) {
 	h := newHL()
-	k := Key("t", "q")
+	k := KeyOf("t", "q")
 	r := h.Register(k, "g", QueueOpts{}, base)
 	markN(h, k, SourceCommit, base, "a")
 	leasedTook(t, h, r, "a", "id-a", true, base)
@@ -887,16 +887,16 @@ func TestPromoteOnAckPendingMakesReady(t *testing.T) {
 	// Claimable at once, not at lease expiry.
 	takeOne(t, h, r, "a", now)
 	// Unknown group or queue: nothing to do, wake only if pending.
-	if h.AckRelease(k, "nobody", "id-a", false, now) || !h.AckRelease(Key("t", "zz"), "g", "id-a", true, now) {
+	if h.AckRelease(k, "nobody", "id-a", false, now) || !h.AckRelease(KeyOf("t", "zz"), "g", "id-a", true, now) {
 		t.Fatal("AckRelease without a ring must return pending")
 	}
 	checkInvariants(t, h)
 }
 
 func TestAckClearsOnlyDrainedWithoutMarkSince(t *testing.T) {
-	type step func(h *Hotlist, k string, r *Ring)
-	nothing := func(*Hotlist, string, *Ring) {}
-	markAfter := func(h *Hotlist, k string, r *Ring) { markN(h, k, SourceCommit, at(time.Millisecond), "a") }
+	type step func(h *Hotlist, k Key, r *Ring)
+	nothing := func(*Hotlist, Key, *Ring) {}
+	markAfter := func(h *Hotlist, k Key, r *Ring) { markN(h, k, SourceCommit, at(time.Millisecond), "a") }
 	for _, tc := range []struct {
 		name    string
 		drained bool
@@ -913,7 +913,7 @@ func TestAckClearsOnlyDrainedWithoutMarkSince(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHL()
-			k := Key("t", "q")
+			k := KeyOf("t", "q")
 			r := h.Register(k, "g", QueueOpts{}, base)
 			markN(h, k, SourceCommit, base, "a")
 			c := takeOne(t, h, r, "a", base)
@@ -940,7 +940,7 @@ func TestAckNotDrainedKeepsEntry(t *testing.T) {
 	for _, pendingKnown := range []bool{false, true} {
 		t.Run(fmt.Sprintf("pendingKnown=%v", pendingKnown), func(t *testing.T) {
 			h := newHL()
-			k := Key("t", "q")
+			k := KeyOf("t", "q")
 			r := h.Register(k, "g", QueueOpts{}, base)
 			h.Mark(k, []PartMark{{Name: "a", Count: 1000}}, SourceCommit, base)
 			backlog := 1000
@@ -967,7 +967,7 @@ func TestAckNotDrainedKeepsEntry(t *testing.T) {
 
 func TestAckLeavesReadyAndInflightAlone(t *testing.T) {
 	h := newHL()
-	k := Key("t", "q")
+	k := KeyOf("t", "q")
 	r := h.Register(k, "g", QueueOpts{}, base)
 	markN(h, k, SourceCommit, base, "a")
 	leasedTook(t, h, r, "a", "id-a", true, base)
@@ -989,7 +989,7 @@ func TestAckLeavesReadyAndInflightAlone(t *testing.T) {
 
 func TestReseedAddsMissingAndOverIncludes(t *testing.T) {
 	h := newHL()
-	k := Key("t", "q")
+	k := KeyOf("t", "q")
 	r := h.Register(k, "g", QueueOpts{}, base)
 	markN(h, k, SourceCommit, base, "ready", "parked", "flying")
 	c := h.Take(r, 8, base)
@@ -1042,7 +1042,7 @@ func TestReseedAddsMissingAndOverIncludes(t *testing.T) {
 // are already visible); the empty verdict then schedules the exact revisit.
 func TestReseedRowIsReadyEvenOnDeferralQueues(t *testing.T) {
 	h := newHL()
-	kd, kw := Key("t", "delay"), Key("t", "window")
+	kd, kw := KeyOf("t", "delay"), KeyOf("t", "window")
 	rd := h.Register(kd, "g", QueueOpts{Delay: time.Hour}, base)
 	rw := h.Register(kw, "g", QueueOpts{Window: 700 * time.Millisecond}, base)
 	h.Reseed(rd, []ReseedRow{{Name: "a"}}, base)
@@ -1058,7 +1058,7 @@ func TestReseedRowIsReadyEvenOnDeferralQueues(t *testing.T) {
 
 func TestReseedReclaimsStrandedInflight(t *testing.T) {
 	h := newHL(func(c *Config) { c.StrandedAfter = 10 * time.Second })
-	k := Key("t", "q")
+	k := KeyOf("t", "q")
 	r := h.Register(k, "g", QueueOpts{}, base)
 	markN(h, k, SourceCommit, base, "a", "b")
 	cs := h.Take(r, 8, base) // the pop is dropped: nobody checks these in
@@ -1110,7 +1110,7 @@ func TestReseedPhaseWithinMinOf15sAndInterval(t *testing.T) {
 				return phases[len(maxes)-1]
 			}
 		})
-		k := Key("t", "q")
+		k := KeyOf("t", "q")
 		r1 := h.Register(k, "g1", QueueOpts{}, base)
 		r2 := h.Register(k, "g2", QueueOpts{}, base)
 		h.Register(k, "g1", QueueOpts{}, base) // already registered: no new phase
@@ -1120,14 +1120,14 @@ func TestReseedPhaseWithinMinOf15sAndInterval(t *testing.T) {
 		warm(h, r1, base)
 		warm(h, r2, base)
 		for i, r := range []*Ring{r1, r2} {
-			if h.BeginReseed(r, at(phases[i]-time.Nanosecond), false) {
+			if claim(h.BeginReseed(r, at(phases[i]-time.Nanosecond), false)) {
 				t.Fatalf("ring %d reseeded before its phase", i)
 			}
 		}
-		if got := h.DueReseeds(at(phases[1])); len(got) != 1 || got[0] != r2 {
+		if got := claimed(h.DueReseeds(at(phases[1]))); len(got) != 1 || got[0] != r2 {
 			t.Fatalf("DueReseeds at g2's phase = %v", got)
 		}
-		if got := h.DueReseeds(at(phases[0])); len(got) != 1 || got[0] != r1 {
+		if got := claimed(h.DueReseeds(at(phases[0]))); len(got) != 1 || got[0] != r1 {
 			t.Fatalf("DueReseeds at g1's phase = %v", got)
 		}
 	}
@@ -1144,20 +1144,20 @@ func TestReseedPhaseWithinMinOf15sAndInterval(t *testing.T) {
 
 func TestReseedRunsOnNonEmptyRing(t *testing.T) {
 	h := newHL()
-	k := Key("t", "q")
+	k := KeyOf("t", "q")
 	r := h.Register(k, "g", QueueOpts{}, base)
 	warm(h, r, base)
 	markN(h, k, SourceCommit, base, "busy1", "busy2")
 	// "lost" was erroneously dropped from this busy ring (a missed hint).
 	now := at(DefaultReseedInterval)
-	got := h.DueReseeds(now)
+	got := claimed(h.DueReseeds(now))
 	if len(got) != 1 || got[0] != r {
 		t.Fatalf("DueReseeds on a non-empty ring = %v", got)
 	}
 	if h.Reseed(r, []ReseedRow{{Name: "busy1"}, {Name: "busy2"}, {Name: "lost"}}, now) != 1 {
 		t.Fatal("the floor did not recover the lost partition")
 	}
-	h.EndReseed(r, true, now)
+	endReseed(r, true, now)
 	wantState(t, h, r, "lost", Ready)
 	checkInvariants(t, h)
 }
@@ -1167,11 +1167,11 @@ func TestEndReseedKeepsPhase(t *testing.T) {
 	iv := DefaultReseedInterval
 	setup := func() (*Hotlist, *Ring) {
 		h := newHL(func(c *Config) { c.Jitter = func(time.Duration) time.Duration { return phase } })
-		r := h.Register(Key("t", "q"), "g", QueueOpts{}, base)
+		r := h.Register(KeyOf("t", "q"), "g", QueueOpts{}, base)
 		return h, r
 	}
 	due := func(h *Hotlist, r *Ring, now time.Time) bool {
-		got := h.DueReseeds(now)
+		got := claimed(h.DueReseeds(now))
 		return len(got) == 1 && got[0] == r
 	}
 	notDue := func(t *testing.T, h *Hotlist, r *Ring, next time.Time) {
@@ -1188,18 +1188,18 @@ func TestEndReseedKeepsPhase(t *testing.T) {
 		if !due(h, r, at(phase)) {
 			t.Fatal("not due at the phase")
 		}
-		h.EndReseed(r, true, at(phase+500*time.Millisecond)) // the scan took 500 ms
+		endReseed(r, true, at(phase+500*time.Millisecond)) // the scan took 500 ms
 		notDue(t, h, r, at(phase+iv))
 		warm(h, r, at(20*time.Second)) // a forced reseed between floors
 		notDue(t, h, r, at(phase+iv))
 		if !due(h, r, at(phase+iv)) {
 			t.Fatal("not due one interval after the previous due time")
 		}
-		h.EndReseed(r, false, at(phase+iv)) // a failed reseed is retried at the next tick
+		endReseed(r, false, at(phase+iv)) // a failed reseed is retried at the next tick
 		if !due(h, r, at(phase+iv+2*time.Second)) {
 			t.Fatal("a failed reseed was not retried")
 		}
-		h.EndReseed(r, true, at(phase+iv+2*time.Second)) // late by a tick: phase kept
+		endReseed(r, true, at(phase+iv+2*time.Second)) // late by a tick: phase kept
 		notDue(t, h, r, at(phase+2*iv))
 		if !due(h, r, at(phase+2*iv)) {
 			t.Fatal("phase lost after a late reseed")
@@ -1217,7 +1217,7 @@ func TestEndReseedKeepsPhase(t *testing.T) {
 		if !due(h, r, recovery) {
 			t.Fatal("not due after the outage")
 		}
-		h.EndReseed(r, true, recovery)
+		endReseed(r, true, recovery)
 		next := at(phase + 5*iv) // the first phase-aligned time after recovery
 		notDue(t, h, r, next)
 		if !due(h, r, next) {
@@ -1228,38 +1228,38 @@ func TestEndReseedKeepsPhase(t *testing.T) {
 
 func TestColdRingUntilFirstReseed(t *testing.T) {
 	h := newHL(func(c *Config) { c.Jitter = func(time.Duration) time.Duration { return 5 * time.Second } })
-	k := Key("t", "q")
+	k := KeyOf("t", "q")
 	r := h.Register(k, "g", QueueOpts{}, base)
 	if !r.Cold() {
 		t.Fatal("a new ring is cold")
 	}
-	if !h.BeginReseed(r, base, false) {
+	if !claim(h.BeginReseed(r, base, false)) {
 		t.Fatal("a cold ring may be reseeded before its phase")
 	}
-	if h.BeginReseed(r, base, true) {
+	if claim(h.BeginReseed(r, base, true)) {
 		t.Fatal("a second concurrent reseed of one ring was claimed")
 	}
-	if got := h.DueReseeds(at(time.Hour)); len(got) != 0 {
+	if got := claimed(h.DueReseeds(at(time.Hour))); len(got) != 0 {
 		t.Fatalf("DueReseeds claimed a ring that is being reseeded: %v", got)
 	}
-	h.EndReseed(r, false, base)
+	endReseed(r, false, base)
 	if !r.Cold() {
 		t.Fatal("a failed reseed warmed the ring")
 	}
-	if !h.BeginReseed(r, base, false) {
+	if !claim(h.BeginReseed(r, base, false)) {
 		t.Fatal("after a failure the cold ring is claimable again")
 	}
-	h.EndReseed(r, true, base)
+	endReseed(r, true, base)
 	if r.Cold() {
 		t.Fatal("a successful reseed must warm the ring")
 	}
-	if h.BeginReseed(r, base, false) {
+	if claim(h.BeginReseed(r, base, false)) {
 		t.Fatal("a warm ring is not reseeded before it is due")
 	}
-	if !h.BeginReseed(r, base, true) {
+	if !claim(h.BeginReseed(r, base, true)) {
 		t.Fatal("force must claim a warm ring")
 	}
-	h.EndReseed(r, true, base)
+	endReseed(r, true, base)
 	if again := h.Register(k, "g", QueueOpts{}, base); again != r || again.Cold() {
 		t.Fatal("re-registering must return the same warm ring")
 	}
@@ -1272,7 +1272,7 @@ func TestColdRingUntilFirstReseed(t *testing.T) {
 
 func TestIdleSweepSecondChance(t *testing.T) {
 	h := newHL()
-	k := Key("t", "q")
+	k := KeyOf("t", "q")
 	r := h.Register(k, "g", QueueOpts{}, base)
 	markN(h, k, SourceCommit, base, "a")
 	c := takeOne(t, h, r, "a", base)
@@ -1320,7 +1320,7 @@ func TestIdleSweepSecondChance(t *testing.T) {
 
 func TestIdleSweepSkipsHeldQueue(t *testing.T) {
 	h := newHL()
-	k := Key("t", "q")
+	k := KeyOf("t", "q")
 	h.Register(k, "g", QueueOpts{}, base)
 	q := h.acquire(k) // an operation in progress
 	for range 3 {
@@ -1337,7 +1337,7 @@ func TestIdleSweepSkipsHeldQueue(t *testing.T) {
 func TestIdleSweepSkipsNonIdleQueue(t *testing.T) {
 	for _, st := range []State{Ready, Wheel, Inflight} {
 		h := newHL()
-		k := Key("t", "q")
+		k := KeyOf("t", "q")
 		r := h.Register(k, "g", QueueOpts{}, base)
 		markN(h, k, SourceCommit, base, "a")
 		switch st {
@@ -1366,7 +1366,7 @@ func TestDropGroupOnlyThatTenant(t *testing.T) {
 	}
 	rs := map[ring]*Ring{}
 	for _, x := range all {
-		k := Key(x.tenant, x.queue)
+		k := KeyOf(x.tenant, x.queue)
 		rs[x] = h.Register(k, x.group, QueueOpts{}, base)
 		markN(h, k, SourceCommit, base, "p")
 	}
@@ -1374,7 +1374,7 @@ func TestDropGroupOnlyThatTenant(t *testing.T) {
 		t.Fatalf("DropGroup across t1's queues dropped %d, want 2", n)
 	}
 	for _, x := range all {
-		got := h.Lookup(Key(x.tenant, x.queue), x.group)
+		got := h.Lookup(KeyOf(x.tenant, x.queue), x.group)
 		gone := x.tenant == "t1" && x.group == "workers"
 		if (got == nil) != gone {
 			t.Fatalf("%+v: present=%v after dropping t1/workers", x, got != nil)
@@ -1391,11 +1391,11 @@ func TestDropGroupOnlyThatTenant(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 	// Re-registering after a drop cold-starts a fresh ring.
-	if r := h.Register(Key("t1", "orders"), "workers", QueueOpts{}, base); !r.Cold() || slotOf(h, r, "p").state != Idle {
+	if r := h.Register(KeyOf("t1", "orders"), "workers", QueueOpts{}, base); !r.Cold() || slotOf(h, r, "p").state != Idle {
 		t.Fatal("a dropped ring survived")
 	}
-	h.DropQueue(Key("t2", "orders"))
-	h.DropQueue(Key("t2", "nothing"))
+	h.DropQueue(KeyOf("t2", "orders"))
+	h.DropQueue(KeyOf("t2", "nothing"))
 	checkInvariants(t, h)
 }
 
@@ -1406,7 +1406,7 @@ func TestDropGroupDuringPopKeepsCountersExact(t *testing.T) {
 	for _, drop := range []string{"group", "queue"} {
 		t.Run(drop, func(t *testing.T) {
 			h := newHL()
-			k := Key("t", "q")
+			k := KeyOf("t", "q")
 			r := h.Register(k, "g", QueueOpts{}, base)
 			markN(h, k, SourceCommit, base, "a", "b")
 			cs := h.Take(r, 8, base)
@@ -1429,7 +1429,7 @@ func TestDropGroupDuringPopKeepsCountersExact(t *testing.T) {
 
 func TestWheelTickPromotesDueAndReturnsKeys(t *testing.T) {
 	h := newHL()
-	k1, k2, k3 := Key("t", "q1"), Key("t", "q2"), Key("t", "q3")
+	k1, k2, k3 := KeyOf("t", "q1"), KeyOf("t", "q2"), KeyOf("t", "q3")
 	r1 := h.Register(k1, "g", QueueOpts{Delay: time.Second}, base)
 	h.Register(k1, "g2", QueueOpts{Delay: time.Second}, base)
 	r2 := h.Register(k2, "g", QueueOpts{Delay: 5 * time.Second}, base)
@@ -1438,7 +1438,7 @@ func TestWheelTickPromotesDueAndReturnsKeys(t *testing.T) {
 	markN(h, k2, SourceCommit, base, "a")
 	markN(h, k3, SourceCommit, base, "a") // ready, nothing to promote
 	now := at(time.Second + DelayPad)
-	if got := h.WheelTick(now); !slices.Equal(got, []string{k1}) {
+	if got := h.WheelTick(now); !slices.Equal(got, []Key{k1}) {
 		t.Fatalf("WheelTick = %v, want [%s] once", got, k1)
 	}
 	wantState(t, h, r1, "a", Ready)
@@ -1455,7 +1455,7 @@ func TestWheelTickPromotesDueAndReturnsKeys(t *testing.T) {
 
 func TestStaleHeapEntriesDiscardedLazily(t *testing.T) {
 	h := newHL(shards(1))
-	k := Key("t", "q")
+	k := KeyOf("t", "q")
 	r := h.Register(k, "g", QueueOpts{}, base)
 	s := r.subs[0]
 	park := func(name string, now time.Time) {
@@ -1501,7 +1501,7 @@ func TestStaleHeapEntriesDiscardedLazily(t *testing.T) {
 	if cs := h.Take(r, 8, at(3*time.Second)); cs != nil {
 		t.Fatalf("took %v on a stale entry", names(cs))
 	}
-	if got := h.WheelTick(at(3500 * time.Millisecond)); !slices.Equal(got, []string{k}) {
+	if got := h.WheelTick(at(3500 * time.Millisecond)); !slices.Equal(got, []Key{k}) {
 		t.Fatalf("live entry did not fire: %v", got)
 	}
 	wantState(t, h, r, "b", Ready)
@@ -1532,7 +1532,7 @@ func TestStaleHeapEntriesDiscardedLazily(t *testing.T) {
 func TestTopRingsRankedStable(t *testing.T) {
 	h := newHL()
 	mk := func(queue, group string, nReady, nWheel, nInflight int) {
-		k := Key("t", queue)
+		k := KeyOf("t", queue)
 		r := h.Register(k, group, QueueOpts{}, base)
 		total := nReady + nWheel + nInflight
 		var ps []string
@@ -1555,7 +1555,7 @@ func TestTopRingsRankedStable(t *testing.T) {
 	mk("a", "g", 1, 2, 0) // ties b's 3
 	mk("c", "g", 5, 0, 0)
 	mk("d", "g", 0, 0, 9) // only in flight: ranked by ready + wheel = 0
-	h.Register(Key("t", "e"), "g", QueueOpts{}, base)
+	h.Register(KeyOf("t", "e"), "g", QueueOpts{}, base)
 	mk("a", "h", 0, 3, 0) // ties too; group breaks it
 	want := []string{"c/g", "a/g", "a/h", "b/g", "d/g"}
 	for range 50 {
@@ -1582,7 +1582,7 @@ func TestTopRingsRankedStable(t *testing.T) {
 func TestTopRingsStableAcrossTenants(t *testing.T) {
 	h := newHL()
 	for _, tenant := range []string{"t-b", "t-a", "t-c"} {
-		k := Key(tenant, "orders")
+		k := KeyOf(tenant, "orders")
 		r := h.Register(k, "workers", QueueOpts{}, base)
 		h.Reseed(r, []ReseedRow{{Name: "p"}}, base)
 	}
@@ -1602,13 +1602,13 @@ func TestStatsCountersMatchStates(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 11))
 	h := newHL(shards(3), func(c *Config) { c.WindowBatch = 4 })
 	type rq struct {
-		key string
+		key Key
 		r   *Ring
 	}
 	var rings []rq
 	optsFor := []QueueOpts{{}, {Delay: 300 * time.Millisecond}, {Window: 200 * time.Millisecond}}
 	for qi := range 3 {
-		k := Key(fmt.Sprintf("t%d", qi%2), fmt.Sprintf("q%d", qi))
+		k := KeyOf(fmt.Sprintf("t%d", qi%2), fmt.Sprintf("q%d", qi))
 		for _, g := range []string{"g1", "g2"} {
 			rings = append(rings, rq{k, h.Register(k, g, optsFor[qi], base)})
 		}
@@ -1674,20 +1674,20 @@ func TestStatsCountersMatchStates(t *testing.T) {
 
 func TestTraceOnlyMatchingPrefix(t *testing.T) {
 	var mu sync.Mutex
-	events := map[string][]string{}
+	events := map[Key][]string{}
 	h := newHL(func(c *Config) {
 		c.TracePrefix = "ord"
-		c.Trace = func(key, event string, kv ...any) {
+		c.Trace = func(key Key, event string, kv ...any) {
 			mu.Lock()
 			events[key] = append(events[key], event)
 			mu.Unlock()
 		}
 	})
-	ko, kj := Key("t", "orders"), Key("t", "jobs")
+	ko, kj := KeyOf("t", "orders"), KeyOf("t", "jobs")
 	ro := h.Register(ko, "g", QueueOpts{}, base)
 	rj := h.Register(kj, "g", QueueOpts{}, base)
 	for _, x := range []struct {
-		k string
+		k Key
 		r *Ring
 	}{{ko, ro}, {kj, rj}} {
 		markN(h, x.k, SourceCommit, base, "a")
@@ -1723,22 +1723,22 @@ func TestConfigDefaults(t *testing.T) {
 }
 
 // A stranded Inflight entry whose partition has nothing pending is never
-// listed by a reseed; EndReseed reclaims it so the queue can be swept.
+// listed by a reseed; ending the walk reclaims it so the queue can be swept.
 func TestEndReseedReclaimsUnlistedStrandedInflight(t *testing.T) {
 	h := newHL(func(c *Config) { c.StrandedAfter = 10 * time.Second })
-	k := Key("t", "q")
+	k := KeyOf("t", "q")
 	r := h.Register(k, "g", QueueOpts{}, base)
 	markN(h, k, SourceCommit, base, "a")
 	h.Take(r, 8, base) // dropped pop
-	if !h.BeginReseed(r, at(5*time.Second), true) {
+	if !claim(h.BeginReseed(r, at(5*time.Second), true)) {
 		t.Fatal("reseed not claimed")
 	}
 	h.Reseed(r, nil, at(5*time.Second))
-	h.EndReseed(r, true, at(5*time.Second))
+	endReseed(r, true, at(5*time.Second))
 	wantState(t, h, r, "a", Inflight) // still fresh
-	h.BeginReseed(r, at(11*time.Second), true)
+	claim(h.BeginReseed(r, at(11*time.Second), true))
 	h.Reseed(r, nil, at(11*time.Second))
-	h.EndReseed(r, true, at(11*time.Second))
+	endReseed(r, true, at(11*time.Second))
 	wantState(t, h, r, "a", Ready)
 	if st := h.Stats(); st.Inflight != 0 || st.Reclaimed != 1 {
 		t.Fatalf("stats %+v", st)
@@ -1749,7 +1749,7 @@ func TestEndReseedReclaimsUnlistedStrandedInflight(t *testing.T) {
 
 func TestTenThousandQuietMarksOneWakePerTick(t *testing.T) {
 	h := newHL()
-	k := Key("t", "busy")
+	k := KeyOf("t", "busy")
 	h.Register(k, "g", QueueOpts{}, base)
 	for i := range 10_000 {
 		// 500 partitions marked 20 times each: idle->ready and epoch bumps.
@@ -1757,7 +1757,7 @@ func TestTenThousandQuietMarksOneWakePerTick(t *testing.T) {
 			t.Fatal("a local mark must be quiet")
 		}
 	}
-	if got := h.TakeWakes(); !slices.Equal(got, []string{k}) {
+	if got := h.TakeWakes(); !slices.Equal(got, []Key{k}) {
 		t.Fatalf("TakeWakes = %d keys %v, want the one marked queue", len(got), got)
 	}
 	if got := h.TakeWakes(); got != nil {
@@ -1765,7 +1765,7 @@ func TestTenThousandQuietMarksOneWakePerTick(t *testing.T) {
 	}
 
 	// Three queues (one with two rings, one without a ring) marked 10,000 times in all.
-	keys := []string{Key("t", "a"), Key("t", "b"), Key("u", "a")}
+	keys := []Key{KeyOf("t", "a"), KeyOf("t", "b"), KeyOf("u", "a")}
 	h.Register(keys[0], "g", QueueOpts{}, base)
 	h.Register(keys[1], "g", QueueOpts{}, base)
 	h.Register(keys[1], "g2", QueueOpts{}, base)
@@ -1773,7 +1773,7 @@ func TestTenThousandQuietMarksOneWakePerTick(t *testing.T) {
 		markN(h, keys[i%3], SourceLocal, base, fmt.Sprintf("p%d", i%97))
 	}
 	got := h.TakeWakes()
-	sort.Strings(got)
+	slices.SortFunc(got, func(a, b Key) int { return strings.Compare(a.s, b.s) })
 	if !slices.Equal(got, keys) {
 		t.Fatalf("TakeWakes = %v, want one wake per marked queue %v", got, keys)
 	}
@@ -1804,7 +1804,7 @@ func TestHundredThousandRandomNamesBoundedAfterTwoSweeps(t *testing.T) {
 		// One pop on a random queue name: the ring is registered, the
 		// partition it learned of is checked out and found empty.
 		now := at(time.Duration(i) * time.Microsecond)
-		k := Key("tenant", fmt.Sprintf("random-%016x", rng.Uint64()))
+		k := KeyOf("tenant", fmt.Sprintf("random-%016x", rng.Uint64()))
 		r := h.Register(k, "g", QueueOpts{}, now)
 		h.Mark(k, parts, SourceLocal, now)
 		if i%1000 == 999 {

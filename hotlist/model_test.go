@@ -171,7 +171,7 @@ type model struct {
 	conf   mconf
 	faults bool
 	h      *Hotlist
-	key    string
+	key    Key
 	rings  [mGroups]*Ring
 	g      truth
 	now    time.Time
@@ -194,7 +194,7 @@ func newModel(t testing.TB, seed uint64, conf mconf, faults bool, st *mstats) *m
 		WindowBatch: conf.windowBatch,
 		Jitter:      func(max time.Duration) time.Duration { return time.Duration(m.rng.Int64N(int64(max))) },
 	})
-	m.key = Key("tenant", "q-"+conf.name)
+	m.key = KeyOf("tenant", "q-"+conf.name)
 	m.g.opts = conf.opts
 	for grp := range mGroups {
 		m.rings[grp] = m.h.Register(m.key, fmt.Sprintf("g%d", grp), conf.opts, m.now)
@@ -403,7 +403,7 @@ func (m *model) ack() {
 
 func (m *model) reseed(grp int, force bool) {
 	r := m.rings[grp]
-	if !m.h.BeginReseed(r, m.now, force) {
+	if !claim(m.h.BeginReseed(r, m.now, force)) {
 		return
 	}
 	rows := m.g.rows(m.rng, grp)
@@ -412,15 +412,15 @@ func (m *model) reseed(grp int, force bool) {
 		m.h.Reseed(r, rows[:n], m.now)
 		rows = rows[n:]
 	}
-	m.h.EndReseed(r, true, m.now)
+	endReseed(r, true, m.now)
 }
 
 func (m *model) floorReseeds() {
-	for _, r := range m.h.DueReseeds(m.now) {
+	for _, r := range claimed(m.h.DueReseeds(m.now)) {
 		grp := groupIdx(r)
 		rows := m.g.rows(m.rng, grp)
 		m.h.Reseed(r, rows, m.now)
-		m.h.EndReseed(r, true, m.now)
+		endReseed(r, true, m.now)
 	}
 }
 
@@ -586,7 +586,7 @@ func runConcurrent(t *testing.T, seed uint64, conf mconf, faults bool) (verdictC
 	tick := func(rng *rand.Rand) { clock.Add(int64(rng.IntN(1000)) * int64(time.Microsecond)) }
 
 	h := New(Config{Shards: conf.shards, WindowBatch: conf.windowBatch, ReseedInterval: 200 * time.Millisecond})
-	key := Key("tenant", "c-"+conf.name)
+	key := KeyOf("tenant", "c-"+conf.name)
 	var rings [mGroups]*Ring
 	for grp := range mGroups {
 		rings[grp] = h.Register(key, fmt.Sprintf("g%d", grp), conf.opts, now())
@@ -703,13 +703,13 @@ func runConcurrent(t *testing.T, seed uint64, conf mconf, faults bool) (verdictC
 		for !stop.Load() {
 			h.WheelTick(now())
 			h.TakeWakes()
-			for _, r := range h.DueReseeds(now()) {
+			for _, r := range claimed(h.DueReseeds(now())) {
 				grp := groupIdx(r)
 				mu.Lock()
 				rows := g.rows(rng, grp)
 				mu.Unlock()
 				h.Reseed(r, rows, now())
-				h.EndReseed(r, true, now())
+				endReseed(r, true, now())
 			}
 			tick(rng)
 			runtime.Gosched()
@@ -757,11 +757,11 @@ func runConcurrent(t *testing.T, seed uint64, conf mconf, faults bool) (verdictC
 	}
 	for grp := range mGroups {
 		r := rings[grp]
-		if !h.BeginReseed(r, now(), true) {
+		if !claim(h.BeginReseed(r, now(), true)) {
 			t.Fatal("final reseed not claimable")
 		}
 		h.Reseed(r, g.rows(rng, grp), now())
-		h.EndReseed(r, true, now())
+		endReseed(r, true, now())
 	}
 	h.WheelTick(now())
 	clock.Add(int64(bound))

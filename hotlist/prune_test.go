@@ -7,13 +7,13 @@ import (
 )
 
 // warmRing registers a ring and finishes its first (cold) reseed.
-func warmRing(t *testing.T, h *Hotlist, key string) *Ring {
+func warmRing(t *testing.T, h *Hotlist, key Key) *Ring {
 	t.Helper()
 	r := h.Register(key, "g", QueueOpts{}, at(0))
-	if !h.BeginReseed(r, at(0), false) {
+	if !claim(h.BeginReseed(r, at(0), false)) {
 		t.Fatal("cold ring not claimable")
 	}
-	h.EndReseed(r, true, at(0))
+	endReseed(r, true, at(0))
 	return r
 }
 
@@ -21,15 +21,15 @@ func warmRing(t *testing.T, h *Hotlist, key string) *Ring {
 // commit mark, a reseed row and a took or leased verdict confirm it.
 func TestRemoteMarksStayUnconfirmedUntilSomethingConfirmsThem(t *testing.T) {
 	h := newHL()
-	r := warmRing(t, h, "t\x1fq")
-	markN(h, "t\x1fq", SourceRemote, at(1), "a", "b", "c", "d", "e")
+	r := warmRing(t, h, KeyOf("t", "q"))
+	markN(h, KeyOf("t", "q"), SourceRemote, at(1), "a", "b", "c", "d", "e")
 	if r.Unconfirmed() != 5 || h.Stats().Unconfirmed != 5 {
 		t.Fatalf("unconfirmed %d / %d, want 5", r.Unconfirmed(), h.Stats().Unconfirmed)
 	}
-	markN(h, "t\x1fq", SourceLocal, at(1), "a")
-	markN(h, "t\x1fq", SourceCommit, at(1), "b")
+	markN(h, KeyOf("t", "q"), SourceLocal, at(1), "a")
+	markN(h, KeyOf("t", "q"), SourceCommit, at(1), "b")
 	h.Reseed(r, []ReseedRow{{Name: "c", PartitionID: "pc"}}, at(1))
-	markN(h, "t\x1fq", SourceRemote, at(1), "a") // a remote mark never unconfirms
+	markN(h, KeyOf("t", "q"), SourceRemote, at(1), "a") // a remote mark never unconfirms
 	if r.Unconfirmed() != 2 {
 		t.Fatalf("unconfirmed %d, want 2 (d, e)", r.Unconfirmed())
 	}
@@ -57,7 +57,7 @@ func TestRemoteMarksStayUnconfirmedUntilSomethingConfirmsThem(t *testing.T) {
 // it ran, confirmed ones and checked-out ones stay.
 func TestCompleteReseedPrunesUnconfirmedEntriesInBulk(t *testing.T) {
 	h := newHL()
-	key := "t\x1fq"
+	key := KeyOf("t", "q")
 	r := warmRing(t, h, key)
 	fakes := make([]string, 100000)
 	for i := range fakes {
@@ -69,12 +69,12 @@ func TestCompleteReseedPrunesUnconfirmedEntriesInBulk(t *testing.T) {
 	inflight := h.Take(r, 1, at(1)) // fake-000000 is checked out
 	markN(h, key, SourceRemote, at(1), inflight[0].Name)
 
-	if !h.BeginReseed(r, at(2), true) {
+	if !claim(h.BeginReseed(r, at(2), true)) {
 		t.Fatal("reseed not claimable")
 	}
 	markN(h, key, SourceRemote, at(2), "during") // after Begin: may be real and unseen by the walk
 	h.Reseed(r, []ReseedRow{{Name: "real-remote", PartitionID: "p1"}}, at(2))
-	h.EndReseed(r, true, at(2))
+	endReseed(r, true, at(2))
 
 	st := h.Stats()
 	if st.Pruned != int64(len(fakes)-1) || st.Ready != 3 || st.Inflight != 1 {
@@ -100,13 +100,13 @@ func TestCompleteReseedPrunesUnconfirmedEntriesInBulk(t *testing.T) {
 // every partition with work.
 func TestIncompleteReseedDoesNotPrune(t *testing.T) {
 	h := newHL()
-	key := "t\x1fq"
+	key := KeyOf("t", "q")
 	r := warmRing(t, h, key)
 	markN(h, key, SourceRemote, at(1), "x", "y")
-	h.BeginReseed(r, at(2), true)
-	h.EndReseedWalk(r, true, false, at(2))
-	h.BeginReseed(r, at(3), true)
-	h.EndReseed(r, false, at(3))
+	claim(h.BeginReseed(r, at(2), true))
+	endWalk(r, true, false, at(2))
+	claim(h.BeginReseed(r, at(3), true))
+	endReseed(r, false, at(3))
 	if st := h.Stats(); st.Pruned != 0 || st.Ready != 2 {
 		t.Fatalf("an incomplete reseed pruned: %+v", st)
 	}
@@ -116,33 +116,33 @@ func TestIncompleteReseedDoesNotPrune(t *testing.T) {
 // SuspectUnconfirmed unconfirmed entries, at most once per PruneEvery.
 func TestBeginPruneThresholdAndPace(t *testing.T) {
 	h := newHL(func(c *Config) { c.SuspectUnconfirmed = 10; c.PruneEvery = time.Second })
-	key := "t\x1fq"
+	key := KeyOf("t", "q")
 	r := warmRing(t, h, key)
 	for i := 0; i < 9; i++ {
 		markN(h, key, SourceRemote, at(time.Second), fmt.Sprintf("f%d", i))
 	}
-	if h.BeginPrune(r, at(time.Second)) {
+	if claim(h.BeginPrune(r, at(time.Second))) {
 		t.Fatal("claimed below the threshold")
 	}
 	markN(h, key, SourceRemote, at(time.Second), "f9")
-	if !h.BeginPrune(r, at(time.Second)) {
+	if !claim(h.BeginPrune(r, at(time.Second))) {
 		t.Fatal("not claimed at the threshold")
 	}
-	h.EndReseed(r, true, at(time.Second))
+	endReseed(r, true, at(time.Second))
 	if r.Unconfirmed() != 0 || h.Stats().Pruned != 10 {
 		t.Fatalf("unconfirmed %d pruned %d", r.Unconfirmed(), h.Stats().Pruned)
 	}
 	for i := 0; i < 10; i++ {
 		markN(h, key, SourceRemote, at(1500*time.Millisecond), fmt.Sprintf("g%d", i))
 	}
-	if h.BeginPrune(r, at(1500*time.Millisecond)) {
+	if claim(h.BeginPrune(r, at(1500*time.Millisecond))) {
 		t.Fatal("claimed twice within PruneEvery")
 	}
-	if !h.BeginPrune(r, at(2*time.Second+time.Millisecond)) {
+	if !claim(h.BeginPrune(r, at(2*time.Second+time.Millisecond))) {
 		t.Fatal("not claimed after PruneEvery")
 	}
-	if h.BeginPrune(r, at(5*time.Second)) {
+	if claim(h.BeginPrune(r, at(5*time.Second))) {
 		t.Fatal("claimed while a reseed is in progress")
 	}
-	h.EndReseed(r, true, at(5*time.Second))
+	endReseed(r, true, at(5*time.Second))
 }

@@ -1,6 +1,7 @@
 package hotlist
 
 import (
+	"sync/atomic"
 	"time"
 )
 
@@ -20,15 +21,73 @@ func (r *Ring) Cold() bool {
 	return r.cold
 }
 
+// Walk is one claimed reseed of a ring: BeginReseed, BeginPrune,
+// DueReseeds(By) and EarlyReseeds hand one out, the caller applies the
+// walk's pages with Reseed and then calls End (docs/hotlist.md, "Reseed
+// walks"). End must run once the walk is over, whatever happened (defer
+// it): an open walk keeps its ring "reseeding", so no floor, prune or early
+// reseed could claim the ring again. End is idempotent, and a walk that
+// ended touches its ring no more, so a stale walk can never end a later
+// one. OpenWalks counts the walks not yet ended. A walk belongs to one
+// goroutine.
+type Walk struct {
+	h     *Hotlist
+	r     *Ring
+	ended atomic.Bool
+}
+
+// begin claims a reseed walk of r begun at n and opens a new generation:
+// remote marks from here on are not pruned by it. r.resMu is held.
+func (h *Hotlist) begin(r *Ring, n int64) *Walk {
+	r.reseeding = true
+	r.beganAt = n
+	r.beginGen = r.gen.Add(1)
+	h.walks.Add(1)
+	return &Walk{h: h, r: r}
+}
+
+// OpenWalks returns how many claimed reseed walks have not ended yet.
+func (h *Hotlist) OpenWalks() int64 { return h.walks.Load() }
+
+// Ring returns the walk's ring.
+func (w *Walk) Ring() *Ring { return w.r }
+
+// Reseed applies one page of the walk (see Hotlist.Reseed). After End it
+// does nothing and returns 0.
+func (w *Walk) Reseed(rows []ReseedRow, now time.Time) int {
+	if w.ended.Load() {
+		return 0
+	}
+	return w.h.Reseed(w.r, rows, now)
+}
+
+// End finishes the walk; only the first call counts. ok: every page was
+// read without error (it warms the ring and schedules the next reseed an
+// interval after the previous due time, keeping the ring's random phase).
+// complete: the walk also reached the last page, so it may drop the
+// unconfirmed remote-marked entries it did not list (prune). A walk
+// released without running passes false, false.
+func (w *Walk) End(ok, complete bool, now time.Time) {
+	if !w.ended.CompareAndSwap(false, true) {
+		return
+	}
+	w.h.walks.Add(-1)
+	w.h.endWalk(w.r, ok, ok && complete, now)
+}
+
+// Ended tells whether End was called.
+func (w *Walk) Ended() bool { return w.ended.Load() }
+
 // BeginReseed claims the ring's reseed if it is cold or due at now (or
-// force), so concurrent callers do not run the same scan twice. The caller
-// runs the query, applies each page with Reseed, and calls EndReseed.
-func (h *Hotlist) BeginReseed(r *Ring, now time.Time, force bool) bool {
+// force), so concurrent callers do not run the same scan twice. It returns
+// nil when it did not claim it; otherwise the caller runs the query,
+// applies each page with Walk.Reseed, and ends the walk.
+func (h *Hotlist) BeginReseed(r *Ring, now time.Time, force bool) *Walk {
 	r.resMu.Lock()
 	defer r.resMu.Unlock()
 	n := now.UnixNano()
 	if r.reseeding {
-		return false
+		return nil
 	}
 	due := force || r.cold || r.nextReseed <= n
 	if h.earlyDue(r, n) {
@@ -37,11 +96,11 @@ func (h *Hotlist) BeginReseed(r *Ring, now time.Time, force bool) bool {
 		// it takes a token of the node-wide budget, as the early loop's do,
 		// so polled empty rings cannot multiply the early reseed rate.
 		if due || h.takeTokens(1, n) == 1 {
-			r.begin(n)
+			w := h.begin(r, n)
 			r.lastEarly = n
 			r.earlyRun.Store(true)
 			h.early.runs.Add(1)
-			return true
+			return w
 		}
 		// No token: the early loop looks again when one is back, and claims
 		// the ring then if this pop parked on it.
@@ -49,18 +108,9 @@ func (h *Hotlist) BeginReseed(r *Ring, now time.Time, force bool) bool {
 		h.early.wakeBy(n + int64(time.Second)/int64(h.cfg.EarlyReseedRate))
 	}
 	if !due {
-		return false
+		return nil
 	}
-	r.begin(n)
-	return true
-}
-
-// begin marks a reseed in progress begun at n and opens a new generation:
-// remote marks from here on are not pruned by it. r.resMu is held.
-func (r *Ring) begin(n int64) {
-	r.reseeding = true
-	r.beganAt = n
-	r.beginGen = r.gen.Add(1)
+	return h.begin(r, n)
 }
 
 // Unconfirmed returns how many of the ring's entries only remote marks
@@ -76,33 +126,34 @@ func (r *Ring) Unconfirmed() int {
 // BeginPrune claims a reseed of the ring ahead of its floor when at least
 // SuspectUnconfirmed entries are unconfirmed remote marks and the last such
 // claim is PruneEvery old: one keyset walk of the partitions that really have
-// work then drops every unconfirmed entry it does not list (EndReseedWalk),
-// instead of one empty probe each (docs/hotlist.md, "Unconfirmed remote
-// marks"). The caller runs the reseed as after BeginReseed.
-func (h *Hotlist) BeginPrune(r *Ring, now time.Time) bool {
+// work then drops every unconfirmed entry it does not list (a complete
+// Walk.End), instead of one empty probe each (docs/hotlist.md, "Unconfirmed
+// remote marks"). It returns nil when it did not claim; the caller runs and
+// ends the walk as after BeginReseed.
+func (h *Hotlist) BeginPrune(r *Ring, now time.Time) *Walk {
 	if r.Unconfirmed() < h.cfg.SuspectUnconfirmed {
-		return false
+		return nil
 	}
 	r.resMu.Lock()
 	defer r.resMu.Unlock()
 	n := now.UnixNano()
 	if r.reseeding || n-r.lastPrune < int64(h.cfg.PruneEvery) {
-		return false
+		return nil
 	}
 	r.lastPrune = n
-	r.begin(n)
-	return true
+	return h.begin(r, n)
 }
 
-// DueReseeds claims every ring whose reseed floor is due at now.
-func (h *Hotlist) DueReseeds(now time.Time) []*Ring { return h.DueReseedsBy(now, now) }
+// DueReseeds claims every ring whose reseed floor is due at now; the
+// caller runs and ends every walk.
+func (h *Hotlist) DueReseeds(now time.Time) []*Walk { return h.DueReseedsBy(now, now) }
 
 // DueReseedsBy claims, at now, every ring whose reseed floor is due by
 // (the churn pass claims every ring with a cutoff far ahead). The walks
 // are recorded as begun at now, never at by: a walk covers only the losses
 // signalled before it really began (early.go).
-func (h *Hotlist) DueReseedsBy(now, by time.Time) []*Ring {
-	var out []*Ring
+func (h *Hotlist) DueReseedsBy(now, by time.Time) []*Walk {
+	var out []*Walk
 	for _, q := range h.snapshot() {
 		q.mu.RLock()
 		for _, r := range q.rings {
@@ -110,8 +161,7 @@ func (h *Hotlist) DueReseedsBy(now, by time.Time) []*Ring {
 			// rate-limit, or the ring's next pop's.
 			r.resMu.Lock()
 			if !r.reseeding && (r.cold || r.nextReseed <= by.UnixNano()) {
-				r.begin(now.UnixNano())
-				out = append(out, r)
+				out = append(out, h.begin(r, now.UnixNano()))
 			}
 			r.resMu.Unlock()
 		}
@@ -123,7 +173,9 @@ func (h *Hotlist) DueReseedsBy(now, by time.Time) []*Ring {
 // Reseed applies one page of the reseed query to the ring as reseed marks:
 // every listed partition (lease-held ones included) becomes tracked, and an
 // Inflight entry stranded by a dropped pop is reclaimed. It returns how many
-// entries were missing from the ring.
+// entries were missing from the ring. A walk applies its pages with
+// Walk.Reseed; the pop path also teaches a ring what a SQL scan found with
+// it directly (rows need no claim: only pruning and scheduling do).
 func (h *Hotlist) Reseed(r *Ring, rows []ReseedRow, now time.Time) int {
 	q := r.q
 	q.refs.Add(1)
@@ -178,17 +230,11 @@ func (h *Hotlist) Reseed(r *Ring, rows []ReseedRow, now time.Time) int {
 	return added
 }
 
-// EndReseed finishes a complete reseed (the walk listed every probably-
-// pending partition) claimed with BeginReseed, BeginPrune or DueReseeds.
-func (h *Hotlist) EndReseed(r *Ring, ok bool, now time.Time) {
-	h.EndReseedWalk(r, ok, ok, now)
-}
-
-// EndReseedWalk finishes a reseed. A successful one warms the ring and
-// schedules the next one an interval after the previous due time, keeping
-// the ring's random phase. A complete one (every page walked) also drops the
-// unconfirmed remote-marked entries it did not list (prune).
-func (h *Hotlist) EndReseedWalk(r *Ring, ok, complete bool, now time.Time) {
+// endWalk finishes a reseed walk (Walk.End). A successful one warms the
+// ring and schedules the next one an interval after the previous due time,
+// keeping the ring's random phase. A complete one (every page walked) also
+// drops the unconfirmed remote-marked entries it did not list (prune).
+func (h *Hotlist) endWalk(r *Ring, ok, complete bool, now time.Time) {
 	r.resMu.Lock()
 	defer r.resMu.Unlock()
 	r.reseeding = false

@@ -48,7 +48,7 @@ type RingStat struct {
 func (h *Hotlist) TopRings(n int) []RingStat {
 	var all []RingStat
 	for _, q := range h.snapshot() {
-		tenant, name := SplitKey(q.key)
+		tenant, name := q.key.Split()
 		q.mu.RLock()
 		for g, r := range q.rings {
 			ready, wheel, inflight := r.Counts()

@@ -2,7 +2,6 @@ package hotlist
 
 import (
 	"slices"
-	"strings"
 	"time"
 )
 
@@ -30,7 +29,7 @@ func (h *Hotlist) Sweep(now time.Time) int {
 	if h.peak >= 1024 && len(h.queues) <= h.peak/4 {
 		// A Go map never shrinks: after a burst of random queue names its
 		// table would keep the peak's size. Rebuild it at the live size.
-		m := make(map[string]*queue, len(h.queues))
+		m := make(map[Key]*queue, len(h.queues))
 		for k, q := range h.queues {
 			m[k] = q
 		}
@@ -50,7 +49,7 @@ func (q *queue) allIdle() bool {
 }
 
 // DropQueue forgets a queue entirely (the queue was deleted).
-func (h *Hotlist) DropQueue(key string) {
+func (h *Hotlist) DropQueue(key Key) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if q := h.queues[key]; q != nil {
@@ -67,14 +66,13 @@ func (h *Hotlist) DropGroup(tenant, queue, group string) int {
 	defer h.mu.Unlock()
 	n := 0
 	if queue != "" {
-		if q := h.queues[Key(tenant, queue)]; q != nil {
+		if q := h.queues[KeyOf(tenant, queue)]; q != nil {
 			n += h.dropRings(q, group)
 		}
 		return n
 	}
-	prefix := tenant + "\x1f"
 	for key, q := range h.queues {
-		if strings.HasPrefix(key, prefix) {
+		if key.Tenant() == tenant {
 			n += h.dropRings(q, group)
 		}
 	}

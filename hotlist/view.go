@@ -45,7 +45,7 @@ type EntryView struct {
 // takes the registry and queue read locks only to find the rings and name
 // the entries, and one sub-ring lock at a time for a bounded scan, so a
 // status read never holds up a pop for long.
-func (h *Hotlist) QueueView(key string, maxParts int, now time.Time) (QueueView, bool) {
+func (h *Hotlist) QueueView(key Key, maxParts int, now time.Time) (QueueView, bool) {
 	q := h.acquire(key)
 	if q == nil {
 		return QueueView{}, false

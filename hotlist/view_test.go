@@ -9,7 +9,7 @@ import (
 // check-in and an ack, and checks what the view reports at each step.
 func TestQueueView(t *testing.T) {
 	h := newHL(shards(2))
-	key := Key("t1", "q")
+	key := KeyOf("t1", "q")
 	if _, ok := h.QueueView(key, 10, at(0)); ok {
 		t.Fatal("view of an unknown queue: registered")
 	}
@@ -89,7 +89,7 @@ func TestQueueView(t *testing.T) {
 // start time.
 func TestQueueViewBounds(t *testing.T) {
 	h := newHL(shards(4))
-	key := Key("t1", "q")
+	key := KeyOf("t1", "q")
 	r := h.Register(key, "g", QueueOpts{}, at(0))
 	var names []string
 	for i := 0; i < 50; i++ {
@@ -100,7 +100,7 @@ func TestQueueViewBounds(t *testing.T) {
 	if g := v.Rings[0]; g.Unconfirmed != 50 || !g.Entries[0].Unconfirmed {
 		t.Fatalf("remote marks: %+v", g)
 	}
-	if !h.BeginReseed(r, at(time.Second), false) {
+	if !claim(h.BeginReseed(r, at(time.Second), false)) {
 		t.Fatal("reseed not claimed")
 	}
 	v, _ = h.QueueView(key, 5, at(time.Second))
@@ -113,7 +113,7 @@ func TestQueueViewBounds(t *testing.T) {
 		rows[i] = ReseedRow{Name: n}
 	}
 	h.Reseed(r, rows, at(time.Second)) // confirms every entry
-	h.EndReseed(r, true, at(2*time.Second))
+	endReseed(r, true, at(2*time.Second))
 	v, _ = h.QueueView(key, 5, at(2*time.Second))
 	g = v.Rings[0]
 	if g.Ready != 50 || g.Unconfirmed != 0 || len(g.Entries) != 5 || !g.Truncated || g.Cold || g.Reseeding {
@@ -135,7 +135,7 @@ func TestQueueViewBounds(t *testing.T) {
 // are never negative and its entries never exceed the bound.
 func TestQueueViewConcurrent(t *testing.T) {
 	h := newHL(shards(4))
-	key := Key("t1", "q")
+	key := KeyOf("t1", "q")
 	r := h.Register(key, "g", QueueOpts{}, at(0))
 	done := make(chan struct{})
 	go func() {

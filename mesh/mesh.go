@@ -26,6 +26,7 @@ import (
 	"github.com/hashicorp/memberlist"
 
 	"queen-node/coalesce"
+	"queen-node/protocol"
 )
 
 // Receiver gets the hints received from peers. It must not block for long.
@@ -66,12 +67,12 @@ type Stats struct {
 
 // Member is one member this node knows, itself included.
 type Member struct {
-	Name     string `json:"name"`
-	Addr     string `json:"addr"`      // mesh host:port
-	HTTPAddr string `json:"http_addr"` // from its metadata
-	State    string `json:"state"`     // alive, suspect, dead, left
-	Version  string `json:"version,omitempty"`
-	Self     bool   `json:"self,omitempty"`
+	Name     string               `json:"name"`
+	Addr     string               `json:"addr"`      // mesh host:port
+	HTTPAddr string               `json:"http_addr"` // from its metadata
+	State    protocol.MemberState `json:"state"`
+	Version  string               `json:"version,omitempty"`
+	Self     bool                 `json:"self,omitempty"`
 
 	hint string // advertised hint address (metadata)
 	inc  uint64 // advertised hint-stream incarnation (metadata); 0 from a node too old to say
@@ -482,7 +483,7 @@ func (m *Mesh) syncPeers() []*peer {
 	want := map[string]string{}
 	m.memMu.Lock()
 	for name, mb := range m.members {
-		if !mb.Self && mb.State == "alive" && mb.hint != "" {
+		if !mb.Self && mb.State == protocol.MemberAlive && mb.hint != "" {
 			want[name] = mb.hint
 		}
 	}
@@ -538,17 +539,17 @@ func (d delegate) MergeRemoteState(buf []byte, join bool)     {}
 type events struct{ m *Mesh }
 
 func (e events) NotifyJoin(n *memberlist.Node) {
-	e.m.upsert(n, "alive")
+	e.m.upsert(n, protocol.MemberAlive)
 	e.m.log.Info("member joined", "member", n.Name, "addr", n.Address())
 }
 
-func (e events) NotifyUpdate(n *memberlist.Node) { e.m.upsert(n, "alive") }
+func (e events) NotifyUpdate(n *memberlist.Node) { e.m.upsert(n, protocol.MemberAlive) }
 
 func (e events) NotifyLeave(n *memberlist.Node) {
-	state := "dead"
+	state := protocol.MemberDead
 	var md meta
 	if json.Unmarshal(n.Meta, &md) == nil && md.Leaving {
-		state = "left"
+		state = protocol.MemberLeft
 	}
 	e.m.upsert(n, state)
 	if n.Name != e.m.cfg.Name {
@@ -556,7 +557,7 @@ func (e events) NotifyLeave(n *memberlist.Node) {
 	}
 }
 
-func (m *Mesh) upsert(n *memberlist.Node, state string) {
+func (m *Mesh) upsert(n *memberlist.Node, state protocol.MemberState) {
 	var md meta
 	_ = json.Unmarshal(n.Meta, &md)
 	m.memMu.Lock()
@@ -565,7 +566,7 @@ func (m *Mesh) upsert(n *memberlist.Node, state string) {
 		Version: md.Version, Self: n.Name == m.cfg.Name, hint: md.Hint, inc: md.Inc}
 	live := 0
 	for _, mb := range m.members {
-		if !mb.Self && mb.State == "alive" {
+		if !mb.Self && mb.State == protocol.MemberAlive {
 			live++
 		}
 	}

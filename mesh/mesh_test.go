@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"queen-node/coalesce"
+	"queen-node/protocol"
 )
 
 // recorder is a Receiver that remembers every hint.
@@ -306,7 +307,7 @@ func TestDropRateOneDeliversNothing(t *testing.T) {
 	}
 }
 
-func memberState(m *Mesh, name string) string {
+func memberState(m *Mesh, name string) protocol.MemberState {
 	for _, mb := range m.Members() {
 		if mb.Name == name {
 			return mb.State

@@ -9,6 +9,8 @@ import (
 	"net"
 	"sync/atomic"
 	"time"
+
+	"queen-node/protocol"
 )
 
 // The hint transport is one persistent TCP stream per peer, written by a
@@ -59,7 +61,7 @@ func (m *Mesh) isMember(ip string) bool {
 // memberAt tells whether mb is a current member other than this node whose
 // gossip address or hint host is from.
 func memberAt(mb *Member, from net.IP) bool {
-	if mb.Self || mb.State != "alive" {
+	if mb.Self || mb.State != protocol.MemberAlive {
 		return false
 	}
 	for _, hp := range []string{mb.Addr, mb.hint} {

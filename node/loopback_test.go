@@ -15,7 +15,7 @@ func TestIsLoopback(t *testing.T) {
 
 // QUEEN_TENANT (and the node name) follow the JWT tenant claim's rule: no
 // control characters; \x1f separates tenant and queue in the broker's ring
-// and long-poll keys (hotlist.Key), NUL cannot be stored.
+// and long-poll keys (hotlist.KeyOf), NUL cannot be stored.
 func TestCheckNameRefusesControlCharacters(t *testing.T) {
 	for _, v := range []string{"a\x1fb", "a\x00b", "a\x7f", "\x01"} {
 		if CheckName(v) == nil {

@@ -1,7 +1,7 @@
 // Package protocol holds the string values of Queen MQ's protocol that more
 // than one layer must spell the same way: push and ack statuses,
-// subscription modes, the queue-mode consumer group and the claim core's
-// verdicts. The SQL functions in pg/sql/functions spell them too;
+// subscription modes, the queue-mode consumer group, the claim core's
+// verdicts and the mesh member states of /status. The SQL functions in pg/sql/functions spell them too;
 // pg/protocol_test.go checks that the two agree.
 //
 // It is a leaf package (no imports) so that pg, broker and api can all
@@ -136,3 +136,20 @@ const (
 	ErrInvalidLease    = "Invalid or expired lease"
 	ErrInvalidStatus   = "Invalid status"
 )
+
+// MemberState is a mesh member's state as /status (mesh.members[].state),
+// the queen_mesh_members gauge and the churn reseed name it
+// (docs/operations.md). The mesh sets it; broker, api and the tools read it.
+type MemberState string
+
+const (
+	MemberAlive MemberState = "alive"
+	// MemberSuspect is in the status contract, but memberlist does not
+	// expose suspicion, so the mesh never sets it (docs/mesh.md).
+	MemberSuspect MemberState = "suspect"
+	MemberDead    MemberState = "dead" // declared dead by the failure detector
+	MemberLeft    MemberState = "left" // left on purpose (graceful shutdown)
+)
+
+// MemberStates lists every state, in the order of the status contract.
+var MemberStates = []MemberState{MemberAlive, MemberSuspect, MemberDead, MemberLeft}

@@ -277,8 +277,8 @@ type nodeStatus struct {
 	} `json:"hotlist"`
 	Mesh struct {
 		Members []struct {
-			Name  string `json:"name"`
-			State string `json:"state"`
+			Name  string               `json:"name"`
+			State protocol.MemberState `json:"state"`
 		} `json:"members"`
 		HintsSent     uint64 `json:"hints_sent"`
 		HintsReceived uint64 `json:"hints_received"`
@@ -303,7 +303,7 @@ func waitMesh(ctx context.Context, nodes []*node) error {
 			st, err := fetchStatus(ctx, n)
 			alive := 0
 			for _, m := range st.Mesh.Members {
-				if m.State == "alive" {
+				if m.State == protocol.MemberAlive {
 					alive++
 				}
 			}

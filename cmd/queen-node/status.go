@@ -22,6 +22,7 @@ import (
 
 	"queen-node/api"
 	"queen-node/mesh"
+	"queen-node/protocol"
 )
 
 // Defaults of the status subcommand.
@@ -301,12 +302,12 @@ func table(w io.Writer, rows ...string) {
 
 // memberResult is one row of the cluster view.
 type memberResult struct {
-	Name     string          `json:"name"`
-	State    string          `json:"state"`
-	HTTPAddr string          `json:"http_addr"`
-	URL      string          `json:"url"`
-	Error    string          `json:"error,omitempty"`
-	Status   json.RawMessage `json:"status,omitempty"`
+	Name     string               `json:"name"`
+	State    protocol.MemberState `json:"state"`
+	HTTPAddr string               `json:"http_addr"`
+	URL      string               `json:"url"`
+	Error    string               `json:"error,omitempty"`
+	Status   json.RawMessage      `json:"status,omitempty"`
 	st       *api.Snapshot
 }
 
@@ -319,7 +320,7 @@ func showCluster(ctx context.Context, client *http.Client, opts statusOptions, w
 	}
 	members := seed.Mesh.Members
 	if len(members) == 0 { // mesh off: the cluster is this node
-		members = []mesh.Member{{Name: seed.Name, HTTPAddr: seed.HTTPAddr, State: "alive", Self: true}}
+		members = []mesh.Member{{Name: seed.Name, HTTPAddr: seed.HTTPAddr, State: protocol.MemberAlive, Self: true}}
 	}
 	rows := make([]memberResult, len(members))
 	var wg sync.WaitGroup
@@ -367,12 +368,12 @@ func showCluster(ctx context.Context, client *http.Client, opts statusOptions, w
 		if r.st == nil {
 			// The error is the line's last cell: tabwriter does not align
 			// it, so a long message does not widen the columns.
-			fmt.Fprintf(tw, "%s\t%s\t%s\tunreachable: %s\n", r.Name, dash(r.State), dash(r.HTTPAddr), shortErr(r.Error))
+			fmt.Fprintf(tw, "%s\t%s\t%s\tunreachable: %s\n", r.Name, dash(string(r.State)), dash(r.HTTPAddr), shortErr(r.Error))
 			continue
 		}
 		s := r.st
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d/%d\t%d/%d\t%d/%d\t%d/%d\n",
-			r.Name, dash(r.State), dash(r.HTTPAddr), fmtUptime(s.UptimeS),
+			r.Name, dash(string(r.State)), dash(r.HTTPAddr), fmtUptime(s.UptimeS),
 			s.Hotlist.Rings, s.Hotlist.Ready, s.Hotlist.Wheel,
 			s.Hotlist.MarksLocal, s.Hotlist.MarksRemote,
 			s.Mesh.HintsSent, s.Mesh.HintsReceived,

@@ -17,6 +17,7 @@ import (
 
 	"queen-node/internal/localnet"
 	"queen-node/internal/nodeproc"
+	"queen-node/protocol"
 )
 
 // Cluster timings.
@@ -215,7 +216,7 @@ func alive(ctx context.Context, nd *node) int {
 	var st struct {
 		Mesh struct {
 			Members []struct {
-				State string `json:"state"`
+				State protocol.MemberState `json:"state"`
 			} `json:"members"`
 		} `json:"mesh"`
 	}
@@ -224,7 +225,7 @@ func alive(ctx context.Context, nd *node) int {
 	}
 	n := 0
 	for _, m := range st.Mesh.Members {
-		if m.State == "alive" {
+		if m.State == protocol.MemberAlive {
 			n++
 		}
 	}
