@@ -2,7 +2,9 @@ package node
 
 import (
 	"net/http"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"queen-node/api"
 )
@@ -13,20 +15,30 @@ import (
 // bound, and the broker, connected later, is set before startGate opens.
 type lateBroker struct{ api.Broker }
 
-// startGate is the HTTP handler of a node that is starting: until open, it
-// answers api.StartingHandler (/health 503 with the last connect error,
-// every other request 503 to retry), then the API. Setting the broker and
+// startGate is the HTTP handler of a node that is starting: until open,
+// /health answers api.StartingHandler's 503 with the last connect error at
+// once, and every other request waits for the API up to startWait, then
+// gets its 503 to retry. Setting the broker and
 // the routes before open, and reading open first, orders them before any
 // request that reaches the API (docs/operations.md, "Starting").
 type startGate struct {
 	api      http.Handler
 	starting http.Handler
 	ready    atomic.Bool
+	opened   chan struct{} // closed by open
+	once     sync.Once
 	reason   atomic.Pointer[string]
 }
 
+// startWait is how long a request other than /health waits for a starting
+// node before it is answered 503: a restart's own start (connect and
+// migrate) takes well under a second, and a client sent there meanwhile is
+// served, not refused, as when the port was not yet answering; a database
+// that stays away costs a request this much, then a clear 503.
+const startWait = 5 * time.Second
+
 func newStartGate(apiHandler http.Handler, version string) *startGate {
-	g := &startGate{api: apiHandler}
+	g := &startGate{api: apiHandler, opened: make(chan struct{})}
 	g.starting = api.StartingHandler(version, func() string {
 		if p := g.reason.Load(); p != nil {
 			return *p
@@ -41,6 +53,18 @@ func (g *startGate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.api.ServeHTTP(w, r)
 		return
 	}
+	if r.URL.Path != "/health" {
+		t := time.NewTimer(startWait)
+		defer t.Stop()
+		select {
+		case <-g.opened:
+			g.api.ServeHTTP(w, r)
+			return
+		case <-t.C:
+		case <-r.Context().Done():
+			return // the client left, or the start failed and the server closed
+		}
+	}
 	g.starting.ServeHTTP(w, r)
 }
 
@@ -50,5 +74,8 @@ func (g *startGate) setReason(err error) {
 	g.reason.Store(&msg)
 }
 
-// open sends every later request to the API.
-func (g *startGate) open() { g.ready.Store(true) }
+// open sends every later request, and the waiting ones, to the API.
+func (g *startGate) open() {
+	g.ready.Store(true)
+	g.once.Do(func() { close(g.opened) })
+}

@@ -88,7 +88,7 @@ func TestHealthAnswersWhileDatabaseIsDown(t *testing.T) {
 	}()
 
 	base := "http://" + cfg.HTTPAddr
-	client := &http.Client{Timeout: 5 * time.Second}
+	client := &http.Client{Timeout: 15 * time.Second}
 	var health struct{ Status, Database, Error string }
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -115,6 +115,8 @@ func TestHealthAnswersWhileDatabaseIsDown(t *testing.T) {
 	if health.Status != "unhealthy" || health.Database != "disconnected" || !strings.HasPrefix(health.Error, "starting: ") {
 		t.Fatalf("health while starting: %+v", health)
 	}
+	// Other requests wait for the start up to 5 s, then get a 503 to retry.
+	sent := time.Now()
 	resp, err := client.Post(base+"/api/v1/push", "application/json", strings.NewReader(`{"items":[{"queue":"q","payload":1}]}`))
 	if err != nil {
 		t.Fatal(err)
@@ -125,6 +127,20 @@ func TestHealthAnswersWhileDatabaseIsDown(t *testing.T) {
 	if resp.StatusCode != http.StatusServiceUnavailable || json.Unmarshal(body, &eb) != nil || !strings.Contains(eb.Error, "starting") {
 		t.Fatalf("push while starting: %d %s, want 503 with a JSON error", resp.StatusCode, body)
 	}
+	if d := time.Since(sent); d < 4*time.Second {
+		t.Fatalf("push while starting answered after %v, want it held about 5 s first", d)
+	}
+	// A push sent while starting that the start overtakes is served.
+	held := make(chan int, 1)
+	go func() {
+		resp, err := client.Post(base+"/api/v1/push", "application/json", strings.NewReader(`{"items":[{"queue":"q","payload":2}]}`))
+		if err != nil {
+			held <- 0
+			return
+		}
+		resp.Body.Close()
+		held <- resp.StatusCode
+	}()
 	select {
 	case r := <-res:
 		t.Fatalf("Start returned before the database came up: %v", r.err)
@@ -155,6 +171,9 @@ func TestHealthAnswersWhileDatabaseIsDown(t *testing.T) {
 	defer r.n.Stop(context.Background())
 	if code := rawGet(t, early, earlyR, "/health"); code != http.StatusOK {
 		t.Fatalf("connection opened while starting, once started: %d", code)
+	}
+	if code := <-held; code != http.StatusCreated {
+		t.Fatalf("push held while starting: %d, want 201 once started", code)
 	}
 	if r.n.Addr() != cfg.HTTPAddr {
 		t.Fatalf("node serves %s, want the port it held while starting, %s", r.n.Addr(), cfg.HTTPAddr)
