@@ -96,6 +96,7 @@ func Start(ctx context.Context, cfg Config, logger hclog.Logger) (*Node, error) 
 	bcfg.PG.ConnectFailed = gate.setReason
 	b, err := broker.New(ctx, bcfg, logger.Named("broker"))
 	if err != nil {
+		gate.fail()
 		_ = httpSrv.Close() // and the listener
 		return nil, fmt.Errorf("start broker: %w", err)
 	}
@@ -105,6 +106,7 @@ func Start(ctx context.Context, cfg Config, logger hclog.Logger) (*Node, error) 
 	rcfg.Node = cfg.Broker.NodeName
 	ret, err := retention.New(b.Store(), rcfg, logger.Named("retention"))
 	if err != nil {
+		gate.fail()
 		_ = httpSrv.Close()
 		b.Close()
 		return nil, err

@@ -26,7 +26,9 @@ type startGate struct {
 	starting http.Handler
 	ready    atomic.Bool
 	opened   chan struct{} // closed by open
+	failed   chan struct{} // closed by fail: the start failed, waiting requests end
 	once     sync.Once
+	failOnce sync.Once
 	reason   atomic.Pointer[string]
 }
 
@@ -38,7 +40,7 @@ type startGate struct {
 const startWait = 5 * time.Second
 
 func newStartGate(apiHandler http.Handler, version string) *startGate {
-	g := &startGate{api: apiHandler, opened: make(chan struct{})}
+	g := &startGate{api: apiHandler, opened: make(chan struct{}), failed: make(chan struct{})}
 	g.starting = api.StartingHandler(version, func() string {
 		if p := g.reason.Load(); p != nil {
 			return *p
@@ -61,6 +63,7 @@ func (g *startGate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			g.api.ServeHTTP(w, r)
 			return
 		case <-t.C:
+		case <-g.failed:
 		case <-r.Context().Done():
 			return // the client left, or the start failed and the server closed
 		}
@@ -73,6 +76,10 @@ func (g *startGate) setReason(err error) {
 	msg := err.Error()
 	g.reason.Store(&msg)
 }
+
+// fail answers the waiting requests (503) at once: the start failed. (A
+// request whose body is unread does not see its connection close.)
+func (g *startGate) fail() { g.failOnce.Do(func() { close(g.failed) }) }
 
 // open sends every later request, and the waiting ones, to the API.
 func (g *startGate) open() {

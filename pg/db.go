@@ -60,7 +60,7 @@ func Open(ctx context.Context, url string, maxConns int32, log hclog.Logger) (*D
 	db := &DB{pool: pool, log: log}
 	if err := db.Migrate(ctx); err != nil {
 		pool.Close()
-		if len(cfg.ConnConfig.Fallbacks) > 0 {
+		if multiHost(cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Fallbacks) {
 			// Several hosts: pgx stops at the first that refuses the role or
 			// database, which may be a replica that has not yet replayed
 			// their creation. Retrying is the only way through; /health
@@ -70,6 +70,18 @@ func Open(ctx context.Context, url string, maxConns int32, log hclog.Logger) (*D
 		return nil, refused(err)
 	}
 	return db, nil
+}
+
+// multiHost tells a URL naming several servers. pgx adds a fallback for a
+// single host too (sslmode=prefer, the default: TLS, then plain), so only a
+// fallback to another host or port counts.
+func multiHost(host string, port uint16, fallbacks []*pgconn.FallbackConfig) bool {
+	for _, f := range fallbacks {
+		if f.Host != host || f.Port != port {
+			return true
+		}
+	}
+	return false
 }
 
 // Close closes the pool.

@@ -42,10 +42,17 @@ func permanent(err error) error {
 		return err
 	}
 	switch pgErr.Code[:2] {
-	case "08", "40", "53", "55", "57", "58":
+	case "08", "40", "53", "55", "57", "58", "72":
 		// connection, transaction rollback, insufficient resources, object
 		// not in prerequisite state (lock timeout), operator intervention
-		// (shutdown, cancel), system error
+		// (shutdown, cancel), system error, snapshot too old
+		return err
+	}
+	switch pgErr.Code {
+	case "25006", "25P03", "25P04":
+		// a read-only server (a standby behind a VIP, a primary being
+		// demoted: IsUnavailable agrees), idle-in-transaction and
+		// transaction timeouts: a later attempt may find a primary or no wait
 		return err
 	}
 	return &schemaError{err: err}
