@@ -296,7 +296,7 @@ func TestMultiHostRefusalIsRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	u := *base
-	u.Host = base.Host + "," + base.Host
+	u.Host = base.Host + ",127.0.0.1:1" // a second host, never reached: pgx stops at the first refusal
 	u.Path = "/queen_no_such_database"
 	cfg := node.DefaultConfig()
 	cfg.HTTPAddr = "127.0.0.1:0"
