@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -513,18 +512,4 @@ func reportPhases(t *testing.T, c *Cluster, rt *recordingTransport, smp *statusS
 }
 
 // fmtCodes prints status code counts in code order, e.g. "201×120 503×14".
-func fmtCodes(m map[int]int) string {
-	if len(m) == 0 {
-		return "none"
-	}
-	var ks []int
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Ints(ks)
-	var parts []string
-	for _, k := range ks {
-		parts = append(parts, fmt.Sprintf("%d×%d", k, m[k]))
-	}
-	return strings.Join(parts, " ")
-}
+func fmtCodes(m map[int]int) string { return fmtCounts(m, "%d×%d", " ") }

@@ -1,11 +1,13 @@
 package clustertest
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -220,20 +222,19 @@ func compactNames(names []string) string {
 	return "[" + strings.Join(out, " ") + "]"
 }
 
-func fmtClasses(m map[string]int) string {
+func fmtClasses(m map[string]int) string { return fmtCounts(m, "%s %d", ", ") }
+
+// fmtCounts prints counts in key order, each with item (key, count),
+// joined by sep; "none" for none.
+func fmtCounts[K cmp.Ordered](m map[K]int, item, sep string) string {
 	if len(m) == 0 {
 		return "none"
 	}
-	var ks []string
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
 	var parts []string
-	for _, k := range ks {
-		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf(item, k, m[k]))
 	}
-	return strings.Join(parts, ", ")
+	return strings.Join(parts, sep)
 }
 
 // stopBurst keeps pushes in flight on a node while it stops: 8 pushers,

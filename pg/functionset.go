@@ -38,21 +38,22 @@ func (e *schemaError) Unwrap() []error { return []error{e.err, ErrSchema} }
 // violated constraint) fails the same way on every retry.
 func permanent(err error) error {
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
+	if !errors.As(err, &pgErr) || IsUnavailable(err) {
+		// Not the server's answer, or the server is away, read-only or
+		// short of slots (IsUnavailable decides, as for requests).
 		return err
 	}
 	switch pgErr.Code[:2] {
-	case "08", "40", "53", "55", "57", "58", "72":
-		// connection, transaction rollback, insufficient resources, object
-		// not in prerequisite state (lock timeout), operator intervention
-		// (shutdown, cancel), system error, snapshot too old
+	case "40", "55", "57", "58", "72":
+		// transaction rollback, object not in prerequisite state (lock
+		// timeout), operator intervention (cancel), system error, snapshot
+		// too old
 		return err
 	}
 	switch pgErr.Code {
-	case "25006", "25P03", "25P04":
-		// a read-only server (a standby behind a VIP, a primary being
-		// demoted: IsUnavailable agrees), idle-in-transaction and
-		// transaction timeouts: a later attempt may find a primary or no wait
+	case "25P03", "25P04":
+		// idle-in-transaction and transaction timeouts: a later attempt
+		// may not wait as long
 		return err
 	}
 	return &schemaError{err: err}

@@ -29,9 +29,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -40,6 +38,7 @@ import (
 	"time"
 
 	"queen-node/internal/localnet"
+	"queen-node/internal/pgtemp"
 )
 
 // Options configure Start. Zero fields take the defaults beside them.
@@ -195,7 +194,7 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 	c := &Cluster{opts: o, binDir: binDir, groups: map[int]bool{},
 		client: &http.Client{Timeout: 3 * time.Second}}
 	if os.Geteuid() == 0 {
-		if c.cred, err = credential(o.User); err != nil {
+		if c.cred, err = pgtemp.LookupCredential(o.User); err != nil {
 			return nil, err
 		}
 	}
@@ -997,7 +996,7 @@ func startProc(cmd *exec.Cmd, logPath string, cred *syscall.Credential, death sy
 	}
 	cmd.Stdout, cmd.Stderr = lf, lf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: cred, Pdeathsig: death}
-	if err := startOnDedicatedThread(cmd); err != nil {
+	if err := pgtemp.StartOnDedicatedThread(cmd); err != nil {
 		lf.Close()
 		return nil, err
 	}
@@ -1036,29 +1035,6 @@ func (p *proc) stop(sig syscall.Signal, grace time.Duration) error {
 		}
 	}
 	return nil
-}
-
-var starter struct {
-	once sync.Once
-	reqs chan func()
-}
-
-// startOnDedicatedThread starts cmd from one goroutine locked to its OS
-// thread for the life of the process: the parent-death signal fires when
-// the thread that forked the child exits, and this one never does.
-func startOnDedicatedThread(cmd *exec.Cmd) error {
-	starter.once.Do(func() {
-		starter.reqs = make(chan func())
-		go func() {
-			runtime.LockOSThread() // never unlocked, on purpose
-			for f := range starter.reqs {
-				f()
-			}
-		}()
-	})
-	errc := make(chan error, 1)
-	starter.reqs <- func() { errc <- cmd.Start() }
-	return <-errc
 }
 
 // procStat reads ppid, process group and state of pid from /proc.
@@ -1200,19 +1176,6 @@ func cleanEnv(vars map[string]string) []string {
 		env = append(env, k+"="+v)
 	}
 	return env
-}
-
-func credential(name string) (*syscall.Credential, error) {
-	u, err := user.Lookup(name)
-	if err != nil {
-		return nil, fmt.Errorf("patroni: running as root, so Patroni and PostgreSQL must run as another user: %w", err)
-	}
-	uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
-	gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
-	if err := errors.Join(err1, err2); err != nil {
-		return nil, fmt.Errorf("patroni: user %s: %w", name, err)
-	}
-	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
 }
 
 // findBinDir returns the highest /usr/lib/postgresql/*/bin holding

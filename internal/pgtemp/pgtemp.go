@@ -151,7 +151,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	}
 	s := &Server{opts: opts, log: opts.Logger, initdb: initdb, postgres: postgres}
 	if os.Geteuid() == 0 {
-		if s.cred, err = lookupCredential(opts.User); err != nil {
+		if s.cred, err = LookupCredential(opts.User); err != nil {
 			return nil, err
 		}
 	}
@@ -404,7 +404,7 @@ func (s *Server) startLocked(ctx context.Context) error {
 	}
 	setParentDeathSignal(cmd.SysProcAttr)
 
-	if err := startOnDedicatedThread(cmd); err != nil {
+	if err := StartOnDedicatedThread(cmd); err != nil {
 		return fmt.Errorf("pgtemp: start postgres: %w", err)
 	}
 	p := &proc{cmd: cmd, exited: make(chan struct{})}
@@ -571,14 +571,14 @@ type startReq struct {
 	errc chan error
 }
 
-// startOnDedicatedThread runs cmd.Start on one goroutine that is locked to
+// StartOnDedicatedThread runs cmd.Start on one goroutine that is locked to
 // its OS thread for the life of the process. The parent-death signal fires
 // when the *thread* that forked the child exits, not the process; a plain
 // LockOSThread/Unlock around Start would return that thread to the
 // scheduler, and the runtime terminates a thread whenever a goroutine exits
 // while locked to it — killing postgres mid-test. A thread that never
 // unlocks and never exits avoids that, at the cost of one idle thread.
-func startOnDedicatedThread(cmd *exec.Cmd) error {
+func StartOnDedicatedThread(cmd *exec.Cmd) error {
 	starter.once.Do(func() {
 		starter.reqs = make(chan startReq)
 		go func() {
@@ -658,7 +658,9 @@ func lookPathOK(name string) bool {
 	return err == nil
 }
 
-func lookupCredential(name string) (*syscall.Credential, error) {
+// LookupCredential is the uid and gid of user name, for a child that must
+// not run as root (PostgreSQL's tools refuse to).
+func LookupCredential(name string) (*syscall.Credential, error) {
 	u, err := user.Lookup(name)
 	if err != nil {
 		return nil, fmt.Errorf("pgtemp: running as root, so PostgreSQL must run as another user: %w", err)
@@ -701,7 +703,7 @@ func (s *Server) makeDir(prefix string) error {
 func StartChild(cmd *exec.Cmd, user string) error {
 	attr := &syscall.SysProcAttr{Setpgid: true}
 	if os.Geteuid() == 0 {
-		cred, err := lookupCredential(user)
+		cred, err := LookupCredential(user)
 		if err != nil {
 			return err
 		}
@@ -709,5 +711,5 @@ func StartChild(cmd *exec.Cmd, user string) error {
 	}
 	setParentDeathSignal(attr)
 	cmd.SysProcAttr = attr
-	return startOnDedicatedThread(cmd)
+	return StartOnDedicatedThread(cmd)
 }
