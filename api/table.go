@@ -381,6 +381,8 @@ var Table = []Row{
 		Help: "Messages stored by pushes.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.PushedItems })},
 	{Status: "requests.push_flushes", Metric: "queen_push_flushes_total", Kind: Counter,
 		Help: "Push transactions sent to PostgreSQL; fewer than pushes when concurrent pushes are combined (QUEEN_PUSH_COMBINE).", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.PushFlushes })},
+	{Status: "requests.push_deferred", Metric: "queen_push_deferred_total", Kind: Counter,
+		Help: "Pushed messages a combined flush left for the next one because another transaction (another node's flush) held their partition.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.PushDeferred })},
 	// The family is prefixed by what it counts duplicates of; /status
 	// nests it under requests.
 	{Status: "requests.duplicates", Metric: "queen_push_duplicates_total", Kind: Counter,

@@ -58,6 +58,7 @@ type Stats struct {
 	Pushes        atomic.Int64 // push requests
 	PushedItems   atomic.Int64 // messages stored (queued)
 	PushFlushes   atomic.Int64 // push transactions sent to PostgreSQL (fewer than pushes when combined)
+	PushDeferred  atomic.Int64 // rows a combined flush left for the next one: their partition was held by another transaction
 	Duplicates    atomic.Int64 // items refused as duplicates
 	Pops          atomic.Int64 // pop requests
 	PopsMessages  atomic.Int64 // pops answered with messages
@@ -134,7 +135,7 @@ func New(ctx context.Context, cfg Config, log hclog.Logger) (*Broker, error) {
 	// Not derived from ctx: that one bounds only the start.
 	b.life, b.endLife = context.WithCancel(context.Background())
 	if cfg.PushCombine {
-		b.push = newPushCombiner(db, DefaultMaxPushRows, DefaultMaxPushBytes, &b.stats.PushFlushes)
+		b.push = newPushCombiner(db, DefaultMaxPushRows, DefaultMaxPushBytes, &b.stats.PushFlushes, &b.stats.PushDeferred)
 	}
 	b.prov = newProvisioned()
 	if cfg.PopCombine {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"queen-node/pg"
+	"queen-node/protocol"
 )
 
 // pushCombiner is the push path's group commit: pushes that arrive while
@@ -26,7 +27,15 @@ import (
 // once, and one push's failure is never another's. Each push still returns
 // only once its rows committed (read-your-writes), in its own input order;
 // pushes of one flush are appended in arrival order, so a push that
-// completed before another was sent still comes first. A client that leaves
+// completed before another was sent still comes first.
+//
+// Flushes of different nodes overlap in partitions and would queue behind
+// each other's commits. So a flush does not wait for a partition another
+// transaction holds: that partition's rows stay unwritten (pg.PushSome) and
+// their push goes back to the head of the queue, to be sent with the next
+// flush, which waits for them. A push may thus commit in two transactions,
+// each partition's rows in one and in order (docs/storage.md, "Skip-locked
+// push flushes"). A client that leaves
 // while its push waits is answered at once and its push is skipped if it has
 // not been sent yet; rows already being written may still commit, as with a
 // client that leaves during an uncombined push.
@@ -38,6 +47,7 @@ type pushCombiner struct {
 	// PostgreSQL call takes (1 GB per parameter) and fail together.
 	maxBytes int64
 	flushes  *atomic.Int64 // Stats.PushFlushes
+	deferred *atomic.Int64 // Stats.PushDeferred
 
 	mu      sync.Mutex
 	pending map[string][]*pushReq // by tenant
@@ -53,6 +63,51 @@ type pushReq struct {
 	once  sync.Once
 	outs  []pg.PushOutcome
 	err   error
+
+	// Set by the flusher only. left are the rows a flush deferred (indexes
+	// into rows), nil before the first flush; the next flush waits for
+	// their partitions. got holds the outcomes of the rows written so far.
+	left []int
+	got  []pg.PushOutcome
+}
+
+// sending is the rows the next flush carries for r.
+func (r *pushReq) sending() []pg.PushRow {
+	if r.left == nil {
+		return r.rows
+	}
+	out := make([]pg.PushRow, len(r.left))
+	for k, i := range r.left {
+		out[k] = r.rows[i]
+	}
+	return out
+}
+
+// record takes the outcomes of sending() and reports whether rows remain
+// (deferred). Once none do, the push is answered.
+func (r *pushReq) record(outs []pg.PushOutcome) bool {
+	if r.got == nil {
+		r.got = make([]pg.PushOutcome, len(r.rows))
+	}
+	var left []int
+	for k, o := range outs {
+		i := k
+		if r.left != nil {
+			i = r.left[k]
+		}
+		if o.Status == protocol.PushDeferred {
+			left = append(left, i)
+			continue
+		}
+		o.Idx = i
+		r.got[i] = o
+	}
+	if len(left) > 0 {
+		r.left = left
+		return true
+	}
+	r.finish(r.got, nil)
+	return false
 }
 
 func (r *pushReq) finish(outs []pg.PushOutcome, err error) {
@@ -67,8 +122,8 @@ func (r *pushReq) finish(outs []pg.PushOutcome, err error) {
 // flush's pushes go their own way (see pushCombiner).
 const combineFlushTimeout = 2 * time.Second
 
-func newPushCombiner(db *pg.DB, maxRows int, maxBytes int64, flushes *atomic.Int64) *pushCombiner {
-	return &pushCombiner{db: db, maxRows: maxRows, maxBytes: maxBytes, flushes: flushes, pending: map[string][]*pushReq{}}
+func newPushCombiner(db *pg.DB, maxRows int, maxBytes int64, flushes, deferred *atomic.Int64) *pushCombiner {
+	return &pushCombiner{db: db, maxRows: maxRows, maxBytes: maxBytes, flushes: flushes, deferred: deferred, pending: map[string][]*pushReq{}}
 }
 
 // push queues rows and waits until the flush that carries them ends.
@@ -173,16 +228,23 @@ func (c *pushCombiner) flush(tenant string, batch []*pushReq) {
 		}
 	}()
 	var all []pg.PushRow
-	for _, r := range live {
-		all = append(all, r.rows...)
+	var wait []bool
+	sent := make([]int, len(live)) // rows each push sends
+	for k, r := range live {
+		rows := r.sending()
+		sent[k] = len(rows)
+		all = append(all, rows...)
+		for range rows {
+			wait = append(wait, r.left != nil) // deferred once: wait now
+		}
 	}
 	c.flushes.Add(1)
 	ctx, cancel := context.WithTimeout(context.Background(), combineFlushTimeout)
-	outs, err := c.db.Push(ctx, tenant, all)
+	outs, err := c.db.PushSome(ctx, tenant, all, wait)
 	cancel()
 	if err != nil {
-		// Nothing was stored: each push goes again on its own, under its
-		// client's context, and gets its own answer.
+		// Nothing of this flush was stored: each push sends its rows again
+		// on its own, under its client's context, and gets its own answer.
 		for _, r := range live {
 			c.flushes.Add(1)
 			go func(r *pushReq) {
@@ -191,20 +253,38 @@ func (c *pushCombiner) flush(tenant string, batch []*pushReq) {
 						r.finish(nil, fmt.Errorf("push: internal error: %v", p))
 					}
 				}()
-				r.finish(c.db.Push(r.ctx, tenant, r.rows))
+				outs, err := c.db.Push(r.ctx, tenant, r.sending())
+				if err != nil {
+					r.finish(nil, err)
+					return
+				}
+				r.record(outs)
 			}(r)
 		}
 		return
 	}
 	start := 0
-	for _, r := range live {
-		mine := make([]pg.PushOutcome, len(r.rows))
-		for i := range r.rows {
-			o := outs[start+i]
-			o.Idx = i
-			mine[i] = o
+	var again []*pushReq
+	for k, r := range live {
+		if r.record(outs[start : start+sent[k]]) {
+			again = append(again, r)
+			c.deferred.Add(int64(len(r.left)))
 		}
-		start += len(r.rows)
-		r.finish(mine, nil)
+		start += sent[k]
 	}
+	if len(again) > 0 {
+		c.requeue(tenant, again)
+	}
+}
+
+// requeue puts pushes with deferred rows back at the head of tenant's
+// queue, ahead of later pushes, so a partition's rows keep their order.
+func (c *pushCombiner) requeue(tenant string, reqs []*pushReq) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	queue := c.pending[tenant]
+	if len(queue) == 0 {
+		c.tenants = append([]string{tenant}, c.tenants...)
+	}
+	c.pending[tenant] = append(reqs, queue...)
 }

@@ -36,6 +36,7 @@ type Counters struct {
 	Pushes        int64
 	PushedItems   int64
 	PushFlushes   int64
+	PushDeferred  int64
 	Duplicates    int64
 	Pops          int64
 	PopsMessages  int64
@@ -80,7 +81,8 @@ type MeshSnapshot struct {
 func (s *Stats) Snapshot() Counters {
 	return Counters{
 		Pushes: s.Pushes.Load(), PushedItems: s.PushedItems.Load(), PushFlushes: s.PushFlushes.Load(),
-		Duplicates: s.Duplicates.Load(), Pops: s.Pops.Load(), PopsMessages: s.PopsMessages.Load(),
+		PushDeferred: s.PushDeferred.Load(),
+		Duplicates:   s.Duplicates.Load(), Pops: s.Pops.Load(), PopsMessages: s.PopsMessages.Load(),
 		PopsEmpty: s.PopsEmpty.Load(), PoppedItems: s.PoppedItems.Load(), PopSQLCalls: s.PopSQLCalls.Load(), PopFlushes: s.PopFlushes.Load(),
 		ClaimTook: s.ClaimTook.Load(), ClaimEmpty: s.ClaimEmpty.Load(), ClaimLeased: s.ClaimLeased.Load(),
 		ClaimBusy: s.ClaimBusy.Load(), ClaimRequeue: s.ClaimRequeue.Load(),

@@ -45,6 +45,7 @@ func TestSQLProtocolLiterals(t *testing.T) {
 		string(protocol.PushQueued):     "PushQueued",
 		string(protocol.PushDuplicate):  "PushDuplicate",
 		string(protocol.PushMissing):    "PushMissing",
+		string(protocol.PushDeferred):   "PushDeferred",
 		string(protocol.AckCompleted):   "AckCompleted",
 		string(protocol.AckSuccess):     "AckSuccess",
 		string(protocol.AckFailed):      "AckFailed",

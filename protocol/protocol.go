@@ -20,9 +20,13 @@ const (
 	PushQueued    PushStatus = "queued"    // appended
 	PushDuplicate PushStatus = "duplicate" // the partition already holds this transaction id
 	PushFailed    PushStatus = "failed"    // not stored; the item carries an error
-	// PushMissing is push_v3's internal answer "a queue or partition does
+	// PushMissing is push_v4's internal answer "a queue or partition does
 	// not exist yet"; it never reaches a client.
 	PushMissing PushStatus = "missing"
+	// PushDeferred is push_v4's internal answer "not written: another
+	// transaction holds the partition"; the push combiner sends the item
+	// again. It never reaches a client.
+	PushDeferred PushStatus = "deferred"
 )
 
 // AckStatus is the status of one acknowledgement (docs/api.md, "Acks").

@@ -91,16 +91,32 @@ BEGIN
 END;
 $$;
 
--- queen.push_v3 appends a batch in one round trip. The caller removes
+-- queen.push_v4 appends a batch in one round trip. The caller removes
 -- in-batch duplicates and numbers each item within its partition (p_seqs,
--- 1..n). It locks the touched partitions in id order, which serialises
--- offset allocation: offsets increase in commit order. When a queue or
--- partition does not exist it writes nothing and returns the single row
--- (o_idx -1, 'missing'): the caller creates them with
--- queen.ensure_partitions_v1 and calls again. The duplicate check runs under
--- the locks; a duplicate takes no offset, so pushes leave no holes (deletes
--- and retention can, and readers tolerate them).
-CREATE OR REPLACE FUNCTION queen.push_v3(
+-- 1..n). It locks the touched partitions, which serialises offset
+-- allocation: offsets increase in commit order. The duplicate check runs
+-- under the locks; a duplicate takes no offset, so pushes leave no holes
+-- (deletes and retention can, and readers tolerate them).
+--
+-- p_wait says, per item, whether its partition may be waited for. The
+-- partitions of items with p_wait true (all of them when p_wait is NULL)
+-- are locked first, in id order, waiting as usual; the others are then
+-- locked SKIP LOCKED, and the items of a partition that another
+-- transaction holds (another node's push flush) are not written: they come
+-- back 'deferred', and the caller sends them again with p_wait true. So
+-- flushes of different nodes that overlap write their disjoint parts side
+-- by side instead of queueing behind each other's commits, and an item is
+-- deferred at most once (docs/storage.md, "Skip-locked push flushes").
+-- A transaction only ever waits while holding locks of lower ids than the
+-- one it waits for: no deadlock.
+--
+-- All items of a partition are written or deferred together, so p_seqs
+-- stays a dense numbering of what is written. When a queue or partition
+-- does not exist (or a partition to wait for vanished under a concurrent
+-- delete) nothing is written: its items come back 'missing', the others
+-- 'deferred', and the caller creates the partitions with
+-- queen.ensure_partitions_v1 and calls again.
+CREATE OR REPLACE FUNCTION queen.push_v4(
     p_tenant     text,
     p_queues     text[],
     p_partitions text[],
@@ -109,15 +125,25 @@ CREATE OR REPLACE FUNCTION queen.push_v3(
     p_ids        uuid[],
     p_traces     uuid[],
     p_payloads   text[],
-    p_subs       text[])
+    p_subs       text[],
+    p_wait       boolean[])
 RETURNS TABLE (o_idx int, o_status text, o_mid uuid, o_pid uuid)
 LANGUAGE plpgsql AS $$
 DECLARE
     v_want  int;
-    v_qns   text[];
+    v_must  int;
+    v_rqns  text[];    -- resolved pairs: queue, partition, id, may wait
+    v_rpns  text[];
+    v_rpids uuid[];
+    v_rmust boolean[];
+    v_qns   text[];    -- locked pairs and their watermark
     v_pns   text[];
     v_pids  uuid[];
     v_bases bigint[];
+    v_sqns  text[];
+    v_spns  text[];
+    v_spids uuid[];
+    v_sbases bigint[];
     v_fast  boolean := false;
     -- The fast path below is a subtransaction. Only when this call is its
     -- transaction's first writer (an autocommit push or combined flush): a
@@ -126,29 +152,71 @@ DECLARE
     -- to look them up in pg_subtrans.
     v_first boolean := pg_current_xact_id_if_assigned() IS NULL;
 BEGIN
-    -- The same statement as queen.lock_partitions_v1, inline so that
-    -- PL/pgSQL caches its plan, and counting the distinct pairs asked for
-    -- in the same statement (one executor start fewer per push).
-    SELECT array_agg(l.qn), array_agg(l.pn), array_agg(l.pid), array_agg(l.base),
+    -- Names to ids, without locks, counting the distinct pairs asked for.
+    SELECT array_agg(s.qn), array_agg(s.pn), array_agg(p.id), array_agg(s.must),
            (SELECT count(*) FROM (SELECT DISTINCT t.qn, t.pn FROM unnest(p_queues, p_partitions) AS t(qn, pn)) d)
-    INTO v_qns, v_pns, v_pids, v_bases, v_want
-    FROM (SELECT s.qn, s.pn, p.id AS pid, p.last_offset AS base
-          FROM (SELECT DISTINCT t.qn, t.pn FROM unnest(p_queues, p_partitions) AS t(qn, pn)) s
-          JOIN queen.queues q ON q.tenant = p_tenant AND q.name = s.qn
-          JOIN queen.partitions p ON p.queue_id = q.id AND p.name = s.pn
-          ORDER BY p.id
-          FOR NO KEY UPDATE OF p) l;
+    INTO v_rqns, v_rpns, v_rpids, v_rmust, v_want
+    FROM (SELECT t.qn, t.pn, bool_or(COALESCE(t.w, true)) AS must
+          FROM unnest(p_queues, p_partitions, p_wait) AS t(qn, pn, w)
+          GROUP BY t.qn, t.pn) s
+    JOIN queen.queues q ON q.tenant = p_tenant AND q.name = s.qn
+    JOIN queen.partitions p ON p.queue_id = q.id AND p.name = s.pn;
 
-    IF COALESCE(array_length(v_pids, 1), 0) < v_want THEN
-        o_idx := -1; o_status := 'missing';
-        RETURN NEXT;
+    IF COALESCE(array_length(v_rpids, 1), 0) = v_want THEN
+        v_must := (SELECT count(*) FROM unnest(v_rmust) m WHERE m);
+        -- Partitions are named by these ids from here on, never looked up
+        -- again: a later statement's snapshot may no longer see a queue that
+        -- a concurrent delete detached meanwhile.
+        IF v_must > 0 THEN
+            SELECT array_agg(l.qn), array_agg(l.pn), array_agg(l.id), array_agg(l.base)
+            INTO v_qns, v_pns, v_pids, v_bases
+            FROM (SELECT r.qn, r.pn, p.id, p.last_offset AS base
+                  FROM unnest(v_rqns, v_rpns, v_rpids, v_rmust) AS r(qn, pn, id, must)
+                  JOIN queen.partitions p ON p.id = r.id
+                  WHERE r.must
+                  ORDER BY p.id
+                  FOR NO KEY UPDATE OF p) l;
+        END IF;
+        IF COALESCE(array_length(v_pids, 1), 0) = v_must THEN
+            IF v_must < v_want THEN
+                SELECT array_agg(l.qn), array_agg(l.pn), array_agg(l.id), array_agg(l.base)
+                INTO v_sqns, v_spns, v_spids, v_sbases
+                FROM (SELECT r.qn, r.pn, p.id, p.last_offset AS base
+                      FROM unnest(v_rqns, v_rpns, v_rpids, v_rmust) AS r(qn, pn, id, must)
+                      JOIN queen.partitions p ON p.id = r.id
+                      WHERE NOT r.must
+                      ORDER BY p.id
+                      FOR NO KEY UPDATE OF p SKIP LOCKED) l;
+                v_qns := COALESCE(v_qns, '{}') || COALESCE(v_sqns, '{}');
+                v_pns := COALESCE(v_pns, '{}') || COALESCE(v_spns, '{}');
+                v_pids := COALESCE(v_pids, '{}') || COALESCE(v_spids, '{}');
+                v_bases := COALESCE(v_bases, '{}') || COALESCE(v_sbases, '{}');
+            END IF;
+        ELSE
+            v_rpids := v_pids; -- a partition to wait for was deleted: it is missing now
+            v_rqns := v_qns; v_rpns := v_pns;
+        END IF;
+    END IF;
+
+    IF COALESCE(array_length(v_rpids, 1), 0) < v_want THEN
+        RETURN QUERY
+        SELECT (i.ord - 1)::int,
+               CASE WHEN r.qn IS NULL THEN 'missing' ELSE 'deferred' END,
+               i.mid, NULL::uuid
+        FROM unnest(p_queues, p_partitions, p_ids) WITH ORDINALITY AS i(qn, pn, mid, ord)
+        LEFT JOIN unnest(v_rqns, v_rpns) AS r(qn, pn) ON r.qn = i.qn AND r.pn = i.pn
+        ORDER BY i.ord;
+        RETURN;
+    END IF;
+    IF v_pids IS NULL OR cardinality(v_pids) = 0 THEN
+        -- every partition is held by another transaction
+        RETURN QUERY
+        SELECT (i.ord - 1)::int, 'deferred'::text, i.mid, NULL::uuid
+        FROM unnest(p_ids) WITH ORDINALITY AS i(mid, ord)
+        ORDER BY i.ord;
         RETURN;
     END IF;
 
-    -- Partitions are named by the ids locked above, never looked up again:
-    -- a later statement's snapshot may no longer see a queue that a
-    -- concurrent delete detached meanwhile.
-    --
     -- First the common case, no duplicate: the caller numbered each item
     -- within its partition (p_seqs), so its offset is base + seq, and the
     -- unique index on (partition, transaction id) is the duplicate check
@@ -193,9 +261,9 @@ BEGIN
         -- Answered from the inputs, after the block: rows returned inside
         -- it would stay returned had it rolled back.
         RETURN QUERY
-        SELECT (i.ord - 1)::int, 'queued'::text, i.mid, l.pid
+        SELECT (i.ord - 1)::int, CASE WHEN l.pid IS NULL THEN 'deferred' ELSE 'queued' END, i.mid, l.pid
         FROM unnest(p_queues, p_partitions, p_ids) WITH ORDINALITY AS i(qn, pn, mid, ord)
-        JOIN unnest(v_qns, v_pns, v_pids) AS l(qn, pn, pid) ON l.qn = i.qn AND l.pn = i.pn
+        LEFT JOIN unnest(v_qns, v_pns, v_pids) AS l(qn, pn, pid) ON l.qn = i.qn AND l.pn = i.pn
         ORDER BY i.ord;
         RETURN;
     END IF;
@@ -247,11 +315,37 @@ BEGIN
         ORDER BY f.pid, f.rn
         RETURNING 1
     )
-    SELECT c.ord - 1,
-           CASE WHEN c.existing IS NULL THEN 'queued' ELSE 'duplicate' END,
-           COALESCE(c.existing, c.mid),
+    SELECT it.ord - 1,
+           CASE WHEN c.ord IS NULL THEN 'deferred' WHEN c.existing IS NULL THEN 'queued' ELSE 'duplicate' END,
+           COALESCE(c.existing, it.mid),
            c.pid
-    FROM checked c
-    ORDER BY c.ord;
+    FROM items it
+    LEFT JOIN checked c ON c.ord = it.ord
+    ORDER BY it.ord;
 END;
+$$;
+
+-- queen.push_v3 is push_v4 waiting for every partition, for nodes of the
+-- previous function set: a missing queue or partition is its single row
+-- (o_idx -1, 'missing').
+CREATE OR REPLACE FUNCTION queen.push_v3(
+    p_tenant     text,
+    p_queues     text[],
+    p_partitions text[],
+    p_seqs       int[],
+    p_txids      text[],
+    p_ids        uuid[],
+    p_traces     uuid[],
+    p_payloads   text[],
+    p_subs       text[])
+RETURNS TABLE (o_idx int, o_status text, o_mid uuid, o_pid uuid)
+LANGUAGE sql AS $$
+    WITH r AS MATERIALIZED (
+        SELECT * FROM queen.push_v4(p_tenant, p_queues, p_partitions, p_seqs, p_txids, p_ids,
+                                    p_traces, p_payloads, p_subs, NULL))
+    SELECT r.o_idx, r.o_status, r.o_mid, r.o_pid FROM r
+    WHERE NOT EXISTS (SELECT 1 FROM r x WHERE x.o_status = 'missing')
+    UNION ALL
+    SELECT -1, 'missing', NULL, NULL
+    WHERE EXISTS (SELECT 1 FROM r x WHERE x.o_status = 'missing')
 $$;
