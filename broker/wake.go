@@ -8,9 +8,12 @@ import (
 // The wake loop wakes the pops parked on queues that local pushes marked
 // quietly (docs/hotlist.md, "Background ticks"): one notify per marked queue,
 // so a hot queue is woken at most once per wakeTick rather than once per
-// push. A push on an idle node kicks the loop, which then wakes at once: a
-// fixed tick made every local wake wait half a tick on average. The ticker
-// stays as a backstop.
+// push. Every quiet mark is followed by a kick (afterPush is the only path
+// that marks quietly), so the loop runs only when kicked: at once on an idle
+// node (a fixed tick made every local wake wait half a tick on average), at
+// most once per wakeTick under load. It has no ticker: an idle node is not
+// woken 200 times a second for nothing (docs/benchmarks.md, "What an idle
+// node spends").
 
 // kickWakes tells the wake loop that quiet marks may be waiting.
 func (b *Broker) kickWakes() {
@@ -27,15 +30,12 @@ func (b *Broker) startWakeLoop() {
 		if every <= 0 {
 			every = wakeTick
 		}
-		t := time.NewTicker(every)
-		defer t.Stop()
 		var last time.Time
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-b.wakeKick:
-			case <-t.C:
 			}
 			if wait := every - time.Since(last); wait > 0 {
 				select {
