@@ -33,6 +33,7 @@ type Broker struct {
 
 	hot        *hotlist.Hotlist // nil with QUEEN_HOTLIST=0: every hook is one branch on it
 	wakeKick   chan struct{}    // a quiet mark happened: the wake loop runs (wake.go)
+	earlyKick  chan struct{}    // hints were lost: the early loop looks (gaps.go)
 	mesh       atomic.Pointer[meshRef]
 	hotLog     hclog.Logger
 	lastReport struct {
@@ -123,13 +124,14 @@ func New(ctx context.Context, cfg Config, log hclog.Logger) (*Broker, error) {
 		backoff = min(backoff*2, 5*time.Second)
 	}
 	b := &Broker{
-		cfg:      cfg,
-		log:      log,
-		db:       db,
-		gates:    newGates(),
-		wakeKick: make(chan struct{}, 1),
-		hotLog:   log.Named("hotlist"),
-		started:  time.Now(),
+		cfg:       cfg,
+		log:       log,
+		db:        db,
+		gates:     newGates(),
+		wakeKick:  make(chan struct{}, 1),
+		earlyKick: make(chan struct{}, 1),
+		hotLog:    log.Named("hotlist"),
+		started:   time.Now(),
 	}
 	b.lastReport.at = time.Now()
 	// Not derived from ctx: that one bounds only the start.

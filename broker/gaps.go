@@ -1,12 +1,16 @@
 package broker
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
-// earlyTick is how often the node looks for early reseeds to run after a
-// peer's hints were lost (docs/hotlist.md, "Early reseeds after lost
-// hints"). Without a loss signal a tick costs one atomic swap; with one, a
-// lost hint's partition is looked for within this tick plus the ring's
-// minimum early interval.
+// earlyTick is the least time between two passes of the early loop, which
+// runs the early reseeds after a peer's hints were lost (docs/hotlist.md,
+// "Early reseeds after lost hints"): a lost hint's partition is looked for
+// within this plus the ring's minimum early interval. The loop sleeps until
+// a loss signal or a deferred ring's time (Hotlist.NextEarly), so a node
+// without losses is not woken for it.
 const earlyTick = 10 * time.Millisecond
 
 // HintsLost implements mesh.LossReceiver: a peer's stream showed a gap, a
@@ -18,14 +22,52 @@ func (b *Broker) HintsLost(sender string) {
 		return // the SQL candidate scan reads PostgreSQL on every pop anyway
 	}
 	b.hot.HintsLost(time.Now())
+	select {
+	case b.earlyKick <- struct{}{}:
+	default: // already kicked
+	}
 }
 
 // startEarlyLoop runs the early reseeds the hot-list claims, rings with
 // parked pops first, through the same reseed path as the floor.
 func (b *Broker) startEarlyLoop() {
-	b.every(earlyTick, func(now time.Time) {
-		for _, w := range b.hot.EarlyReseeds(now, b.gates.has) {
-			b.runReseed(w)
+	b.spawn(func(ctx context.Context) {
+		t := time.NewTimer(time.Hour)
+		defer t.Stop()
+		var last time.Time
+		for {
+			// Sleep until there is work, or at least earlyTick since
+			// the last pass (a ring mid-reseed asks to be looked at again
+			// on the next pass).
+			var wait time.Duration = -1 // until kicked
+			if at := b.hot.NextEarly(); !at.IsZero() {
+				wait = max(time.Until(at), earlyTick-time.Since(last), 0)
+			}
+			if wait != 0 {
+				var timeout <-chan time.Time
+				if wait > 0 {
+					t.Reset(wait)
+					timeout = t.C
+				}
+				select {
+				case <-ctx.Done():
+					return
+				case <-b.earlyKick:
+				case <-timeout:
+				}
+				t.Stop() // no stale tick after Stop since Go 1.23
+				if d := earlyTick - time.Since(last); d > 0 {
+					select { // a burst of signals: one pass per earlyTick
+					case <-ctx.Done():
+						return
+					case <-time.After(d):
+					}
+				}
+			}
+			last = time.Now()
+			for _, w := range b.hot.EarlyReseeds(last, b.gates.has) {
+				b.runReseed(w)
+			}
 		}
 	})
 }

@@ -83,6 +83,21 @@ func (h *Hotlist) HintsLost(now time.Time) {
 	h.early.pending.Store(true)
 }
 
+// NextEarly is when the next EarlyReseeds pass may have work: zero when
+// nothing is pending (no loss signal since the last pass and no deferred
+// ring), now's time when a signal is pending, else the earliest time a
+// deferred ring may run. A caller that waits for it (or for HintsLost)
+// need not poll EarlyReseeds.
+func (h *Hotlist) NextEarly() time.Time {
+	if h.early.pending.Load() {
+		return time.Unix(0, max(h.early.lossAt.Load(), 1))
+	}
+	if w := h.early.wakeAt.Load(); w != 0 {
+		return time.Unix(0, w)
+	}
+	return time.Time{}
+}
+
 // earlyDue tells whether the ring has a pending early reseed that its rate
 // limit lets run at n. r.resMu is held.
 func (h *Hotlist) earlyDue(r *Ring, n int64) bool {

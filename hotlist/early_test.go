@@ -203,3 +203,40 @@ func TestEarlyReseedDarkTime(t *testing.T) {
 		t.Fatalf("dark time %+v, want 2 observations (40 ms, 3 s)", d)
 	}
 }
+
+// NextEarly tells a waiting early loop when to look: never without a loss,
+// at once after one, and at a deferred ring's time after a pass that could
+// not run it yet. A loop that sleeps until then runs every reseed a loop
+// polling EarlyReseeds would.
+func TestNextEarlyFollowsSignalsAndDeferredRings(t *testing.T) {
+	h := newHL()
+	r := earlyRings(h, 1)[0]
+	markN(h, r.Key(), SourceLocal, at(0), "p")
+	if got := h.NextEarly(); !got.IsZero() {
+		t.Fatalf("no loss: next pass at %v, want never", got)
+	}
+	h.HintsLost(at(time.Second))
+	if got := h.NextEarly(); !got.Equal(at(time.Second)) {
+		t.Fatalf("after a loss: next pass at %v, want the loss's time", got)
+	}
+	got := claimed(h.EarlyReseeds(at(time.Second), nil))
+	if len(got) != 1 {
+		t.Fatalf("first loss: %d claimed", len(got))
+	}
+	endEarly(h, got, at(time.Second+10*time.Millisecond))
+	if got := h.NextEarly(); !got.IsZero() {
+		t.Fatalf("after the pass: next at %v, want never", got)
+	}
+	// A loss inside the ring's 200 ms interval is deferred to its end.
+	h.HintsLost(at(time.Second + 50*time.Millisecond))
+	if got := claimed(h.EarlyReseeds(at(time.Second+50*time.Millisecond), nil)); got != nil {
+		t.Fatal("ran inside the interval")
+	}
+	next := h.NextEarly()
+	if !next.Equal(at(time.Second + 200*time.Millisecond)) {
+		t.Fatalf("deferred ring: next pass at %v, want the interval's end", next.Sub(at(0)))
+	}
+	if got := claimed(h.EarlyReseeds(next, nil)); len(got) != 1 {
+		t.Fatalf("at the announced time: %d claimed, want 1", len(got))
+	}
+}
