@@ -122,6 +122,8 @@ type Config struct {
 	Version         string       // advertised in metadata
 	Timings         Timings      // default LANTimings()
 	Logger          hclog.Logger // default: discard
+
+	network network // nil: tcpNetwork; tests set an in-memory one (network.go)
 }
 
 // DefaultConfig returns a Config with every default filled in.
