@@ -124,6 +124,10 @@ type Config struct {
 	Logger          hclog.Logger // default: discard
 
 	network network // nil: tcpNetwork; tests set an in-memory one (network.go)
+	// noFlusher: no flush loop; the test calls flush itself, so each call
+	// is one step (one flush, one frame per peer) and no other goroutine
+	// flushes at the same time.
+	noFlusher bool
 }
 
 // DefaultConfig returns a Config with every default filled in.

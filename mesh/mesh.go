@@ -267,10 +267,13 @@ func New(cfg Config, recv Receiver) (*Mesh, error) {
 	m.log.Info("mesh started", "name", cfg.Name, "gossip", net.JoinHostPort(advHost, strconv.Itoa(advPort)),
 		"hints", m.self.Hint, "encrypted", sealer != nil)
 
-	m.wg.Add(3)
+	m.wg.Add(2)
 	go m.acceptLoop()
-	go m.flushLoop()
 	go m.joinLoop(net.JoinHostPort(advHost, strconv.Itoa(advPort)))
+	if !cfg.noFlusher {
+		m.wg.Add(1)
+		go m.flushLoop()
+	}
 	return m, nil
 }
 
