@@ -235,7 +235,7 @@ func rusage(who int) time.Duration {
 // reports the process CPU (sender + both receivers + memberlist gossip) as
 // cores and per hint, the idle CPU of the three converged members, and the
 // sender's flush path (Drain, encodeFramesCounted, Seal, queue to
-// both peers) timed directly: the flusher's ticker is disabled and this
+// both peers) timed directly: the flush loop is not started and this
 // benchmark calls flush every 20 ms itself. Run it with -benchtime 1x.
 func BenchmarkHintPath(b *testing.B) {
 	if testing.Short() {
