@@ -273,6 +273,8 @@ func TestIdleMemberStreamLosesItsSlot(t *testing.T) {
 		t.Fatal(err)
 	}
 	f2.waitClosed(5*time.Second, "f2 refused")
+	// The receiver counts a refusal just after it closes the stream.
+	eventually(t, 5*time.Second, "the refusal counted", func() bool { return b.m.Stats().InboundRefusedHeld >= 1 })
 	if f1.closedByPeer() || b.m.Stats().InboundRefusedHeld != 1 {
 		t.Fatalf("f1 lost its slot while not idle: %+v", b.m.Stats())
 	}
@@ -290,6 +292,8 @@ func TestIdleMemberStreamLosesItsSlot(t *testing.T) {
 	if f3.closedByPeer() {
 		t.Fatal("f3 refused")
 	}
+	// f1 is closed while f3's first frame is claimed, before it is counted.
+	eventually(t, 5*time.Second, "f3's heartbeat counted", func() bool { return b.m.Stats().HeartbeatsReceived == 2 })
 	if st := b.m.Stats(); st.InboundEvictedIdle != 1 || st.InboundReplaced != 0 || st.HeartbeatsReceived != 2 || st.InboundStreams != 1 {
 		t.Fatalf("stats: %+v", st)
 	}
@@ -330,6 +334,7 @@ func TestLiveMemberStreamHoldsItsSlot(t *testing.T) {
 		f := try()
 		f.waitClosed(5*time.Second, "a newer stream refused")
 		refused++
+		eventually(t, 5*time.Second, "the refusal counted", func() bool { return b.m.Stats().InboundRefusedHeld >= uint64(refused) })
 		if f1.closedByPeer() {
 			t.Fatalf("f1 lost its slot after %v of %v", time.Since(heldFrom), hold)
 		}
@@ -426,6 +431,8 @@ func TestMemberSlotsNotTakenByOtherStreams(t *testing.T) {
 			f.keepBeating(100 * time.Millisecond)
 			f.waitClosed(5*time.Second, "a stream naming "+name+" refused")
 			live++
+			// Counted just after the close.
+			eventually(t, 5*time.Second, "the refusal counted", func() bool { return b.m.Stats().InboundRefusedNotMember >= uint64(live) })
 		}
 	}
 	for _, n := range []*node{a, c} {
