@@ -40,9 +40,23 @@ ensure-pgbouncer:
 test: ensure-postgres ensure-chromium ensure-pgbouncer lint
 	$(PGTEMP) $(GO) test -count=1 -timeout 20m ./...
 
-# The product packages under the race detector (slower; not part of CI's make test).
-test-race: ensure-postgres lint
-	$(PGTEMP) $(GO) test -race -count=1 -timeout 20m ./api/ ./broker/ ./hotlist/ ./coalesce/ ./mesh/ ./cmd/...
+# Every package under the race detector, against its own disposable
+# PostgreSQL; .ci/run runs it after make test, and a race fails CI. Left out
+# so that CI stays under 20 minutes (README.md, "Developing"):
+# - cluster-test: its nodes are separate queen-node processes built without
+#   -race, so the detector would watch only the harness (minutes of it);
+# - RACE_SKIP: tests whose cost is bytes, memory or a child process, not
+#   concurrency in this process: multi-megabyte answers and payloads
+#   (TestReadAnswersWithinByteBudget, TestReplayBatchBoundedInBytes,
+#   TestReplaySetsAsideARecordTooLargeToSend, TestPopDefaultByteCap), heap
+#   measurements the detector's own memory distorts
+#   (TestHundredThousandRandomNamesBoundedAfterTwoSweeps,
+#   TestBytesPerPartition), and a killed queen-node child
+#   (TestReplayKilledMidway). make test runs them all without -race.
+RACE_SKIP = ^(TestReadAnswersWithinByteBudget|TestReplayBatchBoundedInBytes|TestReplaySetsAsideARecordTooLargeToSend|TestPopDefaultByteCap|TestHundredThousandRandomNamesBoundedAfterTwoSweeps|TestBytesPerPartition|TestReplayKilledMidway)$$
+
+test-race: ensure-postgres ensure-chromium lint
+	$(PGTEMP) $(GO) test -race -count=1 -timeout 20m -skip '$(RACE_SKIP)' $$($(GO) list ./... | grep -v '/cluster-test$$')
 
 test-short: ensure-postgres lint
 	$(PGTEMP) $(GO) test -count=1 -short -timeout 10m ./...
