@@ -42,9 +42,14 @@ test: ensure-postgres ensure-chromium ensure-pgbouncer lint
 
 # Every package under the race detector, against its own disposable
 # PostgreSQL; .ci/run runs it after make test, and a race fails CI. Left out
-# so that CI stays under 20 minutes (README.md, "Developing"):
+# so that CI stays under 20 minutes and fails on races, not on timing
+# (README.md, "Developing"); make test runs all of it without -race:
 # - cluster-test: its nodes are separate queen-node processes built without
-#   -race, so the detector would watch only the harness (minutes of it);
+#   -race, so the detector would watch only the harness (7 minutes of it);
+# - dashboard's browser tests: Chromium is not instrumented, the node's
+#   handlers they reach are raced by api/ and broker/, and under -race on
+#   2 cores their 20 s page timeouts failed twice in two runs (log-in
+#   timeouts, no race); its other tests (RACE_DASHBOARD) run;
 # - RACE_SKIP: tests whose cost is bytes, memory or a child process, not
 #   concurrency in this process: multi-megabyte answers and payloads
 #   (TestReadAnswersWithinByteBudget, TestReplayBatchBoundedInBytes,
@@ -52,11 +57,16 @@ test: ensure-postgres ensure-chromium ensure-pgbouncer lint
 #   measurements the detector's own memory distorts
 #   (TestHundredThousandRandomNamesBoundedAfterTwoSweeps,
 #   TestBytesPerPartition), and a killed queen-node child
-#   (TestReplayKilledMidway). make test runs them all without -race.
-RACE_SKIP = ^(TestReadAnswersWithinByteBudget|TestReplayBatchBoundedInBytes|TestReplaySetsAsideARecordTooLargeToSend|TestPopDefaultByteCap|TestHundredThousandRandomNamesBoundedAfterTwoSweeps|TestBytesPerPartition|TestReplayKilledMidway)$$
+#   (TestReplayKilledMidway); and latency bounds, which measure speed, not
+#   safety, and failed under -race (TestLostLastFrameFoundFast,
+#   TestBusyStreamSendsNoConfirms, TestIdleMeshFlushesAtOnce,
+#   TestHintWakesConsumerOnAnotherNode).
+RACE_SKIP = ^(TestReadAnswersWithinByteBudget|TestReplayBatchBoundedInBytes|TestReplaySetsAsideARecordTooLargeToSend|TestPopDefaultByteCap|TestHundredThousandRandomNamesBoundedAfterTwoSweeps|TestBytesPerPartition|TestReplayKilledMidway|TestLostLastFrameFoundFast|TestBusyStreamSendsNoConfirms|TestIdleMeshFlushesAtOnce|TestHintWakesConsumerOnAnotherNode)$$
+RACE_DASHBOARD = ^(TestAssetsHaveTheirTypes|TestServedByANodeWithoutToken)$$
 
-test-race: ensure-postgres ensure-chromium lint
-	$(PGTEMP) $(GO) test -race -count=1 -timeout 20m -skip '$(RACE_SKIP)' $$($(GO) list ./... | grep -v '/cluster-test$$')
+test-race: ensure-postgres lint
+	$(PGTEMP) $(GO) test -race -count=1 -timeout 20m -skip '$(RACE_SKIP)' $$($(GO) list ./... | grep -v -e '/cluster-test$$' -e '/dashboard$$')
+	$(PGTEMP) $(GO) test -race -count=1 -timeout 5m -run '$(RACE_DASHBOARD)' ./dashboard/
 
 test-short: ensure-postgres lint
 	$(PGTEMP) $(GO) test -count=1 -short -timeout 10m ./...

@@ -107,7 +107,7 @@ func startLoss(t *testing.T, name, ip string, join []string, mut ...func(*Config
 	portSeq.Unlock()
 	cfg := DefaultConfig()
 	cfg.Name, cfg.Bind, cfg.Join = name, fmt.Sprintf("%s:%d", ip, port), join
-	cfg.Timings = FastTimings()
+	cfg.Timings = testTimings()
 	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Warn})
 	for _, f := range mut {
 		f(&cfg)

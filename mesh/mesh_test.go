@@ -65,6 +65,18 @@ var portSeq = struct {
 	n int
 }{n: 17000}
 
+// testTimings are FastTimings with a longer suspicion: FastTimings declare
+// a silent member of a two-member mesh dead after 200 ms, and under the race
+// detector on a loaded 2-core machine a member is sometimes that slow to
+// answer a probe; a test whose peer flaps to dead loses its hints (four mesh
+// tests timed out so in one race run, with "Refuting a suspect message" in
+// their logs). 800 ms keeps dead detection well inside the tests' bounds.
+func testTimings() Timings {
+	t := FastTimings()
+	t.SuspicionMult = 8
+	return t
+}
+
 // start runs a member on ip with fast gossip timings.
 func start(t *testing.T, name, ip string, secret []byte, join []string, mut ...func(*Config)) *node {
 	t.Helper()
@@ -77,7 +89,7 @@ func start(t *testing.T, name, ip string, secret []byte, join []string, mut ...f
 	cfg.Bind = fmt.Sprintf("%s:%d", ip, port)
 	cfg.Join = join
 	cfg.Secret = secret
-	cfg.Timings = FastTimings()
+	cfg.Timings = testTimings()
 	cfg.HTTPAddr = ip + ":6632"
 	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Warn})
 	for _, f := range mut {

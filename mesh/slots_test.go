@@ -555,7 +555,7 @@ func startWith(t testing.TB, name, ip string, join []string, recv Receiver) *Mes
 	portSeq.Unlock()
 	cfg := DefaultConfig()
 	cfg.Name, cfg.Bind, cfg.Join = name, fmt.Sprintf("%s:%d", ip, port), join
-	cfg.Timings = FastTimings()
+	cfg.Timings = testTimings()
 	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Error})
 	m, err := New(cfg, recv)
 	if err != nil {

@@ -192,7 +192,7 @@ func startSpeed(tb testing.TB, name, ip string, secret []byte, join []string, re
 	cfg.Bind = fmt.Sprintf("%s:%d", ip, port)
 	cfg.Join = join
 	cfg.Secret = secret
-	cfg.Timings = FastTimings()
+	cfg.Timings = testTimings()
 	cfg.HTTPAddr = ip + ":6632"
 	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Warn})
 	if mut != nil {
