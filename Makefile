@@ -57,16 +57,21 @@ test: ensure-postgres ensure-chromium ensure-pgbouncer lint
 #   measurements the detector's own memory distorts
 #   (TestHundredThousandRandomNamesBoundedAfterTwoSweeps,
 #   TestBytesPerPartition), and a killed queen-node child
-#   (TestReplayKilledMidway); and latency bounds, which measure speed, not
+#   (TestReplayKilledMidway); and time bounds, which measure speed, not
 #   safety, and failed under -race (TestLostLastFrameFoundFast,
 #   TestBusyStreamSendsNoConfirms, TestIdleMeshFlushesAtOnce,
-#   TestHintWakesConsumerOnAnotherNode).
-RACE_SKIP = ^(TestReadAnswersWithinByteBudget|TestReplayBatchBoundedInBytes|TestReplaySetsAsideARecordTooLargeToSend|TestPopDefaultByteCap|TestHundredThousandRandomNamesBoundedAfterTwoSweeps|TestBytesPerPartition|TestReplayKilledMidway|TestLostLastFrameFoundFast|TestBusyStreamSendsNoConfirms|TestIdleMeshFlushesAtOnce|TestHintWakesConsumerOnAnotherNode)$$
+#   TestHintWakesConsumerOnAnotherNode, and TestHealthAnswersWhileDatabaseIsDown,
+#   whose held push must be served within the 5 s a starting node holds it).
+RACE_SKIP = ^(TestReadAnswersWithinByteBudget|TestReplayBatchBoundedInBytes|TestReplaySetsAsideARecordTooLargeToSend|TestPopDefaultByteCap|TestHundredThousandRandomNamesBoundedAfterTwoSweeps|TestBytesPerPartition|TestReplayKilledMidway|TestLostLastFrameFoundFast|TestBusyStreamSendsNoConfirms|TestIdleMeshFlushesAtOnce|TestHintWakesConsumerOnAnotherNode|TestHealthAnswersWhileDatabaseIsDown)$$
 RACE_DASHBOARD = ^(TestAssetsHaveTheirTypes|TestServedByANodeWithoutToken)$$
+# RACE_FLAGS=-short is the next lever if the pass outgrows CI's budget: it
+# also skips the short-guarded load tests (TestConcurrentProducersAndConsumers
+# among them) and shrinks the model tests.
+RACE_FLAGS ?=
 
 test-race: ensure-postgres lint
-	$(PGTEMP) $(GO) test -race -count=1 -timeout 20m -skip '$(RACE_SKIP)' $$($(GO) list ./... | grep -v -e '/cluster-test$$' -e '/dashboard$$')
-	$(PGTEMP) $(GO) test -race -count=1 -timeout 5m -run '$(RACE_DASHBOARD)' ./dashboard/
+	$(PGTEMP) $(GO) test -race -count=1 -timeout 20m $(RACE_FLAGS) -skip '$(RACE_SKIP)' $$($(GO) list ./... | grep -v -e '/cluster-test$$' -e '/dashboard$$')
+	$(PGTEMP) $(GO) test -race -count=1 -timeout 5m $(RACE_FLAGS) -run '$(RACE_DASHBOARD)' ./dashboard/
 
 test-short: ensure-postgres lint
 	$(PGTEMP) $(GO) test -count=1 -short -timeout 10m ./...
