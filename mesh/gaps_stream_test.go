@@ -61,7 +61,11 @@ func TestRateLimitedHintsSignalLoss(t *testing.T) {
 		a.m.Enqueue("t", "q", fmt.Sprintf("p%d", i))
 	}
 	a.m.flush()
-	eventually(t, 5*time.Second, "the frame is applied", func() bool { return b.m.Stats().HintsReceived >= 50 })
+	// Received is counted before the rate limit is applied and counted.
+	eventually(t, 5*time.Second, "the frame is applied", func() bool {
+		st := b.m.Stats()
+		return st.HintsReceived >= 50 && st.HintsRateLimited > 0
+	})
 	st := b.m.Stats()
 	if st.HintsRateLimited == 0 {
 		t.Fatalf("nothing rate-limited: %+v", st)

@@ -198,7 +198,10 @@ func TestHeartbeatRevealsTrailingLoss(t *testing.T) {
 	a.m.Enqueue("t", "q", "lost")
 	eventually(t, 5*time.Second, "the frame is dropped", done.Load)
 	beats := b.m.Stats().HeartbeatsReceived
-	eventually(t, 5*time.Second, "the loss is noticed", func() bool { return b.rec.losses("a") == 1 })
+	// The loss is reported before the heartbeat that revealed it is counted.
+	eventually(t, 5*time.Second, "the loss is noticed", func() bool {
+		return b.rec.losses("a") == 1 && b.m.Stats().HeartbeatsReceived > beats
+	})
 	st := b.m.Stats()
 	if st.GapsSeen != 1 || st.HeartbeatsReceived <= beats || b.rec.count("t/q/lost") != 0 {
 		t.Fatalf("gaps %d (want 1), heartbeats %d (were %d), lost hint applied %d times",
@@ -225,7 +228,10 @@ func TestOverflowSignal(t *testing.T) {
 		t.Fatalf("coalescer dropped %d, want 6", d)
 	}
 	a.m.flush()
-	eventually(t, 5*time.Second, "the overflow is reported", func() bool { return b.rec.losses("a") > 0 })
+	// The receiver reports the loss before it applies the frame's hints.
+	eventually(t, 5*time.Second, "the overflow is reported and the frame applied", func() bool {
+		return b.rec.losses("a") > 0 && b.rec.total() >= 5
+	})
 	sa, sb := a.m.Stats(), b.m.Stats()
 	if sb.OverflowSignalsSeen != 1 || sb.GapsSeen != 0 || sa.OverflowSignalsSent != 1 || b.rec.total() < 5 {
 		t.Fatalf("sender %+v\nreceiver %+v\nhints %d", sa, sb, b.rec.total())
