@@ -40,9 +40,38 @@ ensure-pgbouncer:
 test: ensure-postgres ensure-chromium ensure-pgbouncer lint
 	$(PGTEMP) $(GO) test -count=1 -timeout 20m ./...
 
-# The product packages under the race detector (slower; not part of CI's make test).
+# Every package under the race detector, against its own disposable
+# PostgreSQL; .ci/run runs it after make test, and a race fails CI. Left out
+# so that CI stays under 20 minutes and fails on races, not on timing
+# (README.md, "Developing"); make test runs all of it without -race:
+# - cluster-test: its nodes are separate queen-node processes built without
+#   -race, so the detector would watch only the harness (7 minutes of it);
+# - dashboard's browser tests: Chromium is not instrumented, the node's
+#   handlers they reach are raced by api/ and broker/, and under -race on
+#   2 cores their 20 s page timeouts failed twice in two runs (log-in
+#   timeouts, no race); its other tests (RACE_DASHBOARD) run;
+# - RACE_SKIP: tests whose cost is bytes, memory or a child process, not
+#   concurrency in this process: multi-megabyte answers and payloads
+#   (TestReadAnswersWithinByteBudget, TestReplayBatchBoundedInBytes,
+#   TestReplaySetsAsideARecordTooLargeToSend, TestPopDefaultByteCap), heap
+#   measurements the detector's own memory distorts
+#   (TestHundredThousandRandomNamesBoundedAfterTwoSweeps,
+#   TestBytesPerPartition), and a killed queen-node child
+#   (TestReplayKilledMidway); and time bounds, which measure speed, not
+#   safety, and failed under -race (TestLostLastFrameFoundFast,
+#   TestBusyStreamSendsNoConfirms, TestIdleMeshFlushesAtOnce,
+#   TestHintWakesConsumerOnAnotherNode, and TestHealthAnswersWhileDatabaseIsDown,
+#   whose held push must be served within the 5 s a starting node holds it).
+RACE_SKIP = ^(TestReadAnswersWithinByteBudget|TestReplayBatchBoundedInBytes|TestReplaySetsAsideARecordTooLargeToSend|TestPopDefaultByteCap|TestHundredThousandRandomNamesBoundedAfterTwoSweeps|TestBytesPerPartition|TestReplayKilledMidway|TestLostLastFrameFoundFast|TestBusyStreamSendsNoConfirms|TestIdleMeshFlushesAtOnce|TestHintWakesConsumerOnAnotherNode|TestHealthAnswersWhileDatabaseIsDown)$$
+RACE_DASHBOARD = ^(TestAssetsHaveTheirTypes|TestServedByANodeWithoutToken)$$
+# RACE_FLAGS=-short is the next lever if the pass outgrows CI's budget: it
+# also skips the short-guarded load tests (TestConcurrentProducersAndConsumers
+# among them) and shrinks the model tests.
+RACE_FLAGS ?=
+
 test-race: ensure-postgres lint
-	$(PGTEMP) $(GO) test -race -count=1 -timeout 20m ./api/ ./broker/ ./hotlist/ ./coalesce/ ./mesh/ ./cmd/...
+	$(PGTEMP) $(GO) test -race -count=1 -timeout 20m $(RACE_FLAGS) -skip '$(RACE_SKIP)' $$($(GO) list ./... | grep -v -e '/cluster-test$$' -e '/dashboard$$')
+	$(PGTEMP) $(GO) test -race -count=1 -timeout 5m $(RACE_FLAGS) -run '$(RACE_DASHBOARD)' ./dashboard/
 
 test-short: ensure-postgres lint
 	$(PGTEMP) $(GO) test -count=1 -short -timeout 10m ./...

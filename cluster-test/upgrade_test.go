@@ -113,16 +113,18 @@ func buildAt(t *testing.T, root, c string) string {
 		t.Fatal(err)
 	}
 	untar.Stdin = pipe
-	var errs bytes.Buffer
-	archive.Stderr, untar.Stderr = &errs, &errs
+	// One buffer each: the two processes' stderr is copied by two
+	// goroutines, and a shared bytes.Buffer was a data race (go test -race).
+	var archiveErrs, untarErrs bytes.Buffer
+	archive.Stderr, untar.Stderr = &archiveErrs, &untarErrs
 	if err := untar.Start(); err != nil {
 		t.Fatal(err)
 	}
 	if err := archive.Run(); err != nil {
-		t.Fatalf("git archive %s: %v: %s", c, err, errs.String())
+		t.Fatalf("git archive %s: %v: %s", c, err, archiveErrs.String())
 	}
 	if err := untar.Wait(); err != nil {
-		t.Fatalf("tar: %v: %s", err, errs.String())
+		t.Fatalf("tar: %v: %s", err, untarErrs.String())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

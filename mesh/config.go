@@ -122,6 +122,12 @@ type Config struct {
 	Version         string       // advertised in metadata
 	Timings         Timings      // default LANTimings()
 	Logger          hclog.Logger // default: discard
+
+	network network // nil: tcpNetwork; tests set an in-memory one (network.go)
+	// noFlusher: no flush loop; the test calls flush itself, so each call
+	// is one step (one flush, one frame per peer) and no other goroutine
+	// flushes at the same time.
+	noFlusher bool
 }
 
 // DefaultConfig returns a Config with every default filled in.

@@ -31,7 +31,7 @@ func TestLostLastFrameFoundFast(t *testing.T) {
 		t.Run(fmt.Sprint("drop-", c.rate), func(t *testing.T) {
 			t.Parallel()
 			window := c.window
-			a, b := lossPair(t, c.ips[0], c.ips[1], func(cfg *Config) { cfg.ConfirmWindow = window })
+			a, b := lossPair(t, nil, c.ips[0], c.ips[1], func(cfg *Config) { cfg.ConfirmWindow = window })
 			eventually(t, 5*time.Second, "a first hint arrives", func() bool {
 				a.m.Enqueue("t", "q", "first")
 				return b.rec.count("t/q/first") > 0
@@ -74,7 +74,7 @@ func TestLostLastFrameFoundFast(t *testing.T) {
 // interval more quiet than a busy stream ever has. (Review finding: with a
 // 10 ms confirm interval under a 20 ms flush, every gap got one.)
 func TestBusyStreamSendsNoConfirms(t *testing.T) {
-	a, _ := lossPair(t, "127.0.5.24", "127.0.5.25")
+	a, _ := lossPair(t, nil, "127.0.5.24", "127.0.5.25")
 	eventually(t, 5*time.Second, "a stream is open", func() bool {
 		a.m.Enqueue("t", "q", "warm")
 		return a.m.Stats().FramesSent > 0

@@ -14,7 +14,7 @@ import (
 // flushed while the peer was away were never sent, so the return itself is
 // a loss the receiver must learn.
 func TestRecreatedPeerKeepsNumbering(t *testing.T) {
-	a, b := lossPair(t, "127.0.5.12", "127.0.5.13", func(c *Config) { c.HintIdleTimeout = time.Second })
+	a, b := lossPair(t, newMemNet(), "127.0.5.12", "127.0.5.13", func(c *Config) { c.HintIdleTimeout = time.Second })
 	eventually(t, 5*time.Second, "a first hint arrives", func() bool {
 		a.m.Enqueue("t", "q", "one")
 		return b.rec.count("t/q/one") > 0
@@ -51,8 +51,9 @@ func TestRecreatedPeerKeepsNumbering(t *testing.T) {
 // the broker reseeds early, instead of leaving those partitions dark until
 // the reseed floor.
 func TestRateLimitedHintsSignalLoss(t *testing.T) {
-	a := startLoss(t, "a", "127.0.5.14", nil, func(c *Config) { c.FlushInterval = time.Hour })
-	b := startLoss(t, "b", "127.0.5.15", []string{a.m.cfg.Bind}, func(c *Config) { c.HintRate = 10 })
+	nw := newMemNet()
+	a := startLoss(t, "a", "127.0.5.14", nil, nw.use, func(c *Config) { c.noFlusher = true })
+	b := startLoss(t, "b", "127.0.5.15", []string{a.m.cfg.Bind}, nw.use, func(c *Config) { c.HintRate = 10 })
 	eventually(t, 10*time.Second, "a and b see each other", func() bool {
 		return len(alive(a.m)) == 2 && len(alive(b.m)) == 2 && a.m.HasPeers()
 	})
@@ -60,7 +61,11 @@ func TestRateLimitedHintsSignalLoss(t *testing.T) {
 		a.m.Enqueue("t", "q", fmt.Sprintf("p%d", i))
 	}
 	a.m.flush()
-	eventually(t, 5*time.Second, "the frame is applied", func() bool { return b.m.Stats().HintsReceived >= 50 })
+	// Received is counted before the rate limit is applied and counted.
+	eventually(t, 5*time.Second, "the frame is applied", func() bool {
+		st := b.m.Stats()
+		return st.HintsReceived >= 50 && st.HintsRateLimited > 0
+	})
 	st := b.m.Stats()
 	if st.HintsRateLimited == 0 {
 		t.Fatalf("nothing rate-limited: %+v", st)
@@ -77,7 +82,7 @@ func TestRateLimitedHintsSignalLoss(t *testing.T) {
 // four heartbeats a second (docs/mesh.md: heartbeats do not keep a stream
 // open).
 func TestHeartbeatOpenedStreamClosesWhenIdle(t *testing.T) {
-	a, b := lossPair(t, "127.0.5.16", "127.0.5.17", func(c *Config) { c.HintIdleTimeout = time.Second })
+	a, b := lossPair(t, newMemNet(), "127.0.5.16", "127.0.5.17", func(c *Config) { c.HintIdleTimeout = time.Second })
 	eventually(t, 5*time.Second, "a first hint arrives", func() bool {
 		a.m.Enqueue("t", "q", "one")
 		return b.rec.count("t/q/one") > 0

@@ -107,7 +107,7 @@ func startLoss(t *testing.T, name, ip string, join []string, mut ...func(*Config
 	portSeq.Unlock()
 	cfg := DefaultConfig()
 	cfg.Name, cfg.Bind, cfg.Join = name, fmt.Sprintf("%s:%d", ip, port), join
-	cfg.Timings = FastTimings()
+	cfg.Timings = testTimings()
 	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Warn})
 	for _, f := range mut {
 		f(&cfg)
@@ -121,14 +121,24 @@ func startLoss(t *testing.T, name, ip string, join []string, mut ...func(*Config
 	return &lossNode{m: m, rec: rec}
 }
 
-func lossPair(t *testing.T, ipA, ipB string, mutA ...func(*Config)) (a, b *lossNode) {
+// lossPair runs members a and b on nw (nil: real sockets on ipA and ipB).
+func lossPair(t *testing.T, nw *memNet, ipA, ipB string, mutA ...func(*Config)) (a, b *lossNode) {
 	t.Helper()
-	a = startLoss(t, "a", ipA, nil, mutA...)
-	b = startLoss(t, "b", ipB, []string{a.m.cfg.Bind})
+	a = startLoss(t, "a", ipA, nil, append(mutA, on(nw))...)
+	b = startLoss(t, "b", ipB, []string{a.m.cfg.Bind}, on(nw))
 	eventually(t, 10*time.Second, "a and b see each other", func() bool {
 		return len(alive(a.m)) == 2 && len(alive(b.m)) == 2 && a.m.HasPeers()
 	})
 	return a, b
+}
+
+// on runs a member on nw; nil leaves it on real sockets.
+func on(nw *memNet) func(*Config) {
+	return func(c *Config) {
+		if nw != nil {
+			c.network = nw
+		}
+	}
 }
 
 // dropOnce makes m drop the next frame of kind, once.
@@ -148,10 +158,10 @@ func TestLossyLinkGapsSignalLoss(t *testing.T) {
 			if rate > 0 {
 				ipA, ipB = "127.0.5.4", "127.0.5.5"
 			}
-			a, b := lossPair(t, ipA, ipB, func(c *Config) { c.DropRate = rate })
+			a, b := lossPair(t, newMemNet(), ipA, ipB, func(c *Config) { c.DropRate, c.noFlusher = rate, true })
 			for i := range 60 {
 				a.m.Enqueue("t", "q", fmt.Sprintf("p%d", i))
-				time.Sleep(2 * a.m.cfg.FlushInterval) // pacing: one frame per hint
+				a.m.flush() // one frame per hint
 			}
 			// Every hint's frame was either received or dropped.
 			eventually(t, 5*time.Second, "every frame accounted for", func() bool {
@@ -175,7 +185,7 @@ func TestLossyLinkGapsSignalLoss(t *testing.T) {
 
 // A lost last frame is learned from the next heartbeat, with no later hint.
 func TestHeartbeatRevealsTrailingLoss(t *testing.T) {
-	a, b := lossPair(t, "127.0.5.6", "127.0.5.7")
+	a, b := lossPair(t, newMemNet(), "127.0.5.6", "127.0.5.7")
 	eventually(t, 5*time.Second, "a first hint arrives", func() bool {
 		a.m.Enqueue("t", "q", "first")
 		return b.rec.count("t/q/first") > 0
@@ -188,7 +198,10 @@ func TestHeartbeatRevealsTrailingLoss(t *testing.T) {
 	a.m.Enqueue("t", "q", "lost")
 	eventually(t, 5*time.Second, "the frame is dropped", done.Load)
 	beats := b.m.Stats().HeartbeatsReceived
-	eventually(t, 5*time.Second, "the loss is noticed", func() bool { return b.rec.losses("a") == 1 })
+	// The loss is reported before the heartbeat that revealed it is counted.
+	eventually(t, 5*time.Second, "the loss is noticed", func() bool {
+		return b.rec.losses("a") == 1 && b.m.Stats().HeartbeatsReceived > beats
+	})
 	st := b.m.Stats()
 	if st.GapsSeen != 1 || st.HeartbeatsReceived <= beats || b.rec.count("t/q/lost") != 0 {
 		t.Fatalf("gaps %d (want 1), heartbeats %d (were %d), lost hint applied %d times",
@@ -199,9 +212,9 @@ func TestHeartbeatRevealsTrailingLoss(t *testing.T) {
 // A sender whose coalescing set overflowed says so in its next frame: the
 // receiver reports a loss although no frame went missing.
 func TestOverflowSignal(t *testing.T) {
-	a, b := lossPair(t, "127.0.5.8", "127.0.5.9", func(c *Config) {
+	a, b := lossPair(t, newMemNet(), "127.0.5.8", "127.0.5.9", func(c *Config) {
 		c.HintCap = 4
-		c.FlushInterval = time.Hour // the test flushes
+		c.noFlusher = true // the test flushes
 	})
 	eventually(t, 5*time.Second, "a first hint arrives", func() bool {
 		a.m.Enqueue("t", "q", "first")
@@ -215,7 +228,10 @@ func TestOverflowSignal(t *testing.T) {
 		t.Fatalf("coalescer dropped %d, want 6", d)
 	}
 	a.m.flush()
-	eventually(t, 5*time.Second, "the overflow is reported", func() bool { return b.rec.losses("a") > 0 })
+	// The receiver reports the loss before it applies the frame's hints.
+	eventually(t, 5*time.Second, "the overflow is reported and the frame applied", func() bool {
+		return b.rec.losses("a") > 0 && b.rec.total() >= 5
+	})
 	sa, sb := a.m.Stats(), b.m.Stats()
 	if sb.OverflowSignalsSeen != 1 || sb.GapsSeen != 0 || sa.OverflowSignalsSent != 1 || b.rec.total() < 5 {
 		t.Fatalf("sender %+v\nreceiver %+v\nhints %d", sa, sb, b.rec.total())
@@ -233,7 +249,7 @@ func TestOverflowSignal(t *testing.T) {
 // the new stream's first frame proves the old one ended where the receiver
 // stopped reading.
 func TestIdleReconnectIsContinuous(t *testing.T) {
-	a, b := lossPair(t, "127.0.5.10", "127.0.5.11", func(c *Config) { c.HintIdleTimeout = time.Second })
+	a, b := lossPair(t, newMemNet(), "127.0.5.10", "127.0.5.11", func(c *Config) { c.HintIdleTimeout = time.Second })
 	eventually(t, 5*time.Second, "a first hint arrives", func() bool {
 		a.m.Enqueue("t", "q", "one")
 		return b.rec.count("t/q/one") > 0

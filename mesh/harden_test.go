@@ -16,16 +16,15 @@ import (
 	"queen-node/coalesce"
 )
 
-// stall opens n connections to addr from the source IP src, sends each two
-// bytes of a length prefix and then nothing: the slow-loris of issue 9,
-// item 10.
-func stall(t *testing.T, addr, src string, n int) {
+// stall opens n connections to rcv's hint port from the source IP src,
+// sends each two bytes of a length prefix and then nothing: the slow-loris
+// of issue 9, item 10.
+func stall(t *testing.T, rcv *Mesh, src string, n int) {
 	t.Helper()
 	for i := 0; i < n; i++ {
-		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 2 * time.Second}
-		c, err := d.Dial("tcp", addr)
+		c, err := dialFrom(rcv, src)
 		if err != nil {
-			t.Fatalf("dial %s from %s: %v", addr, src, err)
+			t.Fatal(err)
 		}
 		t.Cleanup(func() { c.Close() })
 		if _, err := c.Write([]byte{0, 0}); err != nil {
@@ -47,8 +46,8 @@ func TestStalledHintConnectionsDoNotLockOutAPeer(t *testing.T) {
 		return len(alive(a.m)) == 2 && len(alive(b.m)) == 2
 	})
 	// Stall every slot a's address (and the loopback default source) has.
-	stall(t, b.m.self.Hint, "127.0.4.2", maxPerIP)
-	stall(t, b.m.self.Hint, "127.0.0.1", maxPerIP)
+	stall(t, b.m, "127.0.4.2", maxPerIP)
+	stall(t, b.m, "127.0.0.1", maxPerIP)
 	eventually(t, 8*time.Second, "a's hint reaches b despite the stalled connections", func() bool {
 		a.m.Enqueue("t", "q", "p") // again: a refused stream loses its frame
 		return b.rec.total() >= 1
@@ -132,6 +131,47 @@ func TestNonMemberHintStreamRefused(t *testing.T) {
 	}
 }
 
+// The length prefix of an untrusted stream is bounded before anything is
+// allocated or read: a zero length and one past maxWireBytes, from a
+// member's address over real TCP, are each rejected and counted, and the
+// stream closed; a member's hints still arrive.
+func TestBadLengthPrefixRejected(t *testing.T) {
+	a := start(t, "a", "127.0.4.40", nil, nil)
+	b := start(t, "b", "127.0.4.41", nil, []string{a.m.cfg.Bind})
+	eventually(t, 10*time.Second, "a and b see each other", func() bool {
+		return len(alive(a.m)) == 2 && len(alive(b.m)) == 2
+	})
+	for i, n := range []uint32{0, maxWireBytes + 1, 1 << 31} {
+		c, err := dialFrom(b.m, "127.0.4.40")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		var hdr [lengthPrefix]byte
+		binary.BigEndian.PutUint32(hdr[:], n)
+		if _, err := c.Write(hdr[:]); err != nil {
+			t.Fatalf("write: %v", err)
+		}
+		// b closes the stream without waiting for a body; a read sees the end.
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, rerr := c.Read(make([]byte, 1))
+		var ne net.Error
+		if errors.As(rerr, &ne) && ne.Timeout() {
+			t.Fatalf("length %d: b kept the stream open", n)
+		}
+		if st := b.m.Stats(); st.FramesRejected != uint64(i+1) {
+			t.Fatalf("length %d: stats %+v", n, st)
+		}
+	}
+	eventually(t, 5*time.Second, "a's hint reaches b", func() bool {
+		a.m.Enqueue("t", "q", "real")
+		return b.rec.count("t/q/real") >= 1
+	})
+	if st := b.m.Stats(); st.FramesReceived == 0 || st.InboundStreams != 1 {
+		t.Fatalf("stats: %+v", st)
+	}
+}
+
 func TestHintLimiterBucket(t *testing.T) {
 	l := newHintLimiter(1000)
 	t0 := time.Unix(1000, 0)
@@ -155,8 +195,9 @@ func TestHintLimiterBucket(t *testing.T) {
 // Issue 9, item 11 (b): one peer cannot make more marks per second than
 // HintRate; the excess is dropped and counted.
 func TestHintRatePerPeer(t *testing.T) {
-	a := start(t, "a", "127.0.4.22", nil, nil)
-	b := start(t, "b", "127.0.4.23", nil, []string{a.m.cfg.Bind}, func(c *Config) { c.HintRate = 1000 })
+	nw := newMemNet()
+	a := start(t, "a", "127.0.4.22", nil, nil, nw.use)
+	b := start(t, "b", "127.0.4.23", nil, []string{a.m.cfg.Bind}, nw.use, func(c *Config) { c.HintRate = 1000 })
 	eventually(t, 10*time.Second, "a and b see each other", func() bool {
 		return len(alive(a.m)) == 2 && len(alive(b.m)) == 2
 	})
@@ -165,8 +206,10 @@ func TestHintRatePerPeer(t *testing.T) {
 	for i := 0; i < sent; i++ {
 		a.m.Enqueue("t", "q", fmt.Sprintf("p%d", i))
 	}
-	eventually(t, 10*time.Second, "every hint received or dropped", func() bool {
-		return b.m.Stats().HintsReceived == sent
+	// Received is counted first, then the limited ones, then the rest applied.
+	eventually(t, 10*time.Second, "every hint received and applied or dropped", func() bool {
+		st := b.m.Stats()
+		return st.HintsReceived == sent && b.rec.total()+int(st.HintsRateLimited) == sent
 	})
 	took := time.Since(began).Seconds()
 	got, st := b.rec.total(), b.m.Stats()

@@ -133,7 +133,8 @@ type Mesh struct {
 	gossipErrors                             atomic.Uint64
 	limiter                                  *hintLimiter
 
-	dialer net.Dialer // hint streams leave from our own bind or advertise address (isMember)
+	nw  network // tcpNetwork, or a test's in-memory one (Config.network)
+	src net.IP  // hint streams leave from our own bind or advertise address (isMember); nil: the route picks
 
 	framesSent, framesRecv, hintsSent, hintsRecv atomic.Uint64
 	framesDropped, framesRejected, queueDropped  atomic.Uint64
@@ -212,6 +213,10 @@ func New(cfg Config, recv Receiver) (*Mesh, error) {
 		gaps:        newGapTracker(),
 	}
 	m.lossRecv, _ = recv.(LossReceiver)
+	m.nw = cfg.network
+	if m.nw == nil {
+		m.nw = tcpNetwork{}
+	}
 	bindHost, bindPort, err := splitHostPort(cfg.Bind)
 	if err != nil {
 		return nil, fmt.Errorf("mesh: bind %q: %w", cfg.Bind, err)
@@ -227,12 +232,12 @@ func New(cfg Config, recv Receiver) (*Mesh, error) {
 			return nil, fmt.Errorf("mesh: derive an advertise address: %w", err)
 		}
 	}
-	ln, err := net.Listen("tcp", net.JoinHostPort(bindHost, strconv.Itoa(cfg.HintPort)))
+	ln, err := m.nw.listenHints(bindHost, cfg.HintPort)
 	if err != nil {
 		return nil, fmt.Errorf("mesh: hint listener: %w", err)
 	}
 	m.ln = ln
-	m.dialer = net.Dialer{Timeout: DefaultDialTimeout, LocalAddr: sourceAddr(bindHost, advHost)}
+	m.src = sourceIP(m.nw, bindHost, advHost)
 	m.self = meta{Version: cfg.Version, HTTP: advertisedHTTP(cfg.HTTPAddr, advHost),
 		Hint: net.JoinHostPort(advHost, strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)), Inc: m.incarnation}
 
@@ -249,6 +254,10 @@ func New(cfg Config, recv Receiver) (*Mesh, error) {
 	mc.Delegate = delegate{m}
 	mc.Events = events{m}
 	mc.Logger = log.New(memberlistLog{m: m, log: cfg.Logger.Named("memberlist")}, "", 0)
+	if mc.Transport, err = m.nw.gossip(bindHost, bindPort); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("mesh: gossip transport on %s: %w", cfg.Bind, err)
+	}
 	ml, err := memberlist.Create(mc)
 	if err != nil {
 		ln.Close()
@@ -258,10 +267,13 @@ func New(cfg Config, recv Receiver) (*Mesh, error) {
 	m.log.Info("mesh started", "name", cfg.Name, "gossip", net.JoinHostPort(advHost, strconv.Itoa(advPort)),
 		"hints", m.self.Hint, "encrypted", sealer != nil)
 
-	m.wg.Add(3)
+	m.wg.Add(2)
 	go m.acceptLoop()
-	go m.flushLoop()
 	go m.joinLoop(net.JoinHostPort(advHost, strconv.Itoa(advPort)))
+	if !cfg.noFlusher {
+		m.wg.Add(1)
+		go m.flushLoop()
+	}
 	return m, nil
 }
 
@@ -603,11 +615,11 @@ func defaultAdvertiseIP() (string, error) {
 	return "127.0.0.1", nil
 }
 
-// sourceAddr is the local address hint streams are dialled from, so that
+// sourceIP is the local address hint streams are dialled from, so that
 // receivers recognise a member by the connection's source address: the bind
 // host when it is a specific address, else the advertise host when it can be
 // bound here (not behind NAT), else nil (the route picks).
-func sourceAddr(bindHost, advHost string) net.Addr {
+func sourceIP(nw network, bindHost, advHost string) net.IP {
 	for _, h := range []string{bindHost, advHost} {
 		if h == "" || h == "0.0.0.0" || h == "::" {
 			continue
@@ -616,12 +628,12 @@ func sourceAddr(bindHost, advHost string) net.Addr {
 		if ip == nil {
 			continue
 		}
-		l, err := net.Listen("tcp", net.JoinHostPort(h, "0"))
+		l, err := nw.listenHints(h, 0)
 		if err != nil {
 			continue
 		}
 		l.Close()
-		return &net.TCPAddr{IP: ip}
+		return ip
 	}
 	return nil
 }

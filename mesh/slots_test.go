@@ -17,7 +17,10 @@ import (
 
 // Issue 21, item 3: hint-port slots held by streams that sent one valid
 // frame. These tests speak the hint protocol by hand, as a process without
-// QUEEN_MESH_SECRET can (docs/mesh.md, "Hint port limits").
+// QUEEN_MESH_SECRET can (docs/mesh.md, "Hint port limits"). They run on an
+// in-memory network (memnet_test.go): a forged stream learns that the
+// receiver closed it from the close itself. The benchmark stays on
+// loopback TCP.
 
 // forged is a hint stream written by hand from a chosen source address.
 type forged struct {
@@ -29,25 +32,43 @@ type forged struct {
 	gone atomic.Bool
 }
 
-func dialForged(t testing.TB, addr, src, name string, inc uint64) *forged {
+func dialForged(t testing.TB, rcv *Mesh, src, name string, inc uint64) *forged {
 	t.Helper()
-	f, err := tryForged(t, addr, src, name, inc)
+	f, err := tryForged(t, rcv, src, name, inc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return f
 }
 
-// tryForged is dialForged for goroutines other than the test's.
-func tryForged(t testing.TB, addr, src, name string, inc uint64) (*forged, error) {
-	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 2 * time.Second}
-	c, err := d.Dial("tcp", addr)
+// tryForged is dialForged for goroutines other than the test's. The stream
+// is in memory when rcv runs on a memNet, else a TCP connection.
+func tryForged(t testing.TB, rcv *Mesh, src, name string, inc uint64) (*forged, error) {
+	c, err := dialFrom(rcv, src)
 	if err != nil {
-		return nil, fmt.Errorf("dial %s from %s: %w", addr, src, err)
+		return nil, err
 	}
 	f := &forged{t: t, c: c, name: name, inc: inc}
 	t.Cleanup(f.close)
 	return f, nil
+}
+
+// dialFrom opens a stream to rcv's hint port from the address src, on
+// rcv's network.
+func dialFrom(rcv *Mesh, src string) (net.Conn, error) {
+	if nw, ok := rcv.nw.(*memNet); ok {
+		c, err := nw.dial(net.ParseIP(src), rcv.self.Hint)
+		if err != nil {
+			return nil, err
+		}
+		return c, nil
+	}
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 2 * time.Second}
+	c, err := d.Dial("tcp", rcv.self.Hint)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s from %s: %w", rcv.self.Hint, src, err)
+	}
+	return c, nil
 }
 
 func (f *forged) close() {
@@ -92,10 +113,14 @@ func (f *forged) holds(rcv *Mesh, member string) bool {
 	return h != nil && h.conn.RemoteAddr().String() == f.c.LocalAddr().String()
 }
 
-// closedByPeer tells whether the receiver closed the stream. The receiver
-// never writes on a hint stream, so a read ends only by a close (or by the
-// short deadline, which means open).
+// closedByPeer tells whether the receiver closed the stream: at once in
+// memory; on TCP, by a read with a short deadline (the receiver never
+// writes on a hint stream, so a read ends only by a close, or by the
+// deadline, which means open).
 func (f *forged) closedByPeer() bool {
+	if mc, ok := f.c.(*memConn); ok {
+		return isClosed(mc)
+	}
 	_ = f.c.SetReadDeadline(time.Now().Add(5 * time.Millisecond))
 	_, err := f.c.Read(make([]byte, 1))
 	var ne net.Error
@@ -103,6 +128,17 @@ func (f *forged) closedByPeer() bool {
 		return false
 	}
 	return true // io.EOF, or a reset
+}
+
+// waitClosed waits until the receiver closes the stream: on the close
+// itself in memory, by polling on TCP.
+func (f *forged) waitClosed(within time.Duration, what string) {
+	f.t.Helper()
+	if mc, ok := f.c.(*memConn); ok {
+		waitClosed(f.t, mc, within, what)
+		return
+	}
+	waitFor(f.t, within, what, f.closedByPeer)
 }
 
 // attackInc opens n streams to rcv's hint port from src, each sending one
@@ -118,7 +154,7 @@ func attackInc(t testing.TB, rcv *Mesh, src, name string, n int, inc uint64) []*
 		if in == 0 {
 			in = uint64(1000 + i)
 		}
-		out[i] = dialForged(t, rcv.self.Hint, src, name, in)
+		out[i] = dialForged(t, rcv, src, name, in)
 		if err := out[i].beat(); err != nil {
 			t.Fatalf("attack heartbeat %d: %v", i, err)
 		}
@@ -179,8 +215,9 @@ func TestIdleOneFrameStreamsDoNotLockOutAMember(t *testing.T) {
 	for i, vouched := range []bool{false, true} {
 		t.Run(fmt.Sprintf("vouched=%v", vouched), func(t *testing.T) {
 			ipA, ipB := fmt.Sprintf("127.0.6.%d", 2+2*i), fmt.Sprintf("127.0.6.%d", 3+2*i)
-			a := start(t, "a", ipA, nil, nil)
-			b := start(t, "b", ipB, nil, []string{a.m.cfg.Bind})
+			nw := newMemNet()
+			a := start(t, "a", ipA, nil, nil, nw.use)
+			b := start(t, "b", ipB, nil, []string{a.m.cfg.Bind}, nw.use)
 			eventually(t, 10*time.Second, "a and b see each other", func() bool {
 				return len(alive(a.m)) == 2 && len(alive(b.m)) == 2 && a.m.HasPeers()
 			})
@@ -216,42 +253,47 @@ func TestIdleOneFrameStreamsDoNotLockOutAMember(t *testing.T) {
 // hold would let that stream in.
 func TestIdleMemberStreamLosesItsSlot(t *testing.T) {
 	fast := func(c *Config) { c.HeartbeatInterval = 100 * time.Millisecond } // idle 400 ms, hold 2 s
-	a := start(t, "a", "127.0.6.10", nil, nil, fast)
-	b := start(t, "b", "127.0.6.11", nil, []string{a.m.cfg.Bind}, fast)
+	nw := newMemNet()
+	a := start(t, "a", "127.0.6.10", nil, nil, fast, nw.use)
+	b := start(t, "b", "127.0.6.11", nil, []string{a.m.cfg.Bind}, fast, nw.use)
 	eventually(t, 10*time.Second, "a and b see each other", func() bool {
 		return len(alive(a.m)) == 2 && len(alive(b.m)) == 2
 	})
 	// Streams in a's name with a's own incarnation (no better vouched for
 	// than one another): only idleness and the hold decide.
-	f1 := dialForged(t, b.m.self.Hint, "127.0.6.10", "a", a.m.incarnation)
+	f1 := dialForged(t, b.m, "127.0.6.10", "a", a.m.incarnation)
 	if err := f1.beat(); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 5*time.Second, "f1 holds a's slot", func() bool { return f1.holds(b.m, "a") })
 	quietFrom := time.Now()
 	// While f1 is not idle, a newer stream is refused.
-	f2 := dialForged(t, b.m.self.Hint, "127.0.6.10", "a", a.m.incarnation)
+	f2 := dialForged(t, b.m, "127.0.6.10", "a", a.m.incarnation)
 	if err := f2.beat(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "f2 refused", f2.closedByPeer)
+	f2.waitClosed(5*time.Second, "f2 refused")
+	// The receiver counts a refusal just after it closes the stream.
+	eventually(t, 5*time.Second, "the refusal counted", func() bool { return b.m.Stats().InboundRefusedHeld >= 1 })
 	if f1.closedByPeer() || b.m.Stats().InboundRefusedHeld != 1 {
 		t.Fatalf("f1 lost its slot while not idle: %+v", b.m.Stats())
 	}
 	// f1 quiet for the idle bound (the wait is the quiet under test).
 	idle := b.m.cfg.streamIdleAfter()
 	time.Sleep(time.Until(quietFrom.Add(idle + 50*time.Millisecond)))
-	f3 := dialForged(t, b.m.self.Hint, "127.0.6.10", "a", a.m.incarnation)
+	f3 := dialForged(t, b.m, "127.0.6.10", "a", a.m.incarnation)
 	if err := f3.beat(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "idle f1 closed for f3", f1.closedByPeer)
+	f1.waitClosed(5*time.Second, "idle f1 closed for f3")
 	if held := time.Since(quietFrom); held >= b.m.cfg.slotHold() {
 		t.Fatalf("took %v, past the hold %v: the test shows nothing", held, b.m.cfg.slotHold())
 	}
 	if f3.closedByPeer() {
 		t.Fatal("f3 refused")
 	}
+	// f1 is closed while f3's first frame is claimed, before it is counted.
+	eventually(t, 5*time.Second, "f3's heartbeat counted", func() bool { return b.m.Stats().HeartbeatsReceived == 2 })
 	if st := b.m.Stats(); st.InboundEvictedIdle != 1 || st.InboundReplaced != 0 || st.HeartbeatsReceived != 2 || st.InboundStreams != 1 {
 		t.Fatalf("stats: %+v", st)
 	}
@@ -264,13 +306,14 @@ func TestIdleMemberStreamLosesItsSlot(t *testing.T) {
 // most once per hold. Each refusal is reported as a possible loss.
 func TestLiveMemberStreamHoldsItsSlot(t *testing.T) {
 	fast := func(c *Config) { c.HeartbeatInterval = 100 * time.Millisecond } // idle 400 ms, hold 2 s
-	a := startLoss(t, "a", "127.0.6.12", nil, fast)
-	b := startLoss(t, "b", "127.0.6.13", []string{a.m.cfg.Bind}, fast)
+	nw := newMemNet()
+	a := startLoss(t, "a", "127.0.6.12", nil, fast, nw.use)
+	b := startLoss(t, "b", "127.0.6.13", []string{a.m.cfg.Bind}, fast, nw.use)
 	eventually(t, 10*time.Second, "a and b see each other", func() bool {
 		return len(alive(a.m)) == 2 && len(alive(b.m)) == 2
 	})
 	hold := b.m.cfg.slotHold()
-	f1 := dialForged(t, b.m.self.Hint, "127.0.6.12", "a", a.m.incarnation)
+	f1 := dialForged(t, b.m, "127.0.6.12", "a", a.m.incarnation)
 	if err := f1.beat(); err != nil {
 		t.Fatal(err)
 	}
@@ -279,7 +322,7 @@ func TestLiveMemberStreamHoldsItsSlot(t *testing.T) {
 	f1.keepBeating(50 * time.Millisecond)
 	refused := 0
 	try := func() *forged {
-		f := dialForged(t, b.m.self.Hint, "127.0.6.12", "a", a.m.incarnation)
+		f := dialForged(t, b.m, "127.0.6.12", "a", a.m.incarnation)
 		if err := f.beat(); err != nil {
 			t.Fatal(err)
 		}
@@ -289,8 +332,9 @@ func TestLiveMemberStreamHoldsItsSlot(t *testing.T) {
 	for _, at := range []time.Duration{0, hold / 2} {
 		time.Sleep(time.Until(heldFrom.Add(at))) // the holding time under test
 		f := try()
-		eventually(t, 5*time.Second, "a newer stream refused", f.closedByPeer)
+		f.waitClosed(5*time.Second, "a newer stream refused")
 		refused++
+		eventually(t, 5*time.Second, "the refusal counted", func() bool { return b.m.Stats().InboundRefusedHeld >= uint64(refused) })
 		if f1.closedByPeer() {
 			t.Fatalf("f1 lost its slot after %v of %v", time.Since(heldFrom), hold)
 		}
@@ -304,7 +348,7 @@ func TestLiveMemberStreamHoldsItsSlot(t *testing.T) {
 	// Past the hold, the newest stream replaces f1.
 	time.Sleep(time.Until(heldFrom.Add(hold + 50*time.Millisecond)))
 	f := try()
-	eventually(t, 5*time.Second, "f1 replaced", f1.closedByPeer)
+	f1.waitClosed(5*time.Second, "f1 replaced")
 	if f.closedByPeer() {
 		t.Fatal("the newest stream was refused past the hold")
 	}
@@ -321,12 +365,13 @@ func TestLiveMemberStreamHoldsItsSlot(t *testing.T) {
 // and one that does not never takes it from one that does while that one is
 // live. A process that cannot read the member's metadata cannot cut it off.
 func TestVouchedMemberStreamBeatsForgeries(t *testing.T) {
-	a := startLoss(t, "a", "127.0.6.14", nil)
-	b := startLoss(t, "b", "127.0.6.15", []string{a.m.cfg.Bind})
+	nw := newMemNet()
+	a := startLoss(t, "a", "127.0.6.14", nil, nw.use)
+	b := startLoss(t, "b", "127.0.6.15", []string{a.m.cfg.Bind}, nw.use)
 	eventually(t, 10*time.Second, "a and b see each other", func() bool {
 		return len(alive(a.m)) == 2 && len(alive(b.m)) == 2 && a.m.HasPeers()
 	})
-	forger := dialForged(t, b.m.self.Hint, "127.0.6.14", "a", 42)
+	forger := dialForged(t, b.m, "127.0.6.14", "a", 42)
 	if err := forger.beat(); err != nil {
 		t.Fatal(err)
 	}
@@ -336,7 +381,7 @@ func TestVouchedMemberStreamBeatsForgeries(t *testing.T) {
 	if took := hintUntil(t, a.m, &b.rec.recorder, 5*time.Second, "first"); took > 500*time.Millisecond {
 		t.Fatalf("a's first hint took %v against a live forgery", took)
 	}
-	eventually(t, 5*time.Second, "the forgery closed", forger.closedByPeer)
+	forger.waitClosed(5*time.Second, "the forgery closed")
 	st0, lost0 := b.m.Stats(), b.rec.losses("a")
 	if st0.InboundReplaced != 1 {
 		t.Fatalf("stats: %+v", st0)
@@ -344,11 +389,11 @@ func TestVouchedMemberStreamBeatsForgeries(t *testing.T) {
 	// Later forgeries are refused, a's stream is never cut, and they are
 	// not reported as losses.
 	for i := 0; i < 4; i++ {
-		f := dialForged(t, b.m.self.Hint, "127.0.6.14", "a", uint64(43+i))
+		f := dialForged(t, b.m, "127.0.6.14", "a", uint64(43+i))
 		if err := f.beat(); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 5*time.Second, "a forgery refused", f.closedByPeer)
+		f.waitClosed(5*time.Second, "a forgery refused")
 		if took := hintUntil(t, a.m, &b.rec.recorder, 2*time.Second, fmt.Sprintf("then%d", i)); took > 500*time.Millisecond {
 			t.Fatalf("hint %d took %v", i, took)
 		}
@@ -365,26 +410,29 @@ func TestVouchedMemberStreamBeatsForgeries(t *testing.T) {
 // take no member's slot: two members on one address, a and c, both get
 // theirs, whatever else that address keeps open.
 func TestMemberSlotsNotTakenByOtherStreams(t *testing.T) {
-	a := start(t, "a", "127.0.6.16", nil, nil)
-	b := start(t, "b", "127.0.6.17", nil, []string{a.m.cfg.Bind})
-	c := start(t, "c", "127.0.6.16", nil, []string{a.m.cfg.Bind}) // a's address, another port
-	d := start(t, "d", "127.0.6.18", nil, []string{a.m.cfg.Bind})
+	nw := newMemNet()
+	a := start(t, "a", "127.0.6.16", nil, nil, nw.use)
+	b := start(t, "b", "127.0.6.17", nil, []string{a.m.cfg.Bind}, nw.use)
+	c := start(t, "c", "127.0.6.16", nil, []string{a.m.cfg.Bind}, nw.use) // a's address, another port
+	d := start(t, "d", "127.0.6.18", nil, []string{a.m.cfg.Bind}, nw.use)
 	for _, n := range []*node{a, b, c, d} {
 		eventually(t, 10*time.Second, n.m.cfg.Name+" sees 4 members", func() bool { return len(alive(n.m)) == 4 })
 	}
-	stall(t, b.m.self.Hint, "127.0.6.16", maxPerIP)
+	stall(t, b.m, "127.0.6.16", maxPerIP)
 	// One at a time, so that each is read (not pushed out unread by the
 	// next while pending), and kept beating as a live sender would.
 	live := 0
 	for i, name := range []string{"mallory", "b", "d"} {
 		for j := 0; j < maxPerIP; j++ {
-			f := dialForged(t, b.m.self.Hint, "127.0.6.16", name, uint64(100*i+j))
+			f := dialForged(t, b.m, "127.0.6.16", name, uint64(100*i+j))
 			if err := f.beat(); err != nil {
 				t.Fatal(err)
 			}
 			f.keepBeating(100 * time.Millisecond)
-			eventually(t, 5*time.Second, "a stream naming "+name+" refused", f.closedByPeer)
+			f.waitClosed(5*time.Second, "a stream naming "+name+" refused")
 			live++
+			// Counted just after the close.
+			eventually(t, 5*time.Second, "the refusal counted", func() bool { return b.m.Stats().InboundRefusedNotMember >= uint64(live) })
 		}
 	}
 	for _, n := range []*node{a, c} {
@@ -402,9 +450,10 @@ func TestMemberSlotsNotTakenByOtherStreams(t *testing.T) {
 // live, it is refused.
 func TestTotalLimitMakesRoomFromIdleStreamsOnly(t *testing.T) {
 	fast := func(c *Config) { c.HeartbeatInterval = 100 * time.Millisecond } // idle 400 ms
-	a := start(t, "a", "127.0.6.20", nil, nil, fast)
-	b := start(t, "b", "127.0.6.21", nil, []string{a.m.cfg.Bind}, fast)
-	c := start(t, "c", "127.0.6.22", nil, []string{a.m.cfg.Bind}, fast)
+	nw := newMemNet()
+	a := start(t, "a", "127.0.6.20", nil, nil, fast, nw.use)
+	b := start(t, "b", "127.0.6.21", nil, []string{a.m.cfg.Bind}, fast, nw.use)
+	c := start(t, "c", "127.0.6.22", nil, []string{a.m.cfg.Bind}, fast, nw.use)
 	for _, n := range []*node{a, b, c} {
 		eventually(t, 10*time.Second, n.m.cfg.Name+" sees 3 members", func() bool { return len(alive(n.m)) == 3 })
 	}
@@ -413,12 +462,12 @@ func TestTotalLimitMakesRoomFromIdleStreamsOnly(t *testing.T) {
 	b.m.inMu.Unlock()
 	// A forged stream in c's name (c itself sends nothing) and a stalled one
 	// fill both slots.
-	fc := dialForged(t, b.m.self.Hint, "127.0.6.22", "c", 7)
+	fc := dialForged(t, b.m, "127.0.6.22", "c", 7)
 	if err := fc.beat(); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 5*time.Second, "fc holds c's slot", func() bool { return fc.holds(b.m, "c") })
-	stall(t, b.m.self.Hint, "127.0.6.22", 1)
+	stall(t, b.m, "127.0.6.22", 1)
 	eventually(t, 5*time.Second, "two streams open", func() bool { return b.m.Stats().InboundStreams == 2 })
 	// a's stream gets in: the stalled one makes room.
 	if took := hintUntil(t, a.m, b.rec, 5*time.Second, "a"); took > time.Second {
@@ -434,16 +483,16 @@ func TestTotalLimitMakesRoomFromIdleStreamsOnly(t *testing.T) {
 		h := b.m.slots["c"]
 		return h != nil && h.idleFor(time.Now()) >= b.m.cfg.streamIdleAfter()
 	})
-	fx := dialForged(t, b.m.self.Hint, "127.0.6.22", "c", 8)
+	fx := dialForged(t, b.m, "127.0.6.22", "c", 8)
 	if err := fx.beat(); err != nil {
 		t.Fatal(err)
 	}
 	fx.keepBeating(50 * time.Millisecond)
-	eventually(t, 5*time.Second, "idle fc closed for fx", fc.closedByPeer)
+	fc.waitClosed(5*time.Second, "idle fc closed for fx")
 	eventually(t, 5*time.Second, "fx holds c's slot", func() bool { return fx.holds(b.m, "c") })
 	// Every slot live now: a new stream is refused, a's stream stays.
-	fy := dialForged(t, b.m.self.Hint, "127.0.6.22", "c", 9)
-	eventually(t, 5*time.Second, "fy refused", fy.closedByPeer)
+	fy := dialForged(t, b.m, "127.0.6.22", "c", 9)
+	fy.waitClosed(5*time.Second, "fy refused")
 	if fx.closedByPeer() {
 		t.Fatalf("a live stream was closed at the limit: %+v", b.m.Stats())
 	}
@@ -506,7 +555,7 @@ func startWith(t testing.TB, name, ip string, join []string, recv Receiver) *Mes
 	portSeq.Unlock()
 	cfg := DefaultConfig()
 	cfg.Name, cfg.Bind, cfg.Join = name, fmt.Sprintf("%s:%d", ip, port), join
-	cfg.Timings = FastTimings()
+	cfg.Timings = testTimings()
 	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Error})
 	m, err := New(cfg, recv)
 	if err != nil {
@@ -578,7 +627,7 @@ func hintLatencyRun(b *testing.B, mode string) {
 					if in == 0 {
 						in = uint64(5000 + 1000*k + i)
 					}
-					f, err := tryForged(b, rcv.self.Hint, ipA, "a", in)
+					f, err := tryForged(b, rcv, ipA, "a", in)
 					if err != nil {
 						return
 					}

@@ -438,7 +438,7 @@ func (p *peer) run() {
 		if time.Now().Before(retryAt) {
 			return false
 		}
-		c, err := p.m.dialer.Dial("tcp", p.addr)
+		c, err := p.m.nw.dialHints(p.m.src, p.addr, DefaultDialTimeout)
 		if err != nil {
 			retryAt = time.Now().Add(backoff)
 			backoff = min(backoff*2, 5*time.Second)
