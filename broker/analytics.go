@@ -1,8 +1,9 @@
 package broker
 
-// The node core's side of the status and analytics reads and of the stats
-// sampler (docs/api.md, "Status and analytics"). The row types are package
-// pg's, re-exported: they are plain data and have one definition.
+// The node core's side of the stats sampler (docs/operations.md,
+// "Samples"): the parked long-polls only the broker knows, and the sample
+// writes. The reads of the samples are package reads'. The row types are
+// package pg's, re-exported: they are plain data and have one definition.
 
 import (
 	"context"
@@ -13,25 +14,10 @@ import (
 	"queen-node/pg"
 )
 
-// Row types of the status and analytics reads and of the sampler.
+// Row types of the sampler.
 type (
-	StatusFilter     = pg.StatusFilter
-	SampleRange      = pg.Range
-	QueueInfo        = pg.StatusQueue
-	PartitionFigures = pg.PartitionFigures
-	QueueMessage     = pg.QueueMessage
-	QueueOpsRow      = pg.QueueOpsRow
-	ParkedRow        = pg.ParkedRow
-	NodeMetric       = pg.NodeMetric
-	NodeSeriesRow    = pg.NodeSeriesRow
-	NodeSample       = pg.NodeSample
-	ParkedSample     = pg.ParkedSample
-)
-
-// The node metric sets of the analytics reads; their SQL expressions live in pg.
-var (
-	SystemMetrics = pg.SystemMetrics
-	WorkerMetrics = pg.WorkerMetrics
+	NodeSample   = pg.NodeSample
+	ParkedSample = pg.ParkedSample
 )
 
 // NodeName is the name this node writes its samples under.
@@ -86,54 +72,4 @@ func (b *Broker) SampleQueues(ctx context.Context, minGap time.Duration) (took b
 func (b *Broker) TrimSamples(ctx context.Context, before time.Time, batch, rounds int) (int64, error) {
 	n, err := b.db.TrimSamples(ctx, before, batch, rounds)
 	return n, wrap(err)
-}
-
-// TenantQueues returns a page of the tenant's queues matching f, newest first.
-func (b *Broker) TenantQueues(ctx context.Context, tenant string, f StatusFilter, limit, offset int) ([]QueueInfo, error) {
-	out, err := b.db.TenantQueues(ctx, tenant, f, limit, offset)
-	return out, wrap(err)
-}
-
-// TenantPartitions returns the watermark figures of the tenant's partitions
-// of the queues matching f, at most limit.
-func (b *Broker) TenantPartitions(ctx context.Context, tenant string, f StatusFilter, limit int) ([]PartitionFigures, error) {
-	out, err := b.db.TenantPartitions(ctx, tenant, f, limit)
-	return out, wrap(err)
-}
-
-// DeadLetterCounts returns per partition id the dead letters no seek has superseded.
-func (b *Broker) DeadLetterCounts(ctx context.Context, tenant string, f StatusFilter) (map[string]int64, error) {
-	out, err := b.db.DeadLetterCounts(ctx, tenant, f)
-	return out, wrap(err)
-}
-
-// QueueMessages returns the newest messages of the tenant's queue with
-// their state for group; found is false without such a queue.
-func (b *Broker) QueueMessages(ctx context.Context, tenant, queue, group string, limit, offset int) ([]QueueMessage, bool, error) {
-	out, found, err := b.db.QueueMessages(ctx, tenant, queue, group, limit, offset)
-	return out, found, wrap(err)
-}
-
-// QueueOps aggregates the tenant's queue samples per bucket.
-func (b *Broker) QueueOps(ctx context.Context, tenant string, f StatusFilter, r SampleRange, perQueue bool, limit int) ([]QueueOpsRow, error) {
-	out, err := b.db.QueueOps(ctx, tenant, f, r, perQueue, limit)
-	return out, wrap(err)
-}
-
-// ParkedByQueue aggregates the tenant's parked long-poll samples per bucket and queue.
-func (b *Broker) ParkedByQueue(ctx context.Context, tenant, queue string, r SampleRange, limit int) ([]ParkedRow, error) {
-	out, err := b.db.ParkedByQueue(ctx, tenant, queue, r, limit)
-	return out, wrap(err)
-}
-
-// NodeSeries aggregates every node's samples per bucket.
-func (b *Broker) NodeSeries(ctx context.Context, metrics []NodeMetric, stats bool, r SampleRange) ([]NodeSeriesRow, error) {
-	out, err := b.db.NodeSeries(ctx, metrics, stats, r)
-	return out, wrap(err)
-}
-
-// PostgresStats returns PostgreSQL's statistics for the queen schema as JSON.
-func (b *Broker) PostgresStats(ctx context.Context) ([]byte, error) {
-	out, err := b.db.PostgresStats(ctx)
-	return out, wrap(err)
 }
