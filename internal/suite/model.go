@@ -44,8 +44,8 @@ func (r *Report) RunIDs() []string { return r.Order }
 
 // Raw are the two PostgreSQL ceilings of the run (pg/ceiling.go).
 type Raw struct {
-	Insert pg.CeilingResult `json:"insert"`
-	Claim  pg.CeilingResult `json:"claim"`
+	Insert bench.CeilingResult `json:"insert"`
+	Claim  bench.CeilingResult `json:"claim"`
 }
 
 // LoadRun is one queen-bench engine run.
