@@ -16,7 +16,8 @@ import (
 // Streams: the server side of Queen's stream processors (docs/api.md,
 // "Streams"). A query's state lives in PostgreSQL per (query, source
 // partition); a cycle commits state operations, sink pushes and the source
-// ack in one transaction, which is what makes the state exactly-once.
+// ack in one transaction, which is what makes the state exactly-once. The
+// registration and the state read are package reads'.
 
 // ErrStreamNotFound: the query id is not the tenant's, or the partition is
 // not one of its source queue's.

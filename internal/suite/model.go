@@ -42,7 +42,7 @@ func (r *Report) addRun(run *LoadRun) {
 // RunIDs are the recorded runs in the order they ran.
 func (r *Report) RunIDs() []string { return r.Order }
 
-// Raw are the two PostgreSQL ceilings of the run (pg/ceiling.go).
+// Raw are the two PostgreSQL ceilings of the run (internal/bench/ceiling.go).
 type Raw struct {
 	Insert bench.CeilingResult `json:"insert"`
 	Claim  bench.CeilingResult `json:"claim"`
