@@ -3,7 +3,9 @@
 //
 // It owns everything HTTP: routing, CORS, body limits, request parsing and
 // validation, and the exact response shapes the Queen client libraries read.
-// It holds no queue state; every accepted request becomes one Broker call.
+// It holds no queue state; every accepted request becomes one call of its
+// Broker (push, pop, ack and the writes on their paths) or its Reads (the
+// read side).
 package api
 
 import (

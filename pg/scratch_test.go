@@ -10,8 +10,9 @@ import (
 	"queen-node/pg"
 )
 
-// TestScratch drives the raw ceilings' SQL once: rows go in, a prefilled
-// backlog is claimed to its end, and no scratch schema is left behind.
+// TestScratch drives the raw ceilings' SQL once: rows go in (part 99, clear
+// of the prefill), a prefilled backlog is claimed to its end, and no
+// scratch schema is left behind.
 func TestScratch(t *testing.T) {
 	url := pgtest.NewDatabase(t)
 	ctx := context.Background()
@@ -19,7 +20,7 @@ func TestScratch(t *testing.T) {
 	if err != nil {
 		t.Fatalf("open: %v", err)
 	}
-	n, err := s.Insert(ctx, 0, []int64{1, 2, 3}, []string{`"a"`, `"b"`, `"c"`})
+	n, err := s.Insert(ctx, 99, []int64{1, 2, 3}, []string{`"a"`, `"b"`, `"c"`})
 	if err != nil || n != 3 {
 		t.Fatalf("insert: %d, %v", n, err)
 	}

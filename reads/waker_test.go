@@ -15,6 +15,8 @@ import (
 	"queen-node/reads"
 )
 
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
 // fakeWaker records the Waker calls; seekErr is AfterSeek's answer.
 type fakeWaker struct {
 	mu      sync.Mutex
