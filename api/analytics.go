@@ -18,18 +18,19 @@ import (
 	"time"
 
 	"queen-node/broker"
+	"queen-node/reads"
 )
 
-// AnalyticsBroker is the node core's status and analytics reads;
-// *broker.Broker implements it.
-type AnalyticsBroker interface {
-	TenantQueues(ctx context.Context, tenant string, f broker.StatusFilter, limit, offset int) ([]broker.QueueInfo, error)
-	TenantPartitions(ctx context.Context, tenant string, f broker.StatusFilter, limit int) ([]broker.PartitionFigures, error)
-	DeadLetterCounts(ctx context.Context, tenant string, f broker.StatusFilter) (map[string]int64, error)
-	QueueMessages(ctx context.Context, tenant, queue, group string, limit, offset int) ([]broker.QueueMessage, bool, error)
-	QueueOps(ctx context.Context, tenant string, f broker.StatusFilter, r broker.SampleRange, perQueue bool, limit int) ([]broker.QueueOpsRow, error)
-	ParkedByQueue(ctx context.Context, tenant, queue string, r broker.SampleRange, limit int) ([]broker.ParkedRow, error)
-	NodeSeries(ctx context.Context, metrics []broker.NodeMetric, stats bool, r broker.SampleRange) ([]broker.NodeSeriesRow, error)
+// AnalyticsReads is the status and analytics reads; *reads.Service
+// implements it.
+type AnalyticsReads interface {
+	TenantQueues(ctx context.Context, tenant string, f reads.StatusFilter, limit, offset int) ([]reads.QueueInfo, error)
+	TenantPartitions(ctx context.Context, tenant string, f reads.StatusFilter, limit int) ([]reads.PartitionFigures, error)
+	DeadLetterCounts(ctx context.Context, tenant string, f reads.StatusFilter) (map[string]int64, error)
+	QueueMessages(ctx context.Context, tenant, queue, group string, limit, offset int) ([]reads.QueueMessage, bool, error)
+	QueueOps(ctx context.Context, tenant string, f reads.StatusFilter, r reads.SampleRange, perQueue bool, limit int) ([]reads.QueueOpsRow, error)
+	ParkedByQueue(ctx context.Context, tenant, queue string, r reads.SampleRange, limit int) ([]reads.ParkedRow, error)
+	NodeSeries(ctx context.Context, metrics []reads.NodeMetric, stats bool, r reads.SampleRange) ([]reads.NodeSeriesRow, error)
 	PostgresStats(ctx context.Context) ([]byte, error)
 }
 
@@ -75,8 +76,8 @@ type window struct {
 	interval string // minute, hour or day when asked; "" = chosen by span
 }
 
-func (w window) sampleRange() broker.SampleRange {
-	return broker.SampleRange{From: w.from, To: w.to, Bucket: w.bucket}
+func (w window) sampleRange() reads.SampleRange {
+	return reads.SampleRange{From: w.from, To: w.to, Bucket: w.bucket}
 }
 
 func (w window) timeRange() timeRange { return timeRange{From: fmtMilli(w.from), To: fmtMilli(w.to)} }
@@ -152,9 +153,9 @@ func parseWindow(r *http.Request, defInterval string) (window, error) {
 }
 
 // queueFilter reads queue, namespace and task filters.
-func queueFilter(r *http.Request, withQueue bool) (broker.StatusFilter, error) {
+func queueFilter(r *http.Request, withQueue bool) (reads.StatusFilter, error) {
 	q := r.URL.Query()
-	f := broker.StatusFilter{Namespace: q.Get("namespace"), Task: q.Get("task")}
+	f := reads.StatusFilter{Namespace: q.Get("namespace"), Task: q.Get("task")}
 	if withQueue {
 		f.Queue = q.Get("queue")
 	}
@@ -179,7 +180,7 @@ type messageCounts struct {
 	DeadLetter int64 `json:"deadLetter"`
 }
 
-func (m *messageCounts) add(p broker.PartitionFigures, dead int64) {
+func (m *messageCounts) add(p reads.PartitionFigures, dead int64) {
 	m.Total += p.LastOffset
 	m.Pending += p.Pending
 	m.Processing += p.Processing
@@ -200,15 +201,15 @@ type queueFigures struct {
 // figures reads the partitions of the tenant's queues matching f and
 // aggregates them per queue id; truncated is true when more partitions
 // matched than a status read aggregates.
-func (s *Server) figures(ctx context.Context, tenant string, f broker.StatusFilter) (parts []broker.PartitionFigures, byQueue map[string]*queueFigures, dead map[string]int64, truncated bool, err error) {
-	parts, err = s.b.TenantPartitions(ctx, tenant, f, maxStatusPartitions+1)
+func (s *Server) figures(ctx context.Context, tenant string, f reads.StatusFilter) (parts []reads.PartitionFigures, byQueue map[string]*queueFigures, dead map[string]int64, truncated bool, err error) {
+	parts, err = s.r.TenantPartitions(ctx, tenant, f, maxStatusPartitions+1)
 	if err != nil {
 		return nil, nil, nil, false, err
 	}
 	if len(parts) > maxStatusPartitions {
 		parts, truncated = parts[:maxStatusPartitions], true
 	}
-	dead, err = s.b.DeadLetterCounts(ctx, tenant, f)
+	dead, err = s.r.DeadLetterCounts(ctx, tenant, f)
 	if err != nil {
 		return nil, nil, nil, false, err
 	}
@@ -272,7 +273,7 @@ func (s *Server) handleStatusOverview(w http.ResponseWriter, r *http.Request, c 
 		s.brokerError(w, r, "status", err)
 		return
 	}
-	ops, err := s.b.QueueOps(ctx, c.tenant, f, win.sampleRange(), false, maxBuckets)
+	ops, err := s.r.QueueOps(ctx, c.tenant, f, win.sampleRange(), false, maxBuckets)
 	if err != nil {
 		s.brokerError(w, r, "status throughput", err)
 		return
@@ -336,7 +337,7 @@ func (s *Server) handleStatusQueues(w http.ResponseWriter, r *http.Request, c ca
 		return
 	}
 	ctx := r.Context()
-	page, err := s.b.TenantQueues(ctx, c.tenant, f, limit, offset)
+	page, err := s.r.TenantQueues(ctx, c.tenant, f, limit, offset)
 	if err != nil {
 		s.brokerError(w, r, "status queues", err)
 		return
@@ -386,8 +387,8 @@ func (s *Server) handleStatusQueue(w http.ResponseWriter, r *http.Request, c cal
 		return
 	}
 	ctx := r.Context()
-	f := broker.StatusFilter{Queue: name}
-	qs, err := s.b.TenantQueues(ctx, c.tenant, f, 1, 0)
+	f := reads.StatusFilter{Queue: name}
+	qs, err := s.r.TenantQueues(ctx, c.tenant, f, 1, 0)
 	if err != nil {
 		s.brokerError(w, r, "queue detail", err)
 		return
@@ -468,7 +469,7 @@ func (s *Server) handleStatusQueueMessages(w http.ResponseWriter, r *http.Reques
 		writeReqError(w, err)
 		return
 	}
-	msgs, found, err := s.b.QueueMessages(r.Context(), c.tenant, name, group, limit, offset)
+	msgs, found, err := s.r.QueueMessages(r.Context(), c.tenant, name, group, limit, offset)
 	if err != nil {
 		s.brokerError(w, r, "queue messages", err)
 		return
@@ -509,12 +510,12 @@ func (s *Server) handleStatusAnalytics(w http.ResponseWriter, r *http.Request, c
 		writeReqError(w, err)
 		return
 	}
-	ops, err := s.b.QueueOps(r.Context(), c.tenant, f, win.sampleRange(), false, maxBuckets+1)
+	ops, err := s.r.QueueOps(r.Context(), c.tenant, f, win.sampleRange(), false, maxBuckets+1)
 	if err != nil {
 		s.brokerError(w, r, "analytics", err)
 		return
 	}
-	byBucket := map[int64]broker.QueueOpsRow{}
+	byBucket := map[int64]reads.QueueOpsRow{}
 	for _, o := range ops {
 		byBucket[o.Bucket.Unix()] = o
 	}
@@ -528,21 +529,21 @@ func (s *Server) handleStatusAnalytics(w http.ResponseWriter, r *http.Request, c
 }
 
 // seriesRequest parses a per-queue analytics request: window and queue filters.
-func seriesRequest(w http.ResponseWriter, r *http.Request) (window, broker.StatusFilter, bool) {
+func seriesRequest(w http.ResponseWriter, r *http.Request) (window, reads.StatusFilter, bool) {
 	win, err := parseWindow(r, "")
 	if err == nil {
-		var f broker.StatusFilter
+		var f reads.StatusFilter
 		if f, err = queueFilter(r, true); err == nil {
 			return win, f, true
 		}
 	}
 	writeReqError(w, err)
-	return win, broker.StatusFilter{}, false
+	return win, reads.StatusFilter{}, false
 }
 
 // queueSeries groups rows per queue name, oldest bucket first, queues by name.
-func queueSeries[T any](rows []broker.QueueOpsRow, point func(broker.QueueOpsRow) T) []map[string]any {
-	byQueue := map[string][]broker.QueueOpsRow{}
+func queueSeries[T any](rows []reads.QueueOpsRow, point func(reads.QueueOpsRow) T) []map[string]any {
+	byQueue := map[string][]reads.QueueOpsRow{}
 	var names []string
 	for _, o := range rows {
 		if byQueue[o.Queue] == nil {
@@ -567,12 +568,12 @@ func queueSeries[T any](rows []broker.QueueOpsRow, point func(broker.QueueOpsRow
 // queueOpsPage reads the per-queue sample buckets of a series request, at
 // most maxSeriesRows of them (truncated says when there were more); false
 // means the error has been answered.
-func (s *Server) queueOpsPage(w http.ResponseWriter, r *http.Request, c caller, what string) (win window, rows []broker.QueueOpsRow, truncated, ok bool) {
+func (s *Server) queueOpsPage(w http.ResponseWriter, r *http.Request, c caller, what string) (win window, rows []reads.QueueOpsRow, truncated, ok bool) {
 	win, f, ok := seriesRequest(w, r)
 	if !ok {
 		return win, nil, false, false
 	}
-	rows, err := s.b.QueueOps(r.Context(), c.tenant, f, win.sampleRange(), true, maxSeriesRows+1)
+	rows, err := s.r.QueueOps(r.Context(), c.tenant, f, win.sampleRange(), true, maxSeriesRows+1)
 	if err != nil {
 		s.brokerError(w, r, what, err)
 		return win, nil, false, false
@@ -589,7 +590,7 @@ func (s *Server) handleQueueOps(w http.ResponseWriter, r *http.Request, c caller
 	if !ok {
 		return
 	}
-	series := queueSeries(rows, func(o broker.QueueOpsRow) map[string]any {
+	series := queueSeries(rows, func(o reads.QueueOpsRow) map[string]any {
 		return map[string]any{"timestamp": fmtMilli(o.Bucket), "pushed": o.Pushed, "consumed": o.Consumed,
 			"pushedPerSecond": perSecond(o.Pushed, win.bucket), "consumedPerSecond": perSecond(o.Consumed, win.bucket)}
 	})
@@ -611,7 +612,7 @@ func (s *Server) handleQueueLag(w http.ResponseWriter, r *http.Request, c caller
 	if !ok {
 		return
 	}
-	rows, err := s.b.QueueOps(r.Context(), c.tenant, f, win.sampleRange(), true, maxSeriesRows)
+	rows, err := s.r.QueueOps(r.Context(), c.tenant, f, win.sampleRange(), true, maxSeriesRows)
 	if err != nil {
 		s.brokerError(w, r, "queue lag", err)
 		return
@@ -630,7 +631,7 @@ func (s *Server) handleQueueParked(w http.ResponseWriter, r *http.Request, c cal
 	if !ok {
 		return
 	}
-	rows, err := s.b.ParkedByQueue(r.Context(), c.tenant, f.Queue, win.sampleRange(), maxSeriesRows+1)
+	rows, err := s.r.ParkedByQueue(r.Context(), c.tenant, f.Queue, win.sampleRange(), maxSeriesRows+1)
 	if err != nil {
 		s.brokerError(w, r, "parked replicas", err)
 		return
@@ -639,11 +640,11 @@ func (s *Server) handleQueueParked(w http.ResponseWriter, r *http.Request, c cal
 	if truncated {
 		rows = rows[:maxSeriesRows]
 	}
-	as := make([]broker.QueueOpsRow, len(rows)) // reuse the per-queue grouping
+	as := make([]reads.QueueOpsRow, len(rows)) // reuse the per-queue grouping
 	for i, p := range rows {
-		as[i] = broker.QueueOpsRow{Bucket: p.Bucket, Queue: p.Queue, MaxPending: p.Parked, MaxProcessing: p.Nodes}
+		as[i] = reads.QueueOpsRow{Bucket: p.Bucket, Queue: p.Queue, MaxPending: p.Parked, MaxProcessing: p.Nodes}
 	}
-	series := queueSeries(as, func(o broker.QueueOpsRow) map[string]any {
+	series := queueSeries(as, func(o reads.QueueOpsRow) map[string]any {
 		return map[string]any{"timestamp": fmtMilli(o.Bucket), "parked": o.MaxPending, "replicas": o.MaxProcessing}
 	})
 	writeJSON(w, http.StatusOK, map[string]any{"timeRange": win.timeRange(), "bucketMinutes": win.bucketMinutes(),
@@ -703,7 +704,7 @@ func (s *Server) handleSystemMetrics(w http.ResponseWriter, r *http.Request, _ c
 		writeReqError(w, err)
 		return
 	}
-	rows, err := s.b.NodeSeries(r.Context(), broker.SystemMetrics, true, win.sampleRange())
+	rows, err := s.r.NodeSeries(r.Context(), reads.SystemMetrics, true, win.sampleRange())
 	if err != nil {
 		s.brokerError(w, r, "system metrics", err)
 		return
@@ -716,7 +717,7 @@ func (s *Server) handleSystemMetrics(w http.ResponseWriter, r *http.Request, _ c
 			replicas = append(replicas, cur)
 		}
 		metrics := map[string]any{}
-		for i, m := range broker.SystemMetrics {
+		for i, m := range reads.SystemMetrics {
 			v := row.Values[i]
 			setPath(metrics, m.Path, map[string]float64{"avg": round2(v[0]), "min": v[1], "max": v[2], "last": v[3]})
 		}
@@ -735,7 +736,7 @@ func (s *Server) handleWorkerMetrics(w http.ResponseWriter, r *http.Request, _ c
 		writeReqError(w, err)
 		return
 	}
-	rows, err := s.b.NodeSeries(r.Context(), broker.WorkerMetrics, false, win.sampleRange())
+	rows, err := s.r.NodeSeries(r.Context(), reads.WorkerMetrics, false, win.sampleRange())
 	if err != nil {
 		s.brokerError(w, r, "worker metrics", err)
 		return
@@ -754,7 +755,7 @@ func (s *Server) handleWorkerMetrics(w http.ResponseWriter, r *http.Request, _ c
 			tot = map[string]any{"timestamp": fmtMilli(row.Bucket)}
 			totals[row.Bucket.Unix()] = tot
 		}
-		for i, m := range broker.WorkerMetrics {
+		for i, m := range reads.WorkerMetrics {
 			n := int64(row.Values[i][0])
 			pt[m.Path] = n
 			prev, _ := tot[m.Path].(int64)
@@ -777,7 +778,7 @@ func (s *Server) handleWorkerMetrics(w http.ResponseWriter, r *http.Request, _ c
 
 // GET /api/v1/analytics/postgres-stats (read-only: figures of the shared database, no tenant's names)
 func (s *Server) handlePostgresStats(w http.ResponseWriter, r *http.Request, _ caller) {
-	doc, err := s.b.PostgresStats(r.Context())
+	doc, err := s.r.PostgresStats(r.Context())
 	if err != nil {
 		s.brokerError(w, r, "postgres stats", err)
 		return

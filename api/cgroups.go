@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"time"
 
-	"queen-node/broker"
+	"queen-node/reads"
 )
 
 // A group whose oldest unresolved message is older than this is "Lagging"
@@ -30,7 +30,7 @@ type groupJSON struct {
 	LastActivity          *string  `json:"lastActivity"`
 }
 
-func groupOf(g broker.GroupRow) groupJSON {
+func groupOf(g reads.GroupRow) groupJSON {
 	out := groupJSON{Name: g.Group, Topics: []string{g.Queue}, QueueName: g.Queue, Members: g.Partitions,
 		TotalLag: g.Lag, MaxTimeLag: int64(math.Floor(g.MaxLagSeconds)), SubscriptionMode: "all",
 		SubscriptionCreatedAt: fmtMilli(g.SubscribedAt), LeasedPartitions: g.LeasedPartitions}
@@ -59,7 +59,7 @@ func (s *Server) handleListGroups(w http.ResponseWriter, r *http.Request, c call
 		writeReqError(w, err)
 		return
 	}
-	rows, err := s.reads().ListGroups(r.Context(), c.tenant, broker.GroupFilter{Limit: limit, Offset: offset})
+	rows, err := s.r.ListGroups(r.Context(), c.tenant, reads.GroupFilter{Limit: limit, Offset: offset})
 	if err != nil {
 		s.brokerError(w, r, "list consumer groups", err)
 		return
@@ -114,8 +114,8 @@ func (s *Server) handleGetGroup(w http.ResponseWriter, r *http.Request, c caller
 	// ?limit (default 100, at most 1000), with counts over all of them; the
 	// dashboard's queue page asks this every round, so a group with cursors
 	// on many partitions does not send them all.
-	var rows []broker.CursorRow
-	var counts *broker.QueueCursors
+	var rows []reads.CursorRow
+	var counts *reads.QueueCursors
 	if q := r.URL.Query(); q.Has("queue") {
 		queue := q.Get("queue")
 		if err := checkName("queue", queue); err != nil {
@@ -127,7 +127,7 @@ func (s *Server) handleGetGroup(w http.ResponseWriter, r *http.Request, c caller
 			writeReqError(w, err)
 			return
 		}
-		qc, err := s.reads().GroupQueueCursors(r.Context(), c.tenant, group, queue, limit)
+		qc, err := s.r.GroupQueueCursors(r.Context(), c.tenant, group, queue, limit)
 		if err != nil {
 			s.brokerError(w, r, "describe consumer group", err)
 			return
@@ -135,7 +135,7 @@ func (s *Server) handleGetGroup(w http.ResponseWriter, r *http.Request, c caller
 		rows, counts = qc.Cursors, &qc
 	} else {
 		var err error
-		if rows, err = s.reads().GroupCursors(r.Context(), c.tenant, group); err != nil {
+		if rows, err = s.r.GroupCursors(r.Context(), c.tenant, group); err != nil {
 			s.brokerError(w, r, "describe consumer group", err)
 			return
 		}
@@ -194,7 +194,7 @@ func (s *Server) handleLagging(w http.ResponseWriter, r *http.Request, c caller)
 		writeReqError(w, err)
 		return
 	}
-	rows, err := s.reads().Lagging(r.Context(), c.tenant, time.Duration(minLag)*time.Second, limit)
+	rows, err := s.r.Lagging(r.Context(), c.tenant, time.Duration(minLag)*time.Second, limit)
 	if err != nil {
 		s.brokerError(w, r, "lagging consumer groups", err)
 		return
@@ -250,7 +250,7 @@ func (s *Server) handleSubscription(w http.ResponseWriter, r *http.Request, c ca
 		writeError(w, http.StatusBadRequest, "subscriptionTimestamp must be an ISO-8601 timestamp")
 		return
 	}
-	n, err := s.reads().UpdateSubscription(r.Context(), c.tenant, group, ts)
+	n, err := s.r.UpdateSubscription(r.Context(), c.tenant, group, ts)
 	if err != nil {
 		s.brokerError(w, r, "update subscription", err)
 		return
@@ -278,7 +278,7 @@ func (s *Server) handleSeekPartition(w http.ResponseWriter, r *http.Request, c c
 			return
 		}
 	}
-	if err := s.reads().SeekPartitionToEnd(r.Context(), c.tenant, group, queue, partition); err != nil {
+	if err := s.r.SeekPartitionToEnd(r.Context(), c.tenant, group, queue, partition); err != nil {
 		s.readsError(w, r, "seek partition", "Partition", err)
 		return
 	}

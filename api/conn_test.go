@@ -21,7 +21,7 @@ func serveTCP(t *testing.T, fb *fakeBroker, mutate func(*Config)) (*Server, stri
 	t.Helper()
 	cfg := DefaultConfig()
 	mutate(&cfg)
-	srv := New(fb, cfg, nil)
+	srv := New(fb, fb, cfg, nil)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -287,7 +287,8 @@ func (s slowPushBroker) Push(ctx context.Context, tenant string, sub *string, it
 func TestSlowHandlerAnswerDelivered(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.WriteTimeout, cfg.BodyTimeout = 300*time.Millisecond, 200*time.Millisecond
-	srv := New(slowPushBroker{&fakeBroker{}}, cfg, nil)
+	fb := &fakeBroker{}
+	srv := New(slowPushBroker{fb}, fb, cfg, nil)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

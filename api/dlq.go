@@ -7,6 +7,7 @@ import (
 
 	"queen-node/broker"
 	"queen-node/protocol"
+	"queen-node/reads"
 )
 
 // DLQ page size bounds.
@@ -66,7 +67,7 @@ func nextOffset(truncated bool, offset, n int) *int {
 // GET /api/v1/dlq
 func (s *Server) handleDLQ(w http.ResponseWriter, r *http.Request, c caller) {
 	q := r.URL.Query()
-	dq := broker.DLQQuery{
+	dq := reads.DLQQuery{
 		Queue:     q.Get("queue"),
 		Group:     q.Get("consumerGroup"), // a filter: "" = every group
 		Partition: q.Get("partition"),
@@ -100,7 +101,7 @@ func (s *Server) handleDLQ(w http.ResponseWriter, r *http.Request, c caller) {
 		*f.dst = &t
 	}
 
-	page, err := s.b.ListDLQ(r.Context(), c.tenant, dq)
+	page, err := s.r.ListDLQ(r.Context(), c.tenant, dq)
 	if err != nil {
 		s.brokerError(w, r, "list dlq", err)
 		return
@@ -204,7 +205,7 @@ func (s *Server) handleDLQDrop(w http.ResponseWriter, r *http.Request, c caller)
 		writeReqError(w, err)
 		return
 	}
-	n, err := s.b.DropDeadLetter(r.Context(), c.tenant, pid, txid, group)
+	n, err := s.r.DropDeadLetter(r.Context(), c.tenant, pid, txid, group)
 	if err != nil {
 		s.readsError(w, r, "drop dead letter", "Dead letter", err)
 		return

@@ -125,7 +125,7 @@ func FuzzDecodeTransaction(f *testing.F) {
 	addSeeds(f)
 	cfg := DefaultConfig()
 	cfg.MaxPushItems, cfg.MaxTxOps = fuzzMax, fuzzMax
-	s := New(&fakeBroker{}, cfg, nil)
+	s := newFakeServer(cfg)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		o, err := parseObject(b, "request body")
 		wantReqError(t, err, http.StatusBadRequest)

@@ -28,7 +28,7 @@ func (s *Server) handleDeleteGroup(w http.ResponseWriter, r *http.Request, c cal
 		}
 	}
 	deleteMetadata := queryBool(r.URL.Query(), "deleteMetadata", true) // default true, as in the reference
-	n, err := s.b.DeleteConsumerGroup(r.Context(), c.tenant, group, queue, deleteMetadata)
+	n, err := s.r.DeleteConsumerGroup(r.Context(), c.tenant, group, queue, deleteMetadata)
 	if err != nil {
 		s.brokerError(w, r, "delete consumer group", err)
 		return
@@ -95,7 +95,7 @@ func (s *Server) handleSeek(w http.ResponseWriter, r *http.Request, c caller) {
 		writeError(w, http.StatusBadRequest, neither)
 		return
 	}
-	n, err := s.b.Seek(r.Context(), c.tenant, group, queue, toEnd, ts)
+	n, err := s.r.Seek(r.Context(), c.tenant, group, queue, toEnd, ts)
 	if err != nil {
 		s.brokerError(w, r, "seek", err)
 		return

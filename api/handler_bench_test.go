@@ -12,7 +12,7 @@ import (
 
 func BenchmarkHandlePush(b *testing.B) {
 	body := benchPushBody()
-	srv := New(&fakeBroker{}, DefaultConfig(), nil)
+	srv := newFakeServer(DefaultConfig())
 	h := srv.Handler()
 	b.ReportAllocs()
 	for b.Loop() {
@@ -28,7 +28,7 @@ func BenchmarkHandlePush(b *testing.B) {
 
 func BenchmarkHandleAckBatch(b *testing.B) {
 	body := benchAckBody()
-	srv := New(&fakeBroker{}, DefaultConfig(), nil)
+	srv := newFakeServer(DefaultConfig())
 	h := srv.Handler()
 	b.ReportAllocs()
 	for b.Loop() {

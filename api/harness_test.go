@@ -14,13 +14,14 @@ import (
 	"time"
 
 	"queen-node/broker"
+	"queen-node/reads"
 )
 
 // fakeBroker records every call and returns canned answers. Tests check
 // both what reached it and, for rejected requests, that nothing did.
 type fakeBroker struct {
-	TracesBroker    // nil: the trace routes are tested against real nodes (traces_test.go)
-	AnalyticsBroker // nil: likewise (analytics_test.go)
+	TraceReads     // nil: the trace routes are tested against real nodes (traces_test.go)
+	AnalyticsReads // nil: likewise (analytics_test.go)
 
 	mu    sync.Mutex
 	calls []string // method names in call order
@@ -39,7 +40,7 @@ type fakeBroker struct {
 	txSub        *string
 	txOps        []broker.TxOp
 	txLeases     []string
-	dlqQuery     broker.DLQQuery
+	dlqQuery     reads.DLQQuery
 	groupName    string
 	groupQueue   string
 	groupMeta    bool
@@ -54,7 +55,7 @@ type fakeBroker struct {
 	ackRes       []broker.AckResult // nil = one success per item
 	leaseRes     broker.LeaseResult
 	txRes        *broker.TxResult
-	dlqRes       []broker.DLQEntry
+	dlqRes       []reads.DLQEntry
 	dlqTotal     int
 	dlqTruncated bool
 	existed      bool
@@ -184,12 +185,12 @@ func (f *fakeBroker) Transaction(_ context.Context, tenant string, sub *string, 
 	return broker.TxResult{TransactionID: "tx", Success: true}, f.err
 }
 
-func (f *fakeBroker) ListDLQ(_ context.Context, tenant string, q broker.DLQQuery) (broker.DLQPage, error) {
+func (f *fakeBroker) ListDLQ(_ context.Context, tenant string, q reads.DLQQuery) (reads.DLQPage, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.record("ListDLQ", tenant)
 	f.dlqQuery = q
-	return broker.DLQPage{Entries: f.dlqRes, Total: f.dlqTotal, Truncated: f.dlqTruncated}, f.err
+	return reads.DLQPage{Entries: f.dlqRes, Total: f.dlqTotal, Truncated: f.dlqTruncated}, f.err
 }
 
 func (f *fakeBroker) RetryDeadLetter(_ context.Context, tenant, _, _, _ string) (broker.DLQRetried, error) {
@@ -229,6 +230,12 @@ func (f *fakeBroker) Health(context.Context) error {
 	return f.healthErr
 }
 
+// newFakeServer is a Server whose Broker and Reads are one fakeBroker.
+func newFakeServer(cfg Config) *Server {
+	fb := &fakeBroker{}
+	return New(fb, fb, cfg, nil)
+}
+
 // testBundle is one server under test.
 type testBundle struct {
 	t   *testing.T
@@ -246,7 +253,7 @@ func setup(t *testing.T, mutate ...func(*Config)) *testBundle {
 		m(&cfg)
 	}
 	fb := &fakeBroker{}
-	srv := New(fb, cfg, nil)
+	srv := New(fb, fb, cfg, nil)
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(ts.Close)
 	return &testBundle{t: t, fb: fb, srv: srv, url: ts.URL}

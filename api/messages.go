@@ -5,6 +5,7 @@ import (
 
 	"queen-node/broker"
 	"queen-node/protocol"
+	"queen-node/reads"
 )
 
 // defaultMessagesLimit is the reference's page size for the message list.
@@ -56,7 +57,7 @@ type messageJSON struct {
 	LeaseExpiresAt *string `json:"leaseExpiresAt"`
 }
 
-func messageOf(m broker.MessageRow, group string) messageJSON {
+func messageOf(m reads.MessageRow, group string) messageJSON {
 	out := messageJSON{ID: m.ID, TransactionID: m.TransactionID, PartitionID: m.PartitionID,
 		QueuePath: m.Queue + "/" + m.Partition, Queue: m.Queue, Partition: m.Partition,
 		Namespace: nullable(m.Namespace), Task: nullable(m.Task), Status: m.Status, ConsumerGroup: group,
@@ -92,7 +93,7 @@ func (s *Server) handleListMessages(w http.ResponseWriter, r *http.Request, c ca
 		writeReqError(w, err)
 		return
 	}
-	f := broker.MessageFilter{Queue: q.Get("queue"), Status: q.Get("status"), Limit: limit, Offset: offset}
+	f := reads.MessageFilter{Queue: q.Get("queue"), Status: q.Get("status"), Limit: limit, Offset: offset}
 	if f.Queue == "" {
 		writeError(w, http.StatusBadRequest, "queue is required")
 		return
@@ -113,7 +114,7 @@ func (s *Server) handleListMessages(w http.ResponseWriter, r *http.Request, c ca
 		writeError(w, http.StatusBadRequest, "status must be one of pending, processing, completed, dead_letter")
 		return
 	}
-	rows, mode, err := s.reads().ListMessages(r.Context(), c.tenant, f)
+	rows, mode, err := s.r.ListMessages(r.Context(), c.tenant, f)
 	if err != nil {
 		s.readsError(w, r, "list messages", "Queue", err)
 		return
@@ -172,7 +173,7 @@ func (s *Server) handleGetMessage(w http.ResponseWriter, r *http.Request, c call
 		writeReqError(w, err)
 		return
 	}
-	m, err := s.reads().GetMessage(r.Context(), c.tenant, pid, txid, group)
+	m, err := s.r.GetMessage(r.Context(), c.tenant, pid, txid, group)
 	if err != nil {
 		s.readsError(w, r, "get message", "Message", err)
 		return
@@ -209,7 +210,7 @@ func (s *Server) handleDeleteMessage(w http.ResponseWriter, r *http.Request, c c
 		writeReqError(w, err)
 		return
 	}
-	res, err := s.reads().DeleteMessage(r.Context(), c.tenant, pid, txid)
+	res, err := s.r.DeleteMessage(r.Context(), c.tenant, pid, txid)
 	if err != nil {
 		s.readsError(w, r, "delete message", "Message", err)
 		return

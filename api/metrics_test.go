@@ -152,7 +152,7 @@ func TestQueryFlag(t *testing.T) {
 // Instrumentation adds no allocation per request once a route's series
 // exist (the writer is pooled, children are cached).
 func TestInstrumentAllocatesNothing(t *testing.T) {
-	srv := New(&fakeBroker{}, DefaultConfig(), nil)
+	srv := newFakeServer(DefaultConfig())
 	srv.Handle("GET /x", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }))
 	bare := srv.recoverPanics(srv.cors(http.HandlerFunc(srv.dispatch)))
 	req := httptest.NewRequest("GET", "/x", nil)

@@ -4,10 +4,10 @@ import (
 	"context"
 	"time"
 
-	"queen-node/broker"
+	"queen-node/reads"
 )
 
-// The fakeBroker's ReadsBroker part (resources.go): it records the call and
+// The fakeBroker's ResourceReads part (resources.go): it records the call and
 // answers empty, or f.err. The real answers are tested end to end in
 // resources_e2e_test.go.
 
@@ -18,52 +18,52 @@ func (f *fakeBroker) readsCall(name, tenant string) error {
 	return f.err
 }
 
-func (f *fakeBroker) Overview(_ context.Context, tenant string) (broker.Overview, error) {
-	return broker.Overview{}, f.readsCall("Overview", tenant)
+func (f *fakeBroker) Overview(_ context.Context, tenant string) (reads.Overview, error) {
+	return reads.Overview{}, f.readsCall("Overview", tenant)
 }
 
-func (f *fakeBroker) ListQueues(_ context.Context, tenant string, _ broker.QueueFilter) ([]broker.QueueRow, int, error) {
+func (f *fakeBroker) ListQueues(_ context.Context, tenant string, _ reads.QueueFilter) ([]reads.QueueRow, int, error) {
 	return nil, 0, f.readsCall("ListQueues", tenant)
 }
 
-func (f *fakeBroker) GetQueue(_ context.Context, tenant, _ string, _ broker.DetailOpts) (broker.QueueDetail, error) {
-	return broker.QueueDetail{}, f.readsCall("GetQueue", tenant)
+func (f *fakeBroker) GetQueue(_ context.Context, tenant, _ string, _ reads.DetailOpts) (reads.QueueDetail, error) {
+	return reads.QueueDetail{}, f.readsCall("GetQueue", tenant)
 }
 
-func (f *fakeBroker) ListNamespaces(_ context.Context, tenant string) ([]broker.CountRow, error) {
+func (f *fakeBroker) ListNamespaces(_ context.Context, tenant string) ([]reads.CountRow, error) {
 	return nil, f.readsCall("ListNamespaces", tenant)
 }
 
-func (f *fakeBroker) ListTasks(_ context.Context, tenant string) ([]broker.CountRow, error) {
+func (f *fakeBroker) ListTasks(_ context.Context, tenant string) ([]reads.CountRow, error) {
 	return nil, f.readsCall("ListTasks", tenant)
 }
 
-func (f *fakeBroker) ListGroups(_ context.Context, tenant string, _ broker.GroupFilter) ([]broker.GroupRow, error) {
+func (f *fakeBroker) ListGroups(_ context.Context, tenant string, _ reads.GroupFilter) ([]reads.GroupRow, error) {
 	return nil, f.readsCall("ListGroups", tenant)
 }
 
-func (f *fakeBroker) GroupQueueCursors(_ context.Context, tenant, _, _ string, _ int) (broker.QueueCursors, error) {
-	return broker.QueueCursors{}, f.readsCall("GroupQueueCursors", tenant)
+func (f *fakeBroker) GroupQueueCursors(_ context.Context, tenant, _, _ string, _ int) (reads.QueueCursors, error) {
+	return reads.QueueCursors{}, f.readsCall("GroupQueueCursors", tenant)
 }
 
-func (f *fakeBroker) GroupCursors(_ context.Context, tenant, _ string) ([]broker.CursorRow, error) {
+func (f *fakeBroker) GroupCursors(_ context.Context, tenant, _ string) ([]reads.CursorRow, error) {
 	return nil, f.readsCall("GroupCursors", tenant)
 }
 
-func (f *fakeBroker) Lagging(_ context.Context, tenant string, _ time.Duration, _ int) ([]broker.CursorRow, error) {
+func (f *fakeBroker) Lagging(_ context.Context, tenant string, _ time.Duration, _ int) ([]reads.CursorRow, error) {
 	return nil, f.readsCall("Lagging", tenant)
 }
 
-func (f *fakeBroker) ListMessages(_ context.Context, tenant string, _ broker.MessageFilter) ([]broker.MessageRow, broker.MessageMode, error) {
-	return nil, broker.MessageMode{}, f.readsCall("ListMessages", tenant)
+func (f *fakeBroker) ListMessages(_ context.Context, tenant string, _ reads.MessageFilter) ([]reads.MessageRow, reads.MessageMode, error) {
+	return nil, reads.MessageMode{}, f.readsCall("ListMessages", tenant)
 }
 
-func (f *fakeBroker) GetMessage(_ context.Context, tenant, _, _, _ string) (broker.MessageRow, error) {
-	return broker.MessageRow{}, f.readsCall("GetMessage", tenant)
+func (f *fakeBroker) GetMessage(_ context.Context, tenant, _, _, _ string) (reads.MessageRow, error) {
+	return reads.MessageRow{}, f.readsCall("GetMessage", tenant)
 }
 
-func (f *fakeBroker) DeleteMessage(_ context.Context, tenant, _, _ string) (broker.DeleteResult, error) {
-	return broker.DeleteResult{}, f.readsCall("DeleteMessage", tenant)
+func (f *fakeBroker) DeleteMessage(_ context.Context, tenant, _, _ string) (reads.DeleteResult, error) {
+	return reads.DeleteResult{}, f.readsCall("DeleteMessage", tenant)
 }
 
 func (f *fakeBroker) UpdateSubscription(_ context.Context, tenant, _ string, _ time.Time) (int, error) {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"queen-node/broker"
+	"queen-node/reads"
 )
 
 // Bad parameters of the resource, message and consumer-group endpoints are
@@ -58,7 +59,7 @@ func TestReadsClampAndNotFound(t *testing.T) {
 	if got := r.object(t)["pagination"].(map[string]any)["limit"]; got.(interface{ String() string }).String() != "1000" {
 		t.Fatalf("limit = %v, want the cap 1000", got)
 	}
-	tb.fb.err = broker.ErrNotFound
+	tb.fb.err = reads.ErrNotFound
 	tb.do("GET", "/api/v1/resources/queues/nope", "").wantError(t, http.StatusNotFound, "Queue not found")
 	tb.do("GET", "/api/v1/messages?queue=nope", "").wantError(t, http.StatusNotFound, "Queue not found")
 	tb.do("DELETE", "/api/v1/messages/0190b3e0-7d6b-7c3e-9d6f-2f7a4b8c9d0e/tx", "").wantError(t, http.StatusNotFound, "Message not found")

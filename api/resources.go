@@ -12,26 +12,30 @@ import (
 	"unicode/utf8"
 
 	"queen-node/broker"
+	"queen-node/reads"
 )
 
-// ReadsBroker is the part of the node core behind the EXTENDED resource,
-// message and consumer-group endpoints (docs/api.md, "Resources, messages
-// and consumer groups"). Every call is scoped to tenant.
-type ReadsBroker interface {
-	Overview(ctx context.Context, tenant string) (broker.Overview, error)
-	ListQueues(ctx context.Context, tenant string, f broker.QueueFilter) ([]broker.QueueRow, int, error)
-	GetQueue(ctx context.Context, tenant, queue string, o broker.DetailOpts) (broker.QueueDetail, error)
-	ListNamespaces(ctx context.Context, tenant string) ([]broker.CountRow, error)
-	ListTasks(ctx context.Context, tenant string) ([]broker.CountRow, error)
-	ListGroups(ctx context.Context, tenant string, f broker.GroupFilter) ([]broker.GroupRow, error)
-	GroupCursors(ctx context.Context, tenant, group string) ([]broker.CursorRow, error)
-	GroupQueueCursors(ctx context.Context, tenant, group, queue string, limit int) (broker.QueueCursors, error)
-	Lagging(ctx context.Context, tenant string, minLag time.Duration, limit int) ([]broker.CursorRow, error)
-	ListMessages(ctx context.Context, tenant string, f broker.MessageFilter) ([]broker.MessageRow, broker.MessageMode, error)
-	GetMessage(ctx context.Context, tenant, partitionID, txid, group string) (broker.MessageRow, error)
-	DeleteMessage(ctx context.Context, tenant, partitionID, txid string) (broker.DeleteResult, error)
+// ResourceReads is what the EXTENDED resource, message and consumer-group
+// endpoints call (docs/api.md, "Resources, messages and consumer groups"),
+// with the consumer group delete and seek; *reads.Service implements it.
+// Every call is scoped to tenant.
+type ResourceReads interface {
+	Overview(ctx context.Context, tenant string) (reads.Overview, error)
+	ListQueues(ctx context.Context, tenant string, f reads.QueueFilter) ([]reads.QueueRow, int, error)
+	GetQueue(ctx context.Context, tenant, queue string, o reads.DetailOpts) (reads.QueueDetail, error)
+	ListNamespaces(ctx context.Context, tenant string) ([]reads.CountRow, error)
+	ListTasks(ctx context.Context, tenant string) ([]reads.CountRow, error)
+	ListGroups(ctx context.Context, tenant string, f reads.GroupFilter) ([]reads.GroupRow, error)
+	GroupCursors(ctx context.Context, tenant, group string) ([]reads.CursorRow, error)
+	GroupQueueCursors(ctx context.Context, tenant, group, queue string, limit int) (reads.QueueCursors, error)
+	Lagging(ctx context.Context, tenant string, minLag time.Duration, limit int) ([]reads.CursorRow, error)
+	ListMessages(ctx context.Context, tenant string, f reads.MessageFilter) ([]reads.MessageRow, reads.MessageMode, error)
+	GetMessage(ctx context.Context, tenant, partitionID, txid, group string) (reads.MessageRow, error)
+	DeleteMessage(ctx context.Context, tenant, partitionID, txid string) (reads.DeleteResult, error)
 	UpdateSubscription(ctx context.Context, tenant, group string, from time.Time) (int, error)
 	SeekPartitionToEnd(ctx context.Context, tenant, group, queue, partition string) error
+	DeleteConsumerGroup(ctx context.Context, tenant, group, queue string, deleteMetadata bool) (deletedPartitions int, err error) // queue "" = all queues
+	Seek(ctx context.Context, tenant, group, queue string, toEnd bool, ts *time.Time) (partitionsUpdated int, err error)
 }
 
 // Page bounds of the list endpoints: a larger limit is clamped to the cap,
@@ -99,9 +103,9 @@ func optQueryName(q url.Values, key string) (string, error) {
 	return v, checkName(key, v)
 }
 
-// readsError answers a ReadsBroker error: not found is 404 with what.
+// readsError answers a Reads (or dead-letter) error: not found is 404 with what.
 func (s *Server) readsError(w http.ResponseWriter, r *http.Request, op, what string, err error) {
-	if errors.Is(err, broker.ErrNotFound) {
+	if errors.Is(err, reads.ErrNotFound) {
 		writeError(w, http.StatusNotFound, what+" not found")
 		return
 	}
@@ -117,7 +121,7 @@ type countsJSON struct {
 	DeadLetter int64 `json:"deadLetter"`
 }
 
-func countsOf(c broker.Counts) countsJSON {
+func countsOf(c reads.Counts) countsJSON {
 	return countsJSON{Total: c.Total, Pending: c.Pending, Processing: c.Processing, Completed: c.Completed, DeadLetter: c.DeadLetter}
 }
 
@@ -133,7 +137,7 @@ type overviewResponse struct {
 
 // GET /api/v1/resources/overview
 func (s *Server) handleOverview(w http.ResponseWriter, r *http.Request, c caller) {
-	o, err := s.reads().Overview(r.Context(), c.tenant)
+	o, err := s.r.Overview(r.Context(), c.tenant)
 	if err != nil {
 		s.brokerError(w, r, "overview", err)
 		return
@@ -173,7 +177,7 @@ type throughputJSON struct {
 	SampledAt         string  `json:"sampledAt"`
 }
 
-func queueOf(q broker.QueueRow) queueJSON {
+func queueOf(q reads.QueueRow) queueJSON {
 	out := queueJSON{ID: q.ID, Name: q.Name, Namespace: nullable(q.Namespace), Task: nullable(q.Task),
 		Priority: q.Priority, CreatedAt: fmtMilli(q.CreatedAt), Partitions: q.Partitions, Messages: countsOf(q.Counts),
 		OldestPendingAgeSeconds: q.OldestPendingAgeSeconds, ConsumerGroups: make([]groupLagJSON, 0, len(q.Groups)),
@@ -228,7 +232,7 @@ func (s *Server) handleListQueues(w http.ResponseWriter, r *http.Request, c call
 		writeReqError(w, err)
 		return
 	}
-	f := broker.QueueFilter{Limit: limit, Offset: offset}
+	f := reads.QueueFilter{Limit: limit, Offset: offset}
 	if f.Namespace, err = optQueryName(q, "namespace"); err == nil {
 		f.Task, err = optQueryName(q, "task")
 	}
@@ -239,7 +243,7 @@ func (s *Server) handleListQueues(w http.ResponseWriter, r *http.Request, c call
 		writeReqError(w, err)
 		return
 	}
-	rows, total, err := s.reads().ListQueues(r.Context(), c.tenant, f)
+	rows, total, err := s.r.ListQueues(r.Context(), c.tenant, f)
 	if err != nil {
 		s.brokerError(w, r, "list queues", err)
 		return
@@ -300,7 +304,7 @@ func (s *Server) handleGetQueue(w http.ResponseWriter, r *http.Request, c caller
 	// dashboard's queue page asks for the busiest 100, not the first 1000
 	// by name.
 	q := r.URL.Query()
-	var o broker.DetailOpts
+	var o reads.DetailOpts
 	switch q.Get("partitionOrder") {
 	case "", "name":
 	case "busiest":
@@ -309,13 +313,13 @@ func (s *Server) handleGetQueue(w http.ResponseWriter, r *http.Request, c caller
 		writeError(w, http.StatusBadRequest, "partitionOrder must be name or busiest")
 		return
 	}
-	limit, err := queryIntIn(q, "partitionLimit", broker.MaxDetailPartitions, 1, broker.MaxDetailPartitions)
+	limit, err := queryIntIn(q, "partitionLimit", reads.MaxDetailPartitions, 1, reads.MaxDetailPartitions)
 	if err != nil {
 		writeReqError(w, err)
 		return
 	}
 	o.Limit = limit
-	d, err := s.reads().GetQueue(r.Context(), c.tenant, name, o)
+	d, err := s.r.GetQueue(r.Context(), c.tenant, name, o)
 	if err != nil {
 		s.readsError(w, r, "get queue", "Queue", err)
 		return
@@ -358,7 +362,7 @@ type groupingJSON struct {
 
 // GET /api/v1/resources/namespaces
 func (s *Server) handleNamespaces(w http.ResponseWriter, r *http.Request, c caller) {
-	rows, err := s.reads().ListNamespaces(r.Context(), c.tenant)
+	rows, err := s.r.ListNamespaces(r.Context(), c.tenant)
 	if err != nil {
 		s.brokerError(w, r, "list namespaces", err)
 		return
@@ -372,7 +376,7 @@ func (s *Server) handleNamespaces(w http.ResponseWriter, r *http.Request, c call
 
 // GET /api/v1/resources/tasks
 func (s *Server) handleTasks(w http.ResponseWriter, r *http.Request, c caller) {
-	rows, err := s.reads().ListTasks(r.Context(), c.tenant)
+	rows, err := s.r.ListTasks(r.Context(), c.tenant)
 	if err != nil {
 		s.brokerError(w, r, "list tasks", err)
 		return
@@ -390,6 +394,3 @@ func (s *Server) handleStatsRefresh(w http.ResponseWriter, _ *http.Request, _ ca
 	writeJSON(w, http.StatusOK, map[string]any{"success": true, "computedLive": true,
 		"message": "statistics are computed live; nothing to refresh"})
 }
-
-// reads is the Broker's ReadsBroker part.
-func (s *Server) reads() ReadsBroker { return s.b }

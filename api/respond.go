@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"queen-node/broker"
+	"queen-node/reads"
 )
 
 // Timestamp layouts of responses, as in the reference: UTC with Z; microseconds for
@@ -102,7 +103,7 @@ func writeReqError(w http.ResponseWriter, err error) {
 	writeError(w, http.StatusBadRequest, err.Error())
 }
 
-// brokerError answers an error returned by the Broker: user errors keep
+// brokerError answers an error returned by the Broker or the Reads: user errors keep
 // their status, an unreachable database is 503, the rest is a logged 500.
 func (s *Server) brokerError(w http.ResponseWriter, r *http.Request, op string, err error) {
 	switch {
@@ -112,7 +113,7 @@ func (s *Server) brokerError(w http.ResponseWriter, r *http.Request, op string, 
 		writeError(w, http.StatusRequestEntityTooLarge, err.Error()) // could never be replayed (broker/maintenance.go)
 	case errors.Is(err, broker.ErrMaintenanceRefused):
 		writeError(w, http.StatusServiceUnavailable, err.Error()) // a full push buffer, a transaction during push maintenance
-	case errors.Is(err, broker.ErrUnavailable):
+	case errors.Is(err, broker.ErrUnavailable), errors.Is(err, reads.ErrUnavailable): // one value (pg's); both named for the reader
 		// The broker reports the outage itself; per request this is noise.
 		s.log.Debug("database unavailable", "op", op, "error", err)
 		writeError(w, http.StatusServiceUnavailable, "database unavailable")

@@ -3,7 +3,9 @@
 //
 // It owns everything HTTP: routing, CORS, body limits, request parsing and
 // validation, and the exact response shapes the Queen client libraries read.
-// It holds no queue state; every accepted request becomes one Broker call.
+// It holds no queue state; every accepted request becomes one call of its
+// Broker (push, pop, ack and the writes on their paths) or its Reads (the
+// read side).
 package api
 
 import (
@@ -16,6 +18,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"queen-node/broker"
+	"queen-node/reads"
 	"queen-node/retention"
 )
 
@@ -32,18 +35,28 @@ type Broker interface {
 	Ack(ctx context.Context, tenant string, items []broker.AckItem) ([]broker.AckResult, error)
 	ExtendLease(ctx context.Context, tenant, leaseID string, seconds int) (broker.LeaseResult, error)
 	Transaction(ctx context.Context, tenant string, producerSub *string, ops []broker.TxOp, requiredLeases []string) (broker.TxResult, error)
-	ListDLQ(ctx context.Context, tenant string, q broker.DLQQuery) (broker.DLQPage, error)
-	RetryDeadLetter(ctx context.Context, tenant, partitionID, txid, group string) (broker.DLQRetried, error)
-	DropDeadLetter(ctx context.Context, tenant, partitionID, txid, group string) (dropped int, err error)
-	DeleteConsumerGroup(ctx context.Context, tenant, group, queue string, deleteMetadata bool) (deletedPartitions int, err error) // queue "" = all queues
-	Seek(ctx context.Context, tenant, group, queue string, toEnd bool, ts *time.Time) (partitionsUpdated int, err error)
+	RetryDeadLetter(ctx context.Context, tenant, partitionID, txid, group string) (broker.DLQRetried, error)                     // a push: the broker's
+	StreamCycle(ctx context.Context, tenant string, producerSub *string, c broker.StreamCycle) (broker.StreamCycleResult, error) // /streams/v1/cycle (streams.go)
 	Health(ctx context.Context) error
 	MaintenanceBroker // maintenance modes (maintenance.go)
-	ReadsBroker       // resources, messages and consumer groups (resources.go)
-	TracesBroker      // api/traces.go
-	AnalyticsBroker   // api/analytics.go
-	StreamsBroker     // /streams/v1 (streams.go)
 	HotlistBroker     // GET /api/v1/status/hotlist/{queue} (hotlist.go)
+}
+
+// Reads is the read side as the HTTP layer sees it, with the admin writes
+// that are not on the push, pop and ack paths; *reads.Service implements
+// it, calling PostgreSQL directly. ctx is the request context.
+type Reads interface {
+	ResourceReads  // resources, messages and consumer groups (resources.go)
+	TraceReads     // api/traces.go
+	AnalyticsReads // api/analytics.go
+	StreamReads    // /streams/v1 registration and state (streams.go)
+	DLQReads       // the dead-letter list and drop (dlq.go)
+}
+
+// DLQReads is the dead-letter list and drop; the retry is Broker's.
+type DLQReads interface {
+	ListDLQ(ctx context.Context, tenant string, q reads.DLQQuery) (reads.DLQPage, error)
+	DropDeadLetter(ctx context.Context, tenant, partitionID, txid, group string) (dropped int, err error)
 }
 
 // Defaults of Config.
@@ -223,6 +236,7 @@ func (e *AuthError) Error() string { return e.Msg }
 // Server is the HTTP front of one node.
 type Server struct {
 	b       Broker
+	r       Reads
 	cfg     Config
 	log     hclog.Logger
 	mux     *http.ServeMux
@@ -241,12 +255,13 @@ type Server struct {
 	drain     context.CancelFunc
 }
 
-// New returns a Server with every Queen route registered.
-func New(b Broker, cfg Config, logger hclog.Logger) *Server {
+// New returns a Server with every Queen route registered, serving pushes,
+// pops and acks through b and the reads through r.
+func New(b Broker, r Reads, cfg Config, logger hclog.Logger) *Server {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	s := &Server{b: b, cfg: cfg.withDefaults(), log: logger, mux: http.NewServeMux(), metrics: newMetrics()}
+	s := &Server{b: b, r: r, cfg: cfg.withDefaults(), log: logger, mux: http.NewServeMux(), metrics: newMetrics()}
 	s.drainCtx, s.drain = context.WithCancel(context.Background())
 	s.table = &tableCollector{s: s}
 	s.metrics.reg.MustRegister(s.table)

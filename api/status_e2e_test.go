@@ -37,7 +37,7 @@ type observedNode struct {
 func startObservedNode(t *testing.T, withMesh bool) *observedNode {
 	t.Helper()
 	n := nodetest.Start(t)
-	srv := api.New(n.Broker, api.DefaultConfig(), nil)
+	srv := api.New(n.Broker, n.Reads, api.DefaultConfig(), nil)
 	ts := httptest.NewUnstartedServer(srv.Handler())
 	httpAddr := ts.Listener.Addr().String()
 	srv.Handle("GET /status", srv.StatusHandler(n.Broker, httpAddr))

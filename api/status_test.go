@@ -61,7 +61,7 @@ func TestStatusHandler(t *testing.T) {
 
 func TestMetricsHandlerOnceAndScrapesStatus(t *testing.T) {
 	src := &fakeStatus{}
-	srv := New(&fakeBroker{}, DefaultConfig(), nil)
+	srv := newFakeServer(DefaultConfig())
 	// A second call (the /metrics/prometheus alias) must not register the
 	// collector twice: MustRegister would panic.
 	h1 := srv.MetricsHandler(src, "a:1")

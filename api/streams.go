@@ -11,16 +11,17 @@ import (
 	"unicode/utf8"
 
 	"queen-node/broker"
+	"queen-node/reads"
 )
 
 // The /streams/v1 routes serve Queen's stream processors (docs/api.md,
 // "Streams"): query registration, state reads and the atomic cycle.
 
-// StreamsBroker is the part of Broker the /streams/v1 routes call.
-type StreamsBroker interface {
-	RegisterStreamQuery(ctx context.Context, tenant string, q broker.StreamQuery) (broker.StreamRegistration, error)
-	StreamState(ctx context.Context, tenant, queryID, partitionID string, f broker.StreamStateFilter, maxBytes int64) ([]broker.StreamStateRow, error)
-	StreamCycle(ctx context.Context, tenant string, producerSub *string, c broker.StreamCycle) (broker.StreamCycleResult, error)
+// StreamReads is the registration and state read of the /streams/v1
+// routes; *reads.Service implements it. The cycle is Broker's.
+type StreamReads interface {
+	RegisterStreamQuery(ctx context.Context, tenant string, q reads.StreamQuery) (reads.StreamRegistration, error)
+	StreamState(ctx context.Context, tenant, queryID, partitionID string, f reads.StreamStateFilter, maxBytes int64) ([]reads.StreamStateRow, error)
 }
 
 // Input bounds of the streams routes (docs/api.md, "Streams").
@@ -62,8 +63,8 @@ func (s *Server) handleStreamQuery(w http.ResponseWriter, r *http.Request, c cal
 		writeReqError(w, err)
 		return
 	}
-	reg, err := s.b.RegisterStreamQuery(r.Context(), c.tenant, q)
-	if errors.Is(err, broker.ErrStreamConfigMismatch) {
+	reg, err := s.r.RegisterStreamQuery(r.Context(), c.tenant, q)
+	if errors.Is(err, reads.ErrStreamConfigMismatch) {
 		writeJSON(w, http.StatusConflict, streamFailure{Error: err.Error()})
 		return
 	}
@@ -75,8 +76,8 @@ func (s *Server) handleStreamQuery(w http.ResponseWriter, r *http.Request, c cal
 		Fresh: reg.Fresh, Reset: reg.Reset})
 }
 
-func parseStreamQuery(o object) (broker.StreamQuery, error) {
-	var q broker.StreamQuery
+func parseStreamQuery(o object) (reads.StreamQuery, error) {
+	var q reads.StreamQuery
 	var err error
 	if q.Name, err = reqName(o, "name"); err != nil {
 		return q, err
@@ -150,15 +151,15 @@ func (s *Server) handleStreamState(w http.ResponseWriter, r *http.Request, c cal
 		writeReqError(w, err)
 		return
 	}
-	rows, err := s.b.StreamState(r.Context(), c.tenant, qid, pid, f, s.cfg.MaxReadBytes)
+	rows, err := s.r.StreamState(r.Context(), c.tenant, qid, pid, f, s.cfg.MaxReadBytes)
 	switch {
-	case errors.Is(err, broker.ErrStreamNotFound):
+	case errors.Is(err, reads.ErrStreamNotFound):
 		writeJSON(w, http.StatusNotFound, streamFailure{Error: err.Error()})
 		return
-	case errors.Is(err, broker.ErrStreamStateTooLarge):
+	case errors.Is(err, reads.ErrStreamStateTooLarge):
 		writeJSON(w, http.StatusUnprocessableEntity, streamFailure{Error: err.Error()})
 		return
-	case errors.Is(err, broker.ErrStreamStateTooManyBytes):
+	case errors.Is(err, reads.ErrStreamStateTooManyBytes):
 		// All or nothing: the client cannot page, and would take part of
 		// the state for all of it (docs/api.md, "Read answers").
 		writeJSON(w, http.StatusRequestEntityTooLarge, streamFailure{Error: fmt.Sprintf(
@@ -190,7 +191,7 @@ func (s *Server) handleStreamState(w http.ResponseWriter, r *http.Request, c cal
 	}
 }
 
-func parseStreamStateGet(o object) (qid, pid string, f broker.StreamStateFilter, err error) {
+func parseStreamStateGet(o object) (qid, pid string, f reads.StreamStateFilter, err error) {
 	if qid, err = reqUUID(o, "query_id"); err != nil {
 		return
 	}

@@ -7,18 +7,19 @@ import (
 	"testing"
 
 	"queen-node/broker"
+	"queen-node/reads"
 )
 
 // The fake broker's streams side: it records the call and answers success.
 
-func (f *fakeBroker) RegisterStreamQuery(_ context.Context, tenant string, q broker.StreamQuery) (broker.StreamRegistration, error) {
+func (f *fakeBroker) RegisterStreamQuery(_ context.Context, tenant string, q reads.StreamQuery) (reads.StreamRegistration, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.record("RegisterStreamQuery", tenant)
-	return broker.StreamRegistration{QueryID: "00000000-0000-0000-0000-000000000001", Fresh: true}, f.err
+	return reads.StreamRegistration{QueryID: "00000000-0000-0000-0000-000000000001", Fresh: true}, f.err
 }
 
-func (f *fakeBroker) StreamState(_ context.Context, tenant, _, _ string, _ broker.StreamStateFilter, _ int64) ([]broker.StreamStateRow, error) {
+func (f *fakeBroker) StreamState(_ context.Context, tenant, _, _ string, _ reads.StreamStateFilter, _ int64) ([]reads.StreamStateRow, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.record("StreamState", tenant)

@@ -7,16 +7,16 @@ import (
 	"fmt"
 	"net/http"
 
-	"queen-node/broker"
+	"queen-node/reads"
 )
 
-// TracesBroker is the node core's trace calls (docs/api.md, "Traces");
-// *broker.Broker implements it.
-type TracesBroker interface {
-	RecordTrace(ctx context.Context, tenant string, req broker.TraceRequest) (id string, found bool, err error)
-	MessageTraces(ctx context.Context, tenant, partitionID, transactionID string, p broker.ReadPage) (broker.TracePage, error)
-	TracesByName(ctx context.Context, tenant, name string, p broker.ReadPage) (broker.TracePage, error)
-	TraceNames(ctx context.Context, tenant string, limit, offset int) ([]broker.TraceName, int64, error)
+// TraceReads is the trace calls (docs/api.md, "Traces"); *reads.Service
+// implements it.
+type TraceReads interface {
+	RecordTrace(ctx context.Context, tenant string, req reads.TraceRequest) (id string, found bool, err error)
+	MessageTraces(ctx context.Context, tenant, partitionID, transactionID string, p reads.ReadPage) (reads.TracePage, error)
+	TracesByName(ctx context.Context, tenant, name string, p reads.ReadPage) (reads.TracePage, error)
+	TraceNames(ctx context.Context, tenant string, limit, offset int) ([]reads.TraceName, int64, error)
 }
 
 // Trace input and page bounds (docs/api.md, "Traces").
@@ -56,7 +56,7 @@ func (s *Server) handleRecordTrace(w http.ResponseWriter, r *http.Request, c cal
 		writeReqError(w, err)
 		return
 	}
-	id, found, err := s.b.RecordTrace(r.Context(), c.tenant, req)
+	id, found, err := s.r.RecordTrace(r.Context(), c.tenant, req)
 	if err != nil {
 		s.brokerError(w, r, "record trace", err)
 		return
@@ -68,8 +68,8 @@ func (s *Server) handleRecordTrace(w http.ResponseWriter, r *http.Request, c cal
 	writeJSON(w, http.StatusCreated, recordTraceResponse{Success: true, TraceID: id})
 }
 
-func parseTrace(body object) (broker.TraceRequest, error) {
-	var req broker.TraceRequest
+func parseTrace(body object) (reads.TraceRequest, error) {
+	var req reads.TraceRequest
 	tx, _, err := body.str("transactionId")
 	if err != nil {
 		return req, err
@@ -192,7 +192,7 @@ type traceHead struct {
 }
 
 // writeTraces writes a page of traces; byName adds each trace's message.
-func (s *Server) writeTraces(w http.ResponseWriter, r *http.Request, head traceHead, traces []broker.Trace, byName bool) {
+func (s *Server) writeTraces(w http.ResponseWriter, r *http.Request, head traceHead, traces []reads.Trace, byName bool) {
 	var size int64
 	for _, t := range traces {
 		size += int64(len(t.Data)+len(t.Payload)) + answerRowOverhead
@@ -242,8 +242,8 @@ func (s *Server) handleMessageTraces(w http.ResponseWriter, r *http.Request, c c
 		writeReqError(w, err)
 		return
 	}
-	page, err := s.b.MessageTraces(r.Context(), c.tenant, pid, tx,
-		broker.ReadPage{Limit: limit, Offset: offset, MaxBytes: s.cfg.MaxReadBytes})
+	page, err := s.r.MessageTraces(r.Context(), c.tenant, pid, tx,
+		reads.ReadPage{Limit: limit, Offset: offset, MaxBytes: s.cfg.MaxReadBytes})
 	if err != nil {
 		s.brokerError(w, r, "message traces", err)
 		return
@@ -283,8 +283,8 @@ func (s *Server) handleTracesByName(w http.ResponseWriter, r *http.Request, c ca
 		writeReqError(w, err)
 		return
 	}
-	page, err := s.b.TracesByName(r.Context(), c.tenant, name,
-		broker.ReadPage{Limit: limit, Offset: offset, MaxBytes: s.cfg.MaxReadBytes})
+	page, err := s.r.TracesByName(r.Context(), c.tenant, name,
+		reads.ReadPage{Limit: limit, Offset: offset, MaxBytes: s.cfg.MaxReadBytes})
 	if err != nil {
 		s.brokerError(w, r, "traces by name", err)
 		return
@@ -300,7 +300,7 @@ func (s *Server) handleTraceNames(w http.ResponseWriter, r *http.Request, c call
 		writeReqError(w, err)
 		return
 	}
-	names, total, err := s.b.TraceNames(r.Context(), c.tenant, limit, offset)
+	names, total, err := s.r.TraceNames(r.Context(), c.tenant, limit, offset)
 	if err != nil {
 		s.brokerError(w, r, "trace names", err)
 		return

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"queen-node/broker"
+	"queen-node/reads"
 )
 
 func TestTransaction(t *testing.T) {
@@ -130,7 +131,7 @@ func TestTransactionInvalidOperation(t *testing.T) {
 func TestDLQ(t *testing.T) {
 	tb := setup(t)
 	at := time.Date(2026, 5, 6, 10, 1, 42, 123456000, time.UTC)
-	tb.fb.dlqRes = []broker.DLQEntry{{ID: "m", TransactionID: "t-1", PartitionID: "p", Queue: "orders", Partition: "Default",
+	tb.fb.dlqRes = []reads.DLQEntry{{ID: "m", TransactionID: "t-1", PartitionID: "p", Queue: "orders", Partition: "Default",
 		ConsumerGroup: "g", ErrorMessage: "intentional failure", RetryCount: 2, Data: []byte(`{"test":"dlq"}`),
 		CreatedAt: at, FailedAt: at.Add(time.Second)}}
 	tb.fb.dlqTotal = 7

@@ -230,7 +230,7 @@ func (tw *twin) run(seed int64, steps int) {
 			k := rng.Intn(len(p.res[0].Messages))
 			for side, ns := range [][]*nodetest.Node{tw.a, tw.b} {
 				m := p.res[side].Messages[k]
-				if _, err := ns[node].Broker.DeleteMessage(ctx, broker.DefaultTenant, m.PartitionID, m.TransactionID); err != nil {
+				if _, err := ns[node].Reads.DeleteMessage(ctx, broker.DefaultTenant, m.PartitionID, m.TransactionID); err != nil {
 					t.Logf("%s: delete: %v", where, err) // gone already: the same on both sides
 				}
 			}
@@ -240,7 +240,7 @@ func (tw *twin) run(seed int64, steps int) {
 				continue // a queue-mode group cannot seek
 			}
 			for side, ns := range [][]*nodetest.Node{tw.a, tw.b} {
-				if _, err := ns[node].Broker.Seek(ctx, broker.DefaultTenant, g, queue, true, nil); err != nil {
+				if _, err := ns[node].Reads.Seek(ctx, broker.DefaultTenant, g, queue, true, nil); err != nil {
 					t.Fatalf("%s: seek (side %d): %v", where, side, err)
 				}
 			}

@@ -2,7 +2,6 @@ package broker
 
 import (
 	"context"
-	"time"
 
 	"queen-node/pg"
 )
@@ -58,62 +57,4 @@ func (b *Broker) ExtendLease(ctx context.Context, tenant, leaseID string, second
 	default:
 		return LeaseResult{Error: "Lease not found"}, nil
 	}
-}
-
-// ListDLQ lists a page of dead letters, newest first, with the total match
-// count.
-func (b *Broker) ListDLQ(ctx context.Context, tenant string, q DLQQuery) (DLQPage, error) {
-	page, err := b.db.ListDLQ(ctx, tenant, pg.DLQFilter{Queue: q.Queue, Group: q.Group,
-		Partition: q.Partition, From: q.From, To: q.To, Limit: q.Limit, Offset: q.Offset, MaxBytes: q.MaxBytes})
-	if err != nil {
-		return DLQPage{}, wrap(err)
-	}
-	out := DLQPage{Entries: make([]DLQEntry, len(page.Rows)), Total: page.Total, Truncated: page.More}
-	for i, r := range page.Rows {
-		out.Entries[i] = DLQEntry{ID: r.MessageID, TransactionID: r.TxID, PartitionID: r.PartitionID,
-			Queue: r.Queue, Partition: r.Partition, ConsumerGroup: r.Group, ErrorMessage: r.Error,
-			RetryCount: r.Retry, Data: r.Payload, ProducerSub: r.Sub, CreatedAt: r.CreatedAt, FailedAt: r.FailedAt, Superseded: r.Superseded}
-	}
-	return out, nil
-}
-
-// DeleteConsumerGroup drops the group's cursors and leases on one queue of
-// the tenant, or on all its queues when queue is "".
-func (b *Broker) DeleteConsumerGroup(ctx context.Context, tenant, group, queue string, deleteMetadata bool) (int, error) {
-	n, err := b.db.DeleteConsumerGroup(ctx, tenant, group, queue, deleteMetadata)
-	if err != nil {
-		return 0, wrap(err)
-	}
-	if b.hot != nil {
-		// Over-forgetting is a harmless cold start; a stale ring that hides
-		// the re-consume until the next floor is the real danger. Only this
-		// tenant's rings: group names are shared across tenants.
-		b.hot.DropGroup(tenant, queue, group)
-	}
-	if queue != "" {
-		b.gates.notify(queueKey(tenant, queue))
-	}
-	return n, nil
-}
-
-// Seek moves the group's cursors on a queue and wakes its parked pops, since
-// a backwards seek makes messages deliverable again.
-func (b *Broker) Seek(ctx context.Context, tenant, group, queue string, toEnd bool, ts *time.Time) (int, error) {
-	n, err := b.db.Seek(ctx, tenant, group, queue, toEnd, ts)
-	if err != nil {
-		return 0, wrap(err)
-	}
-	if b.hot != nil {
-		// A backwards seek makes partitions pending that the ring cleared:
-		// re-derive the ring now rather than at the next floor.
-		if r := b.hot.Lookup(queueKey(tenant, queue), group); r != nil {
-			if w := b.hot.BeginReseed(r, time.Now(), true); w != nil {
-				if err := b.reseed(ctx, w); err != nil {
-					return n, wrap(err)
-				}
-			}
-		}
-	}
-	b.gates.notify(queueKey(tenant, queue))
-	return n, nil
 }

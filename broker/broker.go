@@ -255,19 +255,7 @@ func (b *Broker) Stats() *Stats { return &b.stats }
 // Parked returns the number of long-polls parked right now.
 func (b *Broker) Parked() int { return b.gates.parked() }
 
-// wrap classifies a storage error for the API: unreachable PostgreSQL
-// becomes ErrUnavailable (503), the rest stays an internal error (500).
-func wrap(err error) error {
-	if err == nil {
-		return nil
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, ErrUnavailable) {
-		return err
-	}
-	if pg.IsUnavailable(err) {
-		return fmt.Errorf("%w: %v", ErrUnavailable, err)
-	}
-	return err
-}
+// wrap marks an unreachable database with ErrUnavailable (pg.MarkUnavailable).
+func wrap(err error) error { return pg.MarkUnavailable(err) }
 
 func queueKey(tenant, queue string) hotlist.Key { return hotlist.KeyOf(tenant, queue) }

@@ -26,6 +26,18 @@ var ErrDLQSuperseded = pg.ErrDLQSuperseded
 // overtake the buffered pushes (docs/api.md, "Maintenance modes"); 503.
 var ErrDLQRetryPushMaintenance = fmt.Errorf("%w: dead-letter retries are refused until it is off and this node's buffer is replayed; retry later", ErrMaintenanceRefused)
 
+// ErrNotFound: the tenant has no such dead letter (404). It is pg's, so
+// package reads returns the same value for its reads.
+var ErrNotFound = pg.ErrNotFound
+
+// notFound answers pg's not-found as the bare ErrNotFound, and wraps the rest.
+func notFound(err error) error {
+	if errors.Is(err, pg.ErrNotFound) {
+		return ErrNotFound
+	}
+	return wrap(err)
+}
+
 // DLQRetried is the copy a dead-letter retry appended.
 type DLQRetried = pg.DLQRetried
 
@@ -52,12 +64,4 @@ func (b *Broker) RetryDeadLetter(ctx context.Context, tenant, partitionID, txid,
 	b.afterPush(tenant, []PushResult{{Status: protocol.PushQueued, TransactionID: r.TxID, MessageID: id.String(),
 		PartitionID: partitionID, Queue: r.Queue, partition: r.Partition}}, hotlist.SourceLocal)
 	return r, nil
-}
-
-// DropDeadLetter deletes the group's dead-letter entries of the message and
-// returns how many, superseded ones included; ErrNotFound when the tenant
-// has no such entry.
-func (b *Broker) DropDeadLetter(ctx context.Context, tenant, partitionID, txid, group string) (int, error) {
-	n, err := b.db.DropDeadLetter(ctx, tenant, partitionID, txid, group)
-	return n, notFound(err)
 }

@@ -15,6 +15,7 @@ import (
 
 	"queen-node/broker"
 	"queen-node/internal/pgtest"
+	"queen-node/reads"
 )
 
 // newBroker starts a broker on a fresh database, closed with the test.
@@ -159,7 +160,7 @@ func TestGoAPIFailedAckRetriesThenDeadLetters(t *testing.T) {
 	if err != nil || pr == nil || len(pr.Messages) != 1 || pr.Messages[0].TransactionID != "y" {
 		t.Fatalf("after the DLQ: %+v, %v", pr, err)
 	}
-	page, err := b.ListDLQ(ctx, "t", broker.DLQQuery{Queue: "r", Limit: 10})
+	page, err := reads.New(b.Store(), "n", b, nil).ListDLQ(ctx, "t", reads.DLQQuery{Queue: "r", Limit: 10})
 	if err != nil || page.Total != 1 || len(page.Entries) != 1 || page.Truncated {
 		t.Fatalf("dlq: %+v, %v", page, err)
 	}

@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/google/uuid"
-
 	"queen-node/hotlist"
 	"queen-node/pg"
 	"queen-node/protocol"
@@ -18,47 +16,17 @@ import (
 // Streams: the server side of Queen's stream processors (docs/api.md,
 // "Streams"). A query's state lives in PostgreSQL per (query, source
 // partition); a cycle commits state operations, sink pushes and the source
-// ack in one transaction, which is what makes the state exactly-once.
-
-// MaxStreamStateRows bounds one state read: the client cannot page, so a
-// partition holding more is refused rather than answered in pieces.
-const MaxStreamStateRows = 100000
+// ack in one transaction, which is what makes the state exactly-once. The
+// registration and the state read are package reads'.
 
 // ErrStreamNotFound: the query id is not the tenant's, or the partition is
 // not one of its source queue's.
 var ErrStreamNotFound = pg.ErrStreamNotFound
 
-// ErrStreamConfigMismatch: a registration's config hash differs from the
-// stored one and reset was not asked for.
-var ErrStreamConfigMismatch = errors.New("config_hash differs from the registered query's; register with reset=true to wipe its state and accept the new configuration")
-
-// ErrStreamStateTooLarge: a state read matched more than MaxStreamStateRows.
-var ErrStreamStateTooLarge = fmt.Errorf("more than %d state rows match; narrow the read with key_prefix or ripe_at_or_before", MaxStreamStateRows)
-
-// ErrStreamStateTooManyBytes: a state read's answer would pass its byte
-// bound; nothing is answered (the client cannot page, docs/api.md
-// "Read answers").
-var ErrStreamStateTooManyBytes = errors.New("the matching state rows pass the answer's byte bound; narrow the read with key_prefix or ripe_at_or_before")
-
 // ErrStreamPushMaintenance: a cycle with sink pushes while pushes are
 // buffered (push maintenance, or a replay not finished); answered 503,
 // which the stream client retries.
 var ErrStreamPushMaintenance = fmt.Errorf("%w: cycles with push_items are refused until it is off and this node's buffer is replayed; retry later", ErrMaintenanceRefused)
-
-// StreamQuery is a registration.
-type StreamQuery = pg.StreamQuery
-
-// StreamRegistration answers a registration.
-type StreamRegistration struct {
-	QueryID      string
-	Fresh, Reset bool
-}
-
-// StreamStateFilter narrows a state read.
-type StreamStateFilter = pg.StreamStateFilter
-
-// StreamStateRow is one state entry; Value is the stored JSON text.
-type StreamStateRow = pg.StreamStateRow
 
 // StreamStateOp is one state operation of a cycle.
 type StreamStateOp struct {
@@ -90,40 +58,6 @@ type StreamCycleResult struct {
 	Error   string
 	Acked   int // source messages acknowledged
 	Pushed  int // sink messages stored
-}
-
-// RegisterStreamQuery creates or finds the tenant's query by name.
-func (b *Broker) RegisterStreamQuery(ctx context.Context, tenant string, q StreamQuery) (StreamRegistration, error) {
-	reg, err := b.db.RegisterStreamQuery(ctx, tenant, uuid.NewString(), q)
-	if err != nil {
-		return StreamRegistration{}, wrap(err)
-	}
-	if reg.Mismatch {
-		return StreamRegistration{}, ErrStreamConfigMismatch
-	}
-	if reg.Fresh || reg.Reset {
-		b.log.Named("streams").Info("stream query registered", "tenant", tenant, "name", q.Name,
-			"query_id", reg.ID, "fresh", reg.Fresh, "reset", reg.Reset)
-	}
-	return StreamRegistration{QueryID: reg.ID, Fresh: reg.Fresh, Reset: reg.Reset}, nil
-}
-
-// StreamState reads the state rows of (query, partition) that pass f: all
-// of them, or ErrStreamStateTooLarge past MaxStreamStateRows and
-// ErrStreamStateTooManyBytes past about maxBytes of answer (0 = no bound).
-func (b *Broker) StreamState(ctx context.Context, tenant, queryID, partitionID string, f StreamStateFilter, maxBytes int64) ([]StreamStateRow, error) {
-	rows, err := b.db.StreamState(ctx, tenant, queryID, partitionID, f, MaxStreamStateRows, maxBytes)
-	switch {
-	case errors.Is(err, pg.ErrStreamNotFound):
-		return nil, err
-	case errors.Is(err, pg.ErrStreamStateRows):
-		return nil, ErrStreamStateTooLarge
-	case errors.Is(err, pg.ErrStreamStateBytes):
-		return nil, ErrStreamStateTooManyBytes
-	case err != nil:
-		return nil, wrap(err)
-	}
-	return rows, nil
 }
 
 // streamRefusal is a cycle that must apply nothing.

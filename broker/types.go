@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"queen-node/pg"
 	"queen-node/protocol"
 )
 
@@ -183,47 +184,11 @@ type TxResult struct {
 	Results       []TxOpResult
 }
 
-// DLQQuery filters GET /api/v1/dlq.
-type DLQQuery struct {
-	Queue     string
-	Group     string
-	Partition string
-	From, To  *time.Time
-	Limit     int
-	Offset    int
-	MaxBytes  int64 // about this much answer at most (0 = no bound); the first entry always comes
-}
-
-// DLQPage is a page of dead letters. Total counts every match; Truncated
-// says MaxBytes stopped the page before Limit: more entries follow at
-// Offset + len(Entries).
-type DLQPage struct {
-	Entries   []DLQEntry
-	Total     int
-	Truncated bool
-}
-
-// DLQEntry is one dead-lettered message.
-type DLQEntry struct {
-	ID            string
-	TransactionID string
-	PartitionID   string
-	Queue         string
-	Partition     string
-	ConsumerGroup string
-	ErrorMessage  string
-	RetryCount    int
-	Data          json.RawMessage
-	ProducerSub   *string
-	CreatedAt     time.Time
-	FailedAt      time.Time
-	Superseded    bool // a seek or a group delete took it back: drop only, no retry
-}
-
 // ErrQueueDeleted refuses a push whose queue kept being deleted while it
 // was written: nothing was stored and the client may retry (the API answers
 // 409; docs/api.md, "queue delete").
 var ErrQueueDeleted = errors.New("queue deleted during the push; nothing was stored, retry")
 
-// ErrUnavailable wraps storage failures caused by PostgreSQL being unreachable.
-var ErrUnavailable = errors.New("database unavailable")
+// ErrUnavailable wraps storage failures caused by PostgreSQL being
+// unreachable; it is pg's, so package reads returns the same value.
+var ErrUnavailable = pg.ErrUnavailable

@@ -1,5 +1,5 @@
 // Package node is the composition root of queen-node: it assembles one
-// broker node from its packages (pg through broker, api, mesh) and takes it
+// broker node from its packages (pg through broker, reads, api, mesh) and takes it
 // apart again in order. cmd/queen-node maps QUEEN_* settings onto Config and
 // calls Start; in-process tests (internal/nodetest) do the same.
 package node
@@ -20,6 +20,7 @@ import (
 	"queen-node/broker"
 	"queen-node/dashboard"
 	"queen-node/mesh"
+	"queen-node/reads"
 	"queen-node/retention"
 	"queen-node/stats"
 )
@@ -31,6 +32,7 @@ type Node struct {
 	log      hclog.Logger
 	addr     string
 	broker   *broker.Broker
+	reads    *reads.Service
 	api      *api.Server
 	http     *http.Server
 	mesh     *mesh.Mesh // nil with the mesh off
@@ -78,8 +80,8 @@ func Start(ctx context.Context, cfg Config, logger hclog.Logger) (*Node, error) 
 	if authn != nil {
 		acfg.Auth = authn.Authenticate
 	}
-	late := &lateBroker{}
-	srv := api.New(late, acfg, logger.Named("api"))
+	late, lateR := &lateBroker{}, &lateReads{}
+	srv := api.New(late, lateR, acfg, logger.Named("api"))
 	gate := newStartGate(srv.Handler(), cfg.Version)
 	// Header, body and idle timeouts and the connection cap (api/conn.go);
 	// no ReadTimeout/WriteTimeout: long-polls legitimately hold a request
@@ -101,6 +103,10 @@ func Start(ctx context.Context, cfg Config, logger hclog.Logger) (*Node, error) 
 		return nil, fmt.Errorf("start broker: %w", err)
 	}
 	late.Broker = b
+	// The reads share the broker's pool and tell it of the admin writes
+	// that wake parked pops (reads.Waker).
+	rd := reads.New(b.Store(), cfg.Broker.NodeName, b, logger.Named("reads"))
+	lateR.Reads = rd
 
 	rcfg := cfg.Retention
 	rcfg.Node = cfg.Broker.NodeName
@@ -129,7 +135,7 @@ func Start(ctx context.Context, cfg Config, logger hclog.Logger) (*Node, error) 
 	srv.Handle("GET /{$}", dashboard.Handler())
 	srv.Handle("GET /assets/", dashboard.Handler())
 
-	n := &Node{cfg: cfg, log: logger, addr: addr, broker: b, api: srv, http: httpSrv, serveErr: serveErr, retention: ret}
+	n := &Node{cfg: cfg, log: logger, addr: addr, broker: b, reads: rd, api: srv, http: httpSrv, serveErr: serveErr, retention: ret}
 	n.sampler = stats.New(cfg.Stats, b, logger.Named("stats"))
 	n.sampler.Start()
 	gate.open()
@@ -212,6 +218,10 @@ func (n *Node) URL() string { return "http://" + n.addr }
 
 // Broker is the node's core (tests drive it directly).
 func (n *Node) Broker() *broker.Broker { return n.broker }
+
+// Reads returns the node's read side (resources, messages, analytics,
+// traces, dead letters, stream state).
+func (n *Node) Reads() *reads.Service { return n.reads }
 
 // Sampler is the node's stats sampler (tests call SampleNow).
 func (n *Node) Sampler() *stats.Sampler { return n.sampler }

@@ -15,6 +15,9 @@ import (
 // bound, and the broker, connected later, is set before startGate opens.
 type lateBroker struct{ api.Broker }
 
+// lateReads is the api.Reads of the same server, set with the broker.
+type lateReads struct{ api.Reads }
+
 // startGate is the HTTP handler of a node that is starting: until open,
 // /health answers api.StartingHandler's 503 with the last connect error at
 // once, and every other request waits for the API up to startWait, then

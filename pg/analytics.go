@@ -1,7 +1,7 @@
 package pg
 
 // Samples for the status and analytics reads (package stats writes them,
-// broker/analytics.go reads them; docs/api.md, "Status and analytics").
+// reads/analytics.go reads them; docs/api.md, "Status and analytics").
 // No statement here reads queen.messages beyond a primary-key probe per
 // partition: queue figures come from partitions.last_offset watermarks and
 // consumers.committed_offset cursors.

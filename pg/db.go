@@ -143,6 +143,27 @@ func (db *DB) InTx(ctx context.Context, fn func(*Tx) error) error {
 	return nil
 }
 
+// ErrUnavailable marks an error caused by PostgreSQL being unreachable
+// (MarkUnavailable): the callers of pg (broker, reads) return it so the
+// API answers 503 whichever of them failed.
+var ErrUnavailable = errors.New("database unavailable")
+
+// MarkUnavailable wraps err with ErrUnavailable when IsUnavailable says so;
+// a cancellation, an error already marked and any other error are returned
+// as they are.
+func MarkUnavailable(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, ErrUnavailable) {
+		return err
+	}
+	if IsUnavailable(err) {
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	return err
+}
+
 // IsUnavailable tells whether err means PostgreSQL could not be reached (as
 // opposed to a statement failing), so callers can answer 503.
 func IsUnavailable(err error) bool {

@@ -41,8 +41,8 @@ type Output struct {
 
 // RawCeilings are the --raw figures of the same run.
 type RawCeilings struct {
-	Insert pg.CeilingResult `json:"insert"`
-	Claim  pg.CeilingResult `json:"claim"`
+	Insert bench.CeilingResult `json:"insert"`
+	Claim  bench.CeilingResult `json:"claim"`
 	// Fractions of the ceilings reached by the node run.
 	PushOfInsert   float64 `json:"push_of_insert"`
 	DeliverOfClaim float64 `json:"deliver_of_claim"`
@@ -200,12 +200,12 @@ func measureRaw(ctx context.Context, url string, cfg bench.Config, conns, worker
 		workers = cfg.Consumers
 	}
 	fmt.Fprintf(os.Stderr, "queen-bench: raw INSERT ceiling, %d connections, %s\n", conns, d)
-	ins, err := pg.RawInsertCeiling(ctx, pg.CeilingOptions{URL: url, Conns: conns, PayloadBytes: cfg.PayloadBytes, Duration: d})
+	ins, err := bench.RawInsertCeiling(ctx, bench.CeilingOptions{URL: url, Conns: conns, PayloadBytes: cfg.PayloadBytes, Duration: d})
 	if err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(os.Stderr, "queen-bench: raw claim ceiling, %d workers, %d rows, up to %s\n", workers, claimRows, d)
-	cl, err := pg.RawClaimCeiling(ctx, pg.CeilingOptions{URL: url, Conns: workers, PayloadBytes: cfg.PayloadBytes, Duration: d, ClaimRows: claimRows})
+	cl, err := bench.RawClaimCeiling(ctx, bench.CeilingOptions{URL: url, Conns: workers, PayloadBytes: cfg.PayloadBytes, Duration: d, ClaimRows: claimRows})
 	if err != nil {
 		return nil, err
 	}

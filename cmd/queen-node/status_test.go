@@ -28,7 +28,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 func liveNode(t *testing.T) string {
 	t.Helper()
 	n := nodetest.Start(t)
-	srv := api.New(n.Broker, api.DefaultConfig(), nil)
+	srv := api.New(n.Broker, n.Reads, api.DefaultConfig(), nil)
 	ts := httptest.NewUnstartedServer(srv.Handler())
 	addr := ts.Listener.Addr().String()
 	srv.Handle("GET /status", srv.StatusHandler(n.Broker, addr))

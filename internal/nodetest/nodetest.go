@@ -23,6 +23,7 @@ import (
 	"queen-node/internal/pgtest"
 	"queen-node/mesh"
 	"queen-node/node"
+	"queen-node/reads"
 )
 
 // stopGrace bounds a test node's graceful stop.
@@ -33,6 +34,7 @@ type Node struct {
 	URL    string
 	DBURL  string
 	Broker *broker.Broker
+	Reads  *reads.Service
 	Mesh   *mesh.Mesh // set by StartCluster
 	Node   *node.Node
 }
@@ -119,7 +121,7 @@ func tryStart(t testing.TB, dbURL, name string, mc *mesh.Config, opts []Option, 
 		defer cancel()
 		_ = nd.Stop(ctx)
 	})
-	return &Node{URL: nd.URL(), DBURL: dbURL, Broker: nd.Broker(), Mesh: nd.Mesh(), Node: nd}, nil
+	return &Node{URL: nd.URL(), DBURL: dbURL, Broker: nd.Broker(), Reads: nd.Reads(), Mesh: nd.Mesh(), Node: nd}, nil
 }
 
 // Response is an HTTP answer.

@@ -42,10 +42,10 @@ func (r *Report) addRun(run *LoadRun) {
 // RunIDs are the recorded runs in the order they ran.
 func (r *Report) RunIDs() []string { return r.Order }
 
-// Raw are the two PostgreSQL ceilings of the run (pg/ceiling.go).
+// Raw are the two PostgreSQL ceilings of the run (internal/bench/ceiling.go).
 type Raw struct {
-	Insert pg.CeilingResult `json:"insert"`
-	Claim  pg.CeilingResult `json:"claim"`
+	Insert bench.CeilingResult `json:"insert"`
+	Claim  bench.CeilingResult `json:"claim"`
 }
 
 // LoadRun is one queen-bench engine run.

@@ -82,7 +82,7 @@ func renderThroughput(w writer, r *Report) {
 	p := r.Plan
 	w("## 1. Throughput\n\n")
 	if r.Raw != nil {
-		w("Raw ceilings of this server, measured first on the idle server (`pg/ceiling.go`): plain `INSERT`\n")
+		w("Raw ceilings of this server, measured first on the idle server (`internal/bench/ceiling.go`): plain `INSERT`\n")
 		w("of 100 rows per transaction, %d connections: **%s rows/s**; plain `FOR UPDATE SKIP LOCKED` claim\n",
 			r.Raw.Insert.Conns, num(r.Raw.Insert.PerSec))
 		w("+ read <= 100 + cursor commit, %d workers: **%s rows/s**.\n\n", r.Raw.Claim.Conns, num(r.Raw.Claim.PerSec))

@@ -133,12 +133,12 @@ func (s *suite) fail(format string, a ...any) {
 func (s *suite) raw(ctx context.Context) error {
 	p := s.rep.Plan
 	s.log.Info("raw INSERT ceiling", "conns", bench.ProducersDefault, "duration", p.RawDuration)
-	ins, err := pg.RawInsertCeiling(ctx, pg.CeilingOptions{URL: s.dbURL, Conns: bench.ProducersDefault, PayloadBytes: bench.PayloadDefault, Duration: p.RawDuration})
+	ins, err := bench.RawInsertCeiling(ctx, bench.CeilingOptions{URL: s.dbURL, Conns: bench.ProducersDefault, PayloadBytes: bench.PayloadDefault, Duration: p.RawDuration})
 	if err != nil {
 		return fmt.Errorf("raw insert: %w", err)
 	}
 	s.log.Info("raw claim ceiling", "workers", bench.ConsumersDefault, "rows", p.RawClaimRows)
-	cl, err := pg.RawClaimCeiling(ctx, pg.CeilingOptions{URL: s.dbURL, Conns: bench.ConsumersDefault, PayloadBytes: bench.PayloadDefault,
+	cl, err := bench.RawClaimCeiling(ctx, bench.CeilingOptions{URL: s.dbURL, Conns: bench.ConsumersDefault, PayloadBytes: bench.PayloadDefault,
 		Duration: p.RawDuration, ClaimRows: p.RawClaimRows})
 	if err != nil {
 		return fmt.Errorf("raw claim: %w", err)
@@ -211,10 +211,10 @@ type runJSON struct {
 }
 
 type rawJSON struct {
-	Insert         pg.CeilingResult `json:"insert"`
-	Claim          pg.CeilingResult `json:"claim"`
-	PushOfInsert   float64          `json:"push_of_insert"`
-	DeliverOfClaim float64          `json:"deliver_of_claim"`
+	Insert         bench.CeilingResult `json:"insert"`
+	Claim          bench.CeilingResult `json:"claim"`
+	PushOfInsert   float64             `json:"push_of_insert"`
+	DeliverOfClaim float64             `json:"deliver_of_claim"`
 }
 
 type suiteJSON struct {

@@ -93,7 +93,7 @@ func fakeReport() *Report {
 	r := &Report{Started: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), Elapsed: 3 * time.Minute, Command: "queen-bench suite --quick",
 		Note: "noisy", Commit: "abc123", Machine: Machine{CPUs: 2, CPUModel: "Xeon", MemoryMB: 2048, Kernel: "6.1"},
 		PGVersion: "PostgreSQL 15", PGSettings: []pg.ServerSetting{{Name: "fsync", Value: "on"}}, Plan: p,
-		Raw:  &Raw{Insert: pg.CeilingResult{PerSec: 100000, Conns: 4}, Claim: pg.CeilingResult{PerSec: 200000, Conns: 8}},
+		Raw:  &Raw{Insert: bench.CeilingResult{PerSec: 100000, Conns: 4}, Claim: bench.CeilingResult{PerSec: 200000, Conns: 8}},
 		Idle: map[string]*IdleCost{}, SVG: "bench-growth.svg"}
 	for _, n := range p.NodeSeries() {
 		r.addRun(fakeRun(throughputID(n, Workload{Partitions: 100}), n, 10000*float64(n), 20))

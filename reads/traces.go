@@ -1,4 +1,4 @@
-package broker
+package reads
 
 import (
 	"context"
@@ -38,10 +38,10 @@ type TraceName struct {
 // RecordTrace stores a trace of the tenant's message; found is false when
 // the tenant has no message with that partition and transaction id. The
 // recording node's name is stored as the trace's worker id.
-func (b *Broker) RecordTrace(ctx context.Context, tenant string, req TraceRequest) (id string, found bool, err error) {
-	id, found, err = b.db.RecordTrace(ctx, tenant, pg.TraceInsert{
+func (s *Service) RecordTrace(ctx context.Context, tenant string, req TraceRequest) (id string, found bool, err error) {
+	id, found, err = s.db.RecordTrace(ctx, tenant, pg.TraceInsert{
 		PartitionID: req.PartitionID, TransactionID: req.TransactionID, Group: req.ConsumerGroup,
-		EventType: req.EventType, Data: req.Data, Names: req.Names, Worker: b.cfg.NodeName,
+		EventType: req.EventType, Data: req.Data, Names: req.Names, Worker: s.node,
 	})
 	return id, found, wrap(err)
 }
@@ -60,8 +60,8 @@ type TracePage struct {
 }
 
 // MessageTraces returns a page of the traces of the tenant's message, oldest first.
-func (b *Broker) MessageTraces(ctx context.Context, tenant, partitionID, transactionID string, p ReadPage) (TracePage, error) {
-	page, err := b.db.MessageTraces(ctx, tenant, partitionID, transactionID, p)
+func (s *Service) MessageTraces(ctx context.Context, tenant, partitionID, transactionID string, p ReadPage) (TracePage, error) {
+	page, err := s.db.MessageTraces(ctx, tenant, partitionID, transactionID, p)
 	if err != nil {
 		return TracePage{}, wrap(err)
 	}
@@ -70,8 +70,8 @@ func (b *Broker) MessageTraces(ctx context.Context, tenant, partitionID, transac
 
 // TracesByName returns a page of the tenant's traces carrying name, oldest
 // first, with their total count.
-func (b *Broker) TracesByName(ctx context.Context, tenant, name string, p ReadPage) (TracePage, error) {
-	page, err := b.db.TracesByName(ctx, tenant, name, p)
+func (s *Service) TracesByName(ctx context.Context, tenant, name string, p ReadPage) (TracePage, error) {
+	page, err := s.db.TracesByName(ctx, tenant, name, p)
 	if err != nil {
 		return TracePage{}, wrap(err)
 	}
@@ -80,8 +80,8 @@ func (b *Broker) TracesByName(ctx context.Context, tenant, name string, p ReadPa
 
 // TraceNames returns a page of the tenant's trace names, most recently seen
 // first, with the number of names.
-func (b *Broker) TraceNames(ctx context.Context, tenant string, limit, offset int) ([]TraceName, int64, error) {
-	rows, total, err := b.db.TraceNames(ctx, tenant, limit, offset)
+func (s *Service) TraceNames(ctx context.Context, tenant string, limit, offset int) ([]TraceName, int64, error) {
+	rows, total, err := s.db.TraceNames(ctx, tenant, limit, offset)
 	if err != nil {
 		return nil, 0, wrap(err)
 	}
