@@ -410,28 +410,35 @@ func (m *Mesh) joinLoop(selfAddr string) {
 // peer: at once when hints arrive on an idle mesh (a fixed cadence made
 // every cross-node wake wait half of it on average), and at most once per
 // FlushInterval under load, so that hints still coalesce into few frames.
-// The ticker is a backstop that also reports coalescer overflow.
+// It runs only when kicked: every Enqueue kicks (an overflow of the set
+// too), and a flush that left hints behind (more than one flush's worth)
+// goes again. No ticker: an idle node is not woken for nothing.
 func (m *Mesh) flushLoop() {
 	defer m.wg.Done()
-	t := time.NewTicker(m.cfg.FlushInterval)
-	defer t.Stop()
 	var last time.Time
 	for {
 		select {
 		case <-m.stop:
 			return
 		case <-m.kick:
-		case <-t.C:
 		}
-		if wait := m.cfg.FlushInterval - time.Since(last); wait > 0 {
-			select {
-			case <-m.stop:
-				return
-			case <-time.After(wait):
+		for {
+			if wait := m.cfg.FlushInterval - time.Since(last); wait > 0 {
+				select {
+				case <-m.stop:
+					return
+				case <-time.After(wait):
+				}
 			}
-		}
-		if m.flush() {
-			last = time.Now()
+			if m.flush() {
+				last = time.Now()
+			}
+			m.setMu.Lock()
+			more := m.set.Len() > 0
+			m.setMu.Unlock()
+			if !more {
+				break
+			}
 		}
 	}
 }
