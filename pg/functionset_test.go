@@ -22,6 +22,7 @@ var functionSets = []struct {
 }{
 	{1, "de18578be296bf84af20e5a45aec0904f3629cffa60c5fb88e3cc1f099f5dbdd"}, // the files as of a331f8c, the last release without the number
 	{2, "570f99b4df157216c84d82012b8c2e61ba9a1df8097310bf78df40b234072ff8"}, // 20_pop.sql: the pop_v1 DROP explained against the renaming rule
+	{3, "49f90f95894b4772e871f2c79c8c9c6f472ab951413a7e649d96131b324e25e9"}, // flat results: push_v4, pop_v3, ack_v2, dlq_retry_v2; 00_constants.sql
 }
 
 // The function files cannot change without FunctionSet changing: a node

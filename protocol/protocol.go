@@ -153,3 +153,22 @@ const (
 
 // MemberStates lists every state, in the order of the status contract.
 var MemberStates = []MemberState{MemberAlive, MemberSuspect, MemberDead, MemberLeft}
+
+// Numbers that Go and the SQL functions both use. The SQL writes each once,
+// as an inlined IMMUTABLE function of pg/sql/functions/00_constants.sql
+// (named beside each constant); pg/protocol_test.go (TestSQLNumbers) ties
+// the two and refuses the bare number anywhere else in the SQL.
+const (
+	// DefaultLeaseSeconds is the lease of a queue whose leaseTime is 0
+	// (queen.default_lease_seconds()) and the length of a lease extension
+	// that names no seconds (docs/api.md, "Semantics").
+	DefaultLeaseSeconds = 60
+	// RowEnvelopeBytes is what a row's keys, ids and times add to its
+	// values in a JSON answer: pops and reads count it per row against
+	// their byte bounds and write deadlines (queen.row_envelope_bytes()).
+	RowEnvelopeBytes = 400
+	// MaxAckedPastGap bounds the completed acks one (partition, group)
+	// remembers past an unresolved message (consumers.acked); past it an
+	// ack item is refused (queen.max_acked_past_gap(); docs/api.md, "Acks").
+	MaxAckedPastGap = 100000
+)
