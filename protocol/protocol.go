@@ -20,8 +20,9 @@ const (
 	PushQueued    PushStatus = "queued"    // appended
 	PushDuplicate PushStatus = "duplicate" // the partition already holds this transaction id
 	PushFailed    PushStatus = "failed"    // not stored; the item carries an error
-	// PushMissing is push_v3's internal answer "a queue or partition does
-	// not exist yet"; it never reaches a client.
+	// PushMissing is push_v3's sentinel row "a queue or partition does not
+	// exist yet" (push_v3 stays for the previous release; push_v4 answers
+	// a count, o_missing, instead); it never reaches a client.
 	PushMissing PushStatus = "missing"
 )
 

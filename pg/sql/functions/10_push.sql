@@ -91,6 +91,11 @@ BEGIN
 END;
 $$;
 
+-- queen.push_v3 is queen.push_v4 with the previous release's answer: one
+-- row per item (o_idx, o_status, o_mid, o_pid), or the single sentinel row
+-- (o_idx -1, 'missing') when a queue or partition does not exist. It stays
+-- for nodes of the previous release during a rolling upgrade.
+--
 -- queen.push_v3 appends a batch in one round trip. The caller removes
 -- in-batch duplicates and numbers each item within its partition (p_seqs,
 -- 1..n). It locks the touched partitions in id order, which serialises
@@ -253,5 +258,180 @@ BEGIN
            c.pid
     FROM checked c
     ORDER BY c.ord;
+END;
+$$;
+
+-- queen.push_v4 appends a batch in one round trip, as queen.push_v3 does,
+-- and answers one row whose columns each mean one thing:
+--   o_missing   how many of the distinct (queue, partition) pairs named do
+--               not exist; when it is not 0 nothing was written and the
+--               arrays are empty: the caller creates them with
+--               queen.ensure_partitions_v1 and calls again;
+--   o_statuses  per input item, in input order: 'queued' or 'duplicate';
+--   o_mids      per item: the stored message's id (a duplicate's is the one
+--               stored before);
+--   o_pids      per item: its partition's id.
+-- The caller removes in-batch duplicates and numbers each item within its
+-- partition (p_seqs, 1..n). It locks the touched partitions in id order,
+-- which serialises offset allocation: offsets increase in commit order.
+-- The duplicate check runs under the locks; a duplicate takes no offset, so
+-- pushes leave no holes (deletes and retention can, and readers tolerate
+-- them).
+CREATE OR REPLACE FUNCTION queen.push_v4(
+    p_tenant     text,
+    p_queues     text[],
+    p_partitions text[],
+    p_seqs       int[],
+    p_txids      text[],
+    p_ids        uuid[],
+    p_traces     uuid[],
+    p_payloads   text[],
+    p_subs       text[],
+    OUT o_missing  int,
+    OUT o_statuses text[],
+    OUT o_mids     uuid[],
+    OUT o_pids     uuid[])
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_want  int;
+    v_qns   text[];
+    v_pns   text[];
+    v_pids  uuid[];
+    v_bases bigint[];
+    v_fast  boolean := false;
+    -- The fast path below is a subtransaction. Only when this call is its
+    -- transaction's first writer (an autocommit push or combined flush): a
+    -- transaction request may push thousands of times in one transaction,
+    -- and past 64 subtransactions PostgreSQL's snapshots, everyone's, have
+    -- to look them up in pg_subtrans.
+    v_first boolean := pg_current_xact_id_if_assigned() IS NULL;
+BEGIN
+    -- The same statement as queen.lock_partitions_v1, inline so that
+    -- PL/pgSQL caches its plan, and counting the distinct pairs asked for
+    -- in the same statement (one executor start fewer per push).
+    SELECT array_agg(l.qn), array_agg(l.pn), array_agg(l.pid), array_agg(l.base),
+           (SELECT count(*) FROM (SELECT DISTINCT t.qn, t.pn FROM unnest(p_queues, p_partitions) AS t(qn, pn)) d)
+    INTO v_qns, v_pns, v_pids, v_bases, v_want
+    FROM (SELECT s.qn, s.pn, p.id AS pid, p.last_offset AS base
+          FROM (SELECT DISTINCT t.qn, t.pn FROM unnest(p_queues, p_partitions) AS t(qn, pn)) s
+          JOIN queen.queues q ON q.tenant = p_tenant AND q.name = s.qn
+          JOIN queen.partitions p ON p.queue_id = q.id AND p.name = s.pn
+          ORDER BY p.id
+          FOR NO KEY UPDATE OF p) l;
+
+    o_missing := v_want - COALESCE(array_length(v_pids, 1), 0);
+    o_statuses := '{}'; o_mids := '{}'; o_pids := '{}';
+    IF o_missing > 0 THEN
+        RETURN;
+    END IF;
+
+    -- Partitions are named by the ids locked above, never looked up again:
+    -- a later statement's snapshot may no longer see a queue that a
+    -- concurrent delete detached meanwhile.
+    --
+    -- First the common case, no duplicate: the caller numbered each item
+    -- within its partition (p_seqs), so its offset is base + seq, and the
+    -- unique index on (partition, transaction id) is the duplicate check
+    -- (its insert descends the index anyway; a probe before it was a second
+    -- descent per message, about half of this statement). A duplicate
+    -- raises unique_violation, which rolls back this block's
+    -- subtransaction, and the probing statement below decides instead.
+    IF v_first THEN BEGIN
+        WITH items AS (
+            SELECT i.qn, i.pn, i.seq, i.txid, i.mid, i.trace, i.payload, i.sub
+            FROM unnest(p_queues, p_partitions, p_seqs, p_txids, p_ids, p_traces, p_payloads, p_subs)
+                 AS i(qn, pn, seq, txid, mid, trace, payload, sub)
+        ),
+        parts AS (
+            SELECT l.pid AS id, l.qn, l.pn, l.base
+            FROM unnest(v_qns, v_pns, v_pids, v_bases) AS l(qn, pn, pid, base)
+        ),
+        placed AS (
+            SELECT parts.id AS pid, parts.base + it.seq AS off, it.*
+            FROM items it JOIN parts ON parts.qn = it.qn AND parts.pn = it.pn
+        ),
+        upd AS (
+            UPDATE queen.partitions p
+            SET last_offset = f.top, last_write_at = clock_timestamp()
+            FROM (SELECT pl.pid, max(pl.off) AS top FROM placed pl GROUP BY pl.pid) f
+            WHERE p.id = f.pid
+            RETURNING 1
+        ),
+        ins AS (
+            INSERT INTO queen.messages (partition_id, off, id, transaction_id, trace_id, payload, producer_sub, created_at)
+            SELECT pl.pid, pl.off, pl.mid, pl.txid, pl.trace, pl.payload::json, pl.sub, clock_timestamp()
+            FROM placed pl
+            ORDER BY pl.pid, pl.off
+            RETURNING 1
+        )
+        SELECT count(*) INTO v_want FROM ins;
+        v_fast := true;
+    EXCEPTION WHEN unique_violation THEN
+        NULL; -- a duplicate (or a concurrent push of the same id): probe below
+    END; END IF;
+    IF v_fast THEN
+        -- Answered from the inputs, after the block: values set inside it
+        -- would stay set had it rolled back.
+        SELECT array_agg('queued'::text ORDER BY i.ord), array_agg(i.mid ORDER BY i.ord),
+               array_agg(l.pid ORDER BY i.ord)
+        INTO o_statuses, o_mids, o_pids
+        FROM unnest(p_queues, p_partitions, p_ids) WITH ORDINALITY AS i(qn, pn, mid, ord)
+        JOIN unnest(v_qns, v_pns, v_pids) AS l(qn, pn, pid) ON l.qn = i.qn AND l.pn = i.pn;
+        o_statuses := COALESCE(o_statuses, '{}'); o_mids := COALESCE(o_mids, '{}'); o_pids := COALESCE(o_pids, '{}');
+        RETURN;
+    END IF;
+
+    WITH items AS (
+        SELECT i.ord::int AS ord, i.qn, i.pn, i.seq, i.txid, i.mid, i.trace, i.payload, i.sub
+        FROM unnest(p_queues, p_partitions, p_seqs, p_txids, p_ids, p_traces, p_payloads, p_subs)
+             WITH ORDINALITY AS i(qn, pn, seq, txid, mid, trace, payload, sub, ord)
+    ),
+    parts AS (
+        SELECT l.pid AS id, l.qn, l.pn, l.base
+        FROM unnest(v_qns, v_pns, v_pids, v_bases) AS l(qn, pn, pid, base)
+    ),
+    -- Duplicates by index probe (a LATERAL LIMIT 1 keeps the planner from a
+    -- merge anti-join that reads the whole partition while its statistics
+    -- are young). The partition locks make the probe race-free; the unique
+    -- index remains the last word.
+    checked AS (
+        SELECT it.*, parts.id AS pid, parts.base, ex.id AS existing
+        FROM items it
+        JOIN parts ON parts.qn = it.qn AND parts.pn = it.pn
+        LEFT JOIN LATERAL (
+            SELECT m.id FROM queen.messages m
+            WHERE m.partition_id = parts.id AND m.transaction_id = it.txid
+            LIMIT 1) ex ON true
+    ),
+    -- Offsets are given to the new messages only, in request order, so a
+    -- duplicate takes none: a duplicate that left a hole at the end of a
+    -- partition would keep it looking pending (last_offset past every
+    -- cursor) with nothing left to deliver.
+    fresh AS (
+        SELECT c.*, row_number() OVER (PARTITION BY c.pid ORDER BY c.seq) AS rn
+        FROM checked c
+        WHERE c.existing IS NULL
+    ),
+    upd AS (
+        UPDATE queen.partitions p
+        SET last_offset = parts.base + f.n, last_write_at = clock_timestamp()
+        FROM parts
+        JOIN (SELECT fr.pid, count(*) AS n FROM fresh fr GROUP BY fr.pid) f ON f.pid = parts.id
+        WHERE p.id = parts.id
+        RETURNING 1
+    ),
+    ins AS (
+        INSERT INTO queen.messages (partition_id, off, id, transaction_id, trace_id, payload, producer_sub, created_at)
+        SELECT f.pid, f.base + f.rn, f.mid, f.txid, f.trace, f.payload::json, f.sub, clock_timestamp()
+        FROM fresh f
+        ORDER BY f.pid, f.rn
+        RETURNING 1
+    )
+    SELECT array_agg(CASE WHEN c.existing IS NULL THEN 'queued' ELSE 'duplicate' END ORDER BY c.ord),
+           array_agg(COALESCE(c.existing, c.mid) ORDER BY c.ord),
+           array_agg(c.pid ORDER BY c.ord)
+    INTO o_statuses, o_mids, o_pids
+    FROM checked c;
+    o_statuses := COALESCE(o_statuses, '{}'); o_mids := COALESCE(o_mids, '{}'); o_pids := COALESCE(o_pids, '{}');
 END;
 $$;
