@@ -70,6 +70,10 @@ func TestSQLProtocolLiterals(t *testing.T) {
 		string(protocol.MsgProcessing):  "MsgProcessing",
 		string(protocol.MsgDeadLetter):  "MsgDeadLetter",
 		protocol.DLQRetrySep:            "DLQRetrySep",
+		string(protocol.DLQRetried):     "DLQRetried",
+		string(protocol.DLQNotFound):    "DLQNotFound",
+		string(protocol.DLQSuperseded):  "DLQSuperseded",
+		string(protocol.DLQTaken):       "DLQTaken",
 		protocol.StateRefusedRows:       "StateRefusedRows",
 		protocol.StateRefusedBytes:      "StateRefusedBytes",
 	}

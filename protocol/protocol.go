@@ -123,6 +123,17 @@ var MessageStatuses = []MessageStatus{MsgPending, MsgProcessing, MsgCompleted, M
 // letter").
 const DLQRetrySep = "~retry-"
 
+// DLQRetryOutcome is what queen.dlq_retry_v2 (pg/sql/functions/80_dlq.sql)
+// did with a dead letter; only pg reads it.
+type DLQRetryOutcome string
+
+const (
+	DLQRetried    DLQRetryOutcome = "retried"    // the copy was appended
+	DLQNotFound   DLQRetryOutcome = "not_found"  // the tenant has no such entry
+	DLQSuperseded DLQRetryOutcome = "superseded" // the group's entries of the message are all superseded
+	DLQTaken      DLQRetryOutcome = "taken"      // the copy's transaction id is already in the partition
+)
+
 // Why queen.stream_state_read_v1 (pg/sql/functions/90_reads.sql) refused a
 // state read: too many rows, or an answer past its byte bound.
 const (
