@@ -201,7 +201,7 @@ func (db *DB) ReleaseLease(ctx context.Context, leaseID string) error {
 // AckRow is one acknowledgement.
 type AckRow struct {
 	Group, PartitionID, TxID string
-	Status                   protocol.AckStatus // as the client sent it; ack_v1 lowercases it, "" = completed
+	Status                   protocol.AckStatus // as the client sent it; ack_v2 lowercases it, "" = completed
 	LeaseID, Error           string
 }
 
@@ -219,7 +219,7 @@ type AckOutcome struct {
 	Group       string
 }
 
-// Ack applies acknowledgements in one round trip (queen.ack_v1). Outcomes
+// Ack applies acknowledgements in one round trip (queen.ack_v2). Outcomes
 // are returned in input order.
 func (db *DB) Ack(ctx context.Context, tenant string, rows []AckRow) ([]AckOutcome, error) {
 	return ack(ctx, db.pool, tenant, rows, false)
@@ -240,35 +240,27 @@ func ack(ctx context.Context, q querier, tenant string, rows []AckRow, txMode bo
 	}
 	rs, err := q.Query(ctx, `SELECT o_idx, o_success, o_error, o_queue, o_partition, o_released, o_dlq,
 			o_pending, o_pid, o_group
-		FROM queen.ack_v1($1, $2, $3::text[]::uuid[], $4, $5, $6, $7, $8)`, // text[]: see push
+		FROM queen.ack_v2($1, $2, $3::text[]::uuid[], $4, $5, $6, $7, $8)`, // text[]: see push
 		tenant, groups, pids, txids, sts, leases, errs, txMode)
 	if err != nil {
 		return nil, fmt.Errorf("ack: %w", err)
 	}
 	defer rs.Close()
 	out := make([]AckOutcome, n)
-	type groupKey struct{ pid, group string }
-	summary := map[groupKey]AckOutcome{}
 	for rs.Next() {
 		var o AckOutcome
 		var e, qn, pn, pid *string
 		if err := rs.Scan(&o.Idx, &o.Success, &e, &qn, &pn, &o.Released, &o.DLQ, &o.Pending, &pid, &o.Group); err != nil {
 			return nil, fmt.Errorf("ack: scan: %w", err)
 		}
-		o.Error, o.Queue, o.Partition, o.PartitionID = deref(e), deref(qn), deref(pn), deref(pid)
-		if o.Idx == -1 {
-			summary[groupKey{o.PartitionID, o.Group}] = o
-		} else if o.Idx >= 0 && o.Idx < n {
-			out[o.Idx] = o
+		if o.Idx < 0 || o.Idx >= n {
+			return nil, fmt.Errorf("ack: item %d of %d answered", o.Idx, n)
 		}
+		o.Error, o.Queue, o.Partition, o.PartitionID = deref(e), deref(qn), deref(pn), deref(pid)
+		out[o.Idx] = o
 	}
 	if err := rs.Err(); err != nil {
 		return nil, fmt.Errorf("ack: %w", err)
-	}
-	for i := range out {
-		if sum, ok := summary[groupKey{out[i].PartitionID, out[i].Group}]; ok && out[i].Success {
-			out[i].Released, out[i].Pending = sum.Released, sum.Pending
-		}
 	}
 	return out, nil
 }

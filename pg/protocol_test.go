@@ -83,7 +83,8 @@ func TestSQLProtocolLiterals(t *testing.T) {
 		"": true, "{}": true, "/": true,
 		"Retries exhausted": true, "Unknown error": true,
 		"Too many acks past an unresolved message": true,
-		"queen.ack_v1: fast path":                  true, // a RAISE DEBUG pg/ack_fast_test.go counts
+		"queen.ack_v1: fast path":                  true, // RAISE DEBUGs pg/ack_fast_test.go counts
+		"queen.ack_v2: fast path":                  true,
 	}
 	lits := sqlLiterals(t)
 	var unknown []string
