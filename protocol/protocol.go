@@ -74,7 +74,7 @@ func ParseSubMode(s string) (mode SubMode, ok bool) {
 const SubFromNow = "now"
 
 // Verdict is the claim core's answer for one candidate partition
-// (pg/sql/functions/20_pop.sql).
+// (pg/sql/functions/22_pop_v3.sql).
 type Verdict string
 
 const (
@@ -88,8 +88,10 @@ const (
 // Verdicts lists every verdict kind.
 var Verdicts = []Verdict{VerdictTook, VerdictEmpty, VerdictLeased, VerdictBusy, VerdictRequeue}
 
-// Row kinds and group-marker states of the claim core's result rows
-// (pg/sql/functions/20_pop.sql); only pg reads them.
+// Row kinds and group-marker states of the result rows of pop_v1 and
+// pop_v2 (pg/sql/functions/20_pop.sql, 21_pop_v2.sql), which stay for the
+// previous release; pop_v3 answers one row of arrays instead. Only pg's
+// tests read them.
 const (
 	PopRowMeta    = "meta"    // the first row: queue id, group marker state, deferral options
 	PopRowVerdict = "verdict" // one per candidate
