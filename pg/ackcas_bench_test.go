@@ -86,7 +86,7 @@ func BenchmarkAckCAS(b *testing.B) {
 			for rs.Next() {
 				rows++
 			}
-			if rs.Err() != nil || rows != batch+1 {
+			if rs.Err() != nil || rows != batch {
 				b.Fatalf("ack: %d rows, %v", rows, rs.Err())
 			}
 		} else {

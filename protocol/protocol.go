@@ -27,7 +27,7 @@ const (
 )
 
 // AckStatus is the status of one acknowledgement (docs/api.md, "Acks").
-// Clients may send any case; ack_v1 (pg/sql/functions/30_ack.sql)
+// Clients may send any case; ack_v2 (pg/sql/functions/31_ack_v2.sql)
 // lowercases it and refuses an unknown value per item with ErrInvalidStatus.
 type AckStatus string
 
@@ -116,7 +116,7 @@ const (
 // MessageStatuses are the accepted `status` filters of the message list.
 var MessageStatuses = []MessageStatus{MsgPending, MsgProcessing, MsgCompleted, MsgDeadLetter}
 
-// ack_v1 (pg/sql/functions/30_ack.sql) decides a failed item with the values of
+// ack_v2 (pg/sql/functions/31_ack_v2.sql) decides a failed item with the values of
 // AckRetry (release for redelivery) and AckDLQ (dead-letter).
 
 // DLQRetrySep joins a dead-lettered message's transaction id and its
