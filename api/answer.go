@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"time"
+
+	"queen-node/protocol"
 )
 
 // Reads whose rows carry user-sized JSON (payloads, state values, trace
@@ -18,7 +20,7 @@ import (
 
 // answerRowOverhead is what a row's keys, ids and times add to its JSON
 // values, for the write deadline (as pop's 400 bytes per message).
-const answerRowOverhead = 400
+const answerRowOverhead = protocol.RowEnvelopeBytes
 
 // answer writes one 200 JSON answer.
 type answer struct {

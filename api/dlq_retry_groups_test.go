@@ -1,7 +1,7 @@
 package api_test
 
 // Second review of issue 14: the dead-letter retry now inserts cursors for
-// every group registered on the queue (queen.dlq_retry_v1).
+// every group registered on the queue (queen.dlq_retry_v2).
 
 import (
 	"context"
@@ -104,7 +104,7 @@ func TestDLQRetryResurrectsDeletedGroup(t *testing.T) {
 		select {
 		case retryStatus = <-retried:
 		default:
-			if waiting("dlq_retry_v1") > 0 {
+			if waiting("dlq_retry_v2") > 0 {
 				retryStatus = "waiting"
 				break
 			}
@@ -182,7 +182,7 @@ func TestDLQRetryDefeatsSubscriptionUpdate(t *testing.T) {
 }
 
 // TestDLQRefusedRetryChangesCursors: docs/api.md says a retry
-// answering 404 or 409 changes nothing, yet queen.dlq_retry_v1 inserts
+// answering 404 or 409 changes nothing, yet queen.dlq_retry_v2 inserts
 // the other groups' cursors before it looks for the entry. A retry of a
 // transaction id with no entry (404) is enough for late's later
 // subscription update to be ignored on p.

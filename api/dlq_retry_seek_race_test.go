@@ -16,7 +16,7 @@ import (
 )
 
 // retryRace holds g's retry of m1 just before its commit: g has an older,
-// superseded entry of m1 (a seek back), which queen.dlq_retry_v1 deletes
+// superseded entry of m1 (a seek back), which queen.dlq_retry_v2 deletes
 // last; a transaction holding that row (FOR KEY SHARE) keeps the retry
 // waiting there, the copy appended and the other cursors updated.
 type retryRace struct {

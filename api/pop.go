@@ -154,7 +154,7 @@ func (s *Server) servePop(w http.ResponseWriter, r *http.Request, pop func(ctx c
 	// reading does not hold them.
 	var size int
 	for i := range res.Messages {
-		size += len(res.Messages[i].Data) + 400
+		size += len(res.Messages[i].Data) + protocol.RowEnvelopeBytes
 	}
 	if err := writePop(w, res, s.cfg.WriteTimeout+time.Duration(float64(size)/float64(s.cfg.PopMinReadRate)*float64(time.Second))); err != nil {
 		s.releaseUndelivered(res)

@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"queen-node/broker"
+	"queen-node/protocol"
 	"queen-node/reads"
 	"queen-node/retention"
 )
@@ -67,7 +68,7 @@ const (
 	DefaultMaxTxOps           = 10000
 	DefaultPopTimeout         = 30 * time.Second
 	DefaultMaxPopTimeout      = 10 * time.Minute
-	DefaultLeaseExtendSeconds = 60 // `seconds` defaults to 60 (docs/api.md, "Semantics")
+	DefaultLeaseExtendSeconds = protocol.DefaultLeaseSeconds // `seconds` defaults to 60 (docs/api.md, "Semantics")
 	DefaultReadHeaderTimeout  = 10 * time.Second
 	DefaultBodyTimeout        = 30 * time.Second
 	DefaultIdleTimeout        = 120 * time.Second

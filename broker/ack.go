@@ -45,7 +45,7 @@ func (b *Broker) Ack(ctx context.Context, tenant string, items []AckItem) ([]Ack
 	return res, nil
 }
 
-// ackGeneral runs the items through queen.ack_v1.
+// ackGeneral runs the items through queen.ack_v2.
 func (b *Broker) ackGeneral(ctx context.Context, tenant string, items []AckItem) ([]pg.AckOutcome, error) {
 	b.stats.AcksGeneral.Add(int64(len(items)))
 	// One autocommit call: a deadlock or a concurrent delete rolls it back

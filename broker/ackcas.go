@@ -16,9 +16,9 @@ import (
 // The CAS ack (docs/storage.md, "CAS ack"): an ack that names, for a
 // (partition, group), exactly the batch this node served under a lease, all
 // completed, is one compare-and-set of the consumer row (pg.AckCAS) instead
-// of a queen.ack_v1 call, and the CAS of concurrent acks share one statement
+// of a queen.ack_v2 call, and the CAS of concurrent acks share one statement
 // and one commit (ackCombiner). What does not qualify, and what the CAS did
-// not match, goes through ack_v1 as before, so every answer is ack_v1's.
+// not match, goes through ack_v2 as before, so every answer is ack_v2's.
 
 // casPlan is the CAS part of one ack request.
 type casPlan struct {
@@ -42,7 +42,7 @@ func (b *Broker) planCAS(tenant string, items []AckItem) casPlan {
 	for i, it := range items {
 		k := key{canonicalPID(it.PartitionID), it.Group}
 		if k.group == "" {
-			k.group = QueueMode // as ack_v1 reads it
+			k.group = QueueMode // as ack_v2 reads it
 		}
 		a := byKey[k]
 		if a == nil {
@@ -88,7 +88,7 @@ func canonicalPID(s string) string {
 	return u.String()
 }
 
-// completedStatus tells whether ack_v1 reads s as completed: its
+// completedStatus tells whether ack_v2 reads s as completed: its
 // COALESCE(NULLIF(lower(s), ”), 'completed') in ('completed', 'success').
 // ASCII folding only: lower() of a non-ASCII letter is never an ASCII one
 // of these words, and anything doubtful just takes the general path.
@@ -113,7 +113,7 @@ func completedStatus(s string) bool {
 
 // ackWithCAS answers an ack request: the qualifying pairs by CAS (merged
 // with concurrent requests), everything else, and every pair the CAS did
-// not match, in one ack_v1 call. Outcomes come in input order, as ack_v1's.
+// not match, in one ack_v2 call. Outcomes come in input order, as ack_v2's.
 func (b *Broker) ackWithCAS(ctx context.Context, tenant string, items []AckItem) ([]pg.AckOutcome, bool, error) {
 	plan := b.planCAS(tenant, items)
 	if len(plan.pairs) == 0 {
@@ -135,7 +135,7 @@ func (b *Broker) ackWithCAS(ctx context.Context, tenant string, items []AckItem)
 		}
 		for _, i := range plan.items[j] {
 			p := plan.pairs[j]
-			// What ack_v1 answers for each completed item of a batch it
+			// What ack_v2 answers for each completed item of a batch it
 			// resolves whole under the live lease, its summary applied.
 			outs[i] = pg.AckOutcome{Idx: i, Success: true, Queue: r.Queue, Partition: r.Partition,
 				Released: true, Pending: r.Pending, PartitionID: p.PartitionID, Group: p.Group}
@@ -301,7 +301,7 @@ func (c *ackCombiner) flush(batch []*casReq) {
 	}()
 	// A (partition, group) goes to the statement once: a second request
 	// for the same batch (a duplicate ack) takes the general path after
-	// this flush, which then answers as ack_v1 does for a repeated ack.
+	// this flush, which then answers as ack_v2 does for a repeated ack.
 	type key struct{ pid, group string }
 	seen := map[key]bool{}
 	var all []pg.CASPair

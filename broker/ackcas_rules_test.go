@@ -38,7 +38,7 @@ func casAckAll(res *broker.PopResult, lease string) []broker.AckItem {
 
 // A lease that expired, its batch re-claimed by another consumer: the first
 // consumer's ack of the whole batch (which this node remembers) must be
-// refused as ack_v1 refuses it, not taken by the CAS; the second consumer's
+// refused as ack_v2 refuses it, not taken by the CAS; the second consumer's
 // ack is the CAS's. The consumer row's batch end is the same for both
 // claims, so only the lease id tells them apart.
 func TestAckCASAfterExpiryReclaim(t *testing.T) {
@@ -126,7 +126,7 @@ func TestAckCASAfterExpiryReclaim(t *testing.T) {
 // batch acked (the cursor passes the skipped one, so nothing is remembered
 // past it), then the acked first message deleted as retention deletes
 // completed messages: a repeated ack of the whole batch must tell "Message
-// not found" for it, as ack_v1 does. The served messages still present
+// not found" for it, as ack_v2 does. The served messages still present
 // plus the skipped one make as many as were served, so only the condition
 // that nothing of the batch was resolved yet (committed_offset < first)
 // keeps the CAS off.
@@ -289,7 +289,7 @@ func TestAckCASConcurrent(t *testing.T) {
 		gen += nd.Broker.Stats().AcksGeneral.Load()
 		flushes += nd.Broker.Stats().AckCASFlushes.Load()
 	}
-	t.Logf("%d items by CAS in %d flushes, %d by ack_v1", cas, flushes, gen)
+	t.Logf("%d items by CAS in %d flushes, %d by ack_v2", cas, flushes, gen)
 	if cas == 0 || gen == 0 {
 		t.Fatalf("both paths must run: %d CAS, %d general", cas, gen)
 	}

@@ -16,7 +16,7 @@ import (
 	"queen-node/protocol"
 )
 
-// The CAS ack must answer and write exactly what queen.ack_v1 alone does.
+// The CAS ack must answer and write exactly what queen.ack_v2 alone does.
 // Two twin databases get the same seeded random run: side A with the CAS
 // ack on, side B with it off, each with two broker instances sharing its
 // database (a pop on one instance, an ack on the other: the second knows
@@ -54,7 +54,7 @@ func TestAckCASDifferential(t *testing.T) {
 	}
 	cas := a[0].Broker.Stats().AcksCAS.Load() + a[1].Broker.Stats().AcksCAS.Load()
 	gen := a[0].Broker.Stats().AcksGeneral.Load() + a[1].Broker.Stats().AcksGeneral.Load()
-	t.Logf("side A: %d ack items by CAS, %d by ack_v1; side B: %d by CAS", cas, gen,
+	t.Logf("side A: %d ack items by CAS, %d by ack_v2; side B: %d by CAS", cas, gen,
 		b[0].Broker.Stats().AcksCAS.Load()+b[1].Broker.Stats().AcksCAS.Load())
 	if cas < 100 || gen < 100 {
 		t.Fatalf("the run must exercise both paths: %d CAS, %d general", cas, gen)
@@ -150,7 +150,7 @@ func (tw *twin) run(seed int64, steps int) {
 			got[side] = res
 		}
 		if !reflect.DeepEqual(got[0], got[1]) {
-			t.Fatalf("%s: ack %+v answers differ:\nCAS     %+v\nack_v1 %+v", where, specs, got[0], got[1])
+			t.Fatalf("%s: ack %+v answers differ:\nCAS     %+v\nack_v2 %+v", where, specs, got[0], got[1])
 		}
 	}
 
@@ -250,7 +250,7 @@ func (tw *twin) run(seed int64, steps int) {
 		}
 		sa, sb := tw.state(0, queue, leaseIdx[0]), tw.state(1, queue, leaseIdx[1])
 		if sa != sb {
-			t.Fatalf("%s: databases differ:\nCAS     %s\nack_v1 %s", where, sa, sb)
+			t.Fatalf("%s: databases differ:\nCAS     %s\nack_v2 %s", where, sa, sb)
 		}
 	}
 }
@@ -281,7 +281,7 @@ func (tw *twin) randomAck(rng *rand.Rand, pops []twinPop) []ackSpec {
 		s[rng.Intn(n)].status = protocol.AckFailed
 	case r < 85:
 		s[rng.Intn(n)].status = []protocol.AckStatus{protocol.AckDLQ, protocol.AckRetry, "bogus"}[rng.Intn(3)]
-	case r < 90: // spellings ack_v1 reads as completed
+	case r < 90: // spellings ack_v2 reads as completed
 		for i := range s {
 			s[i].status = []protocol.AckStatus{"", "SUCCESS", "Completed", protocol.AckSuccess}[rng.Intn(4)]
 		}

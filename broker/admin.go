@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"queen-node/pg"
+	"queen-node/protocol"
 )
 
 // Configure creates a queue or replaces all of its options.
@@ -43,7 +44,7 @@ func (b *Broker) DeleteQueue(ctx context.Context, tenant, queue string) (bool, e
 // ExtendLease renews every partition held by a live lease.
 func (b *Broker) ExtendLease(ctx context.Context, tenant, leaseID string, seconds int) (LeaseResult, error) {
 	if seconds <= 0 {
-		seconds = 60
+		seconds = protocol.DefaultLeaseSeconds
 	}
 	until, found, expired, err := b.db.ExtendLease(ctx, tenant, leaseID, seconds)
 	if err != nil {

@@ -77,7 +77,7 @@ type Stats struct {
 	// nodes probe partitions another node's consumers hold.
 	ClaimTook, ClaimEmpty, ClaimLeased, ClaimBusy, ClaimRequeue atomic.Int64
 	AcksCAS                                                     atomic.Int64 // ack items resolved by the CAS ack (broker/ackcas.go)
-	AcksGeneral                                                 atomic.Int64 // ack items sent to queen.ack_v1
+	AcksGeneral                                                 atomic.Int64 // ack items sent to queen.ack_v2
 	AckCASFlushes                                               atomic.Int64 // CAS ack statements sent (fewer than acks when merged)
 }
 

@@ -13,7 +13,7 @@ import (
 
 // pushCombiner is the push path's group commit: pushes that arrive while
 // one is being written wait and then go to PostgreSQL together, as one
-// push_v3 call in one transaction. A push pays for its rows and one commit
+// push_v4 call in one transaction. A push pays for its rows and one commit
 // shared by everyone in its flush, instead of its own commit plus the wait
 // for the partition row locks of the concurrent pushes it overlaps (random
 // partitions overlap a lot: every push locks its partitions until commit).

@@ -47,7 +47,7 @@ type Config struct {
 	PopCombine bool
 	// AckCAS (QUEEN_ACK_CAS, default on): an ack naming exactly a batch this node served
 	// under a lease is one compare-and-set of the cursor, merged with
-	// concurrent ones (broker/ackcas.go); off, every ack calls ack_v1.
+	// concurrent ones (broker/ackcas.go); off, every ack calls ack_v2.
 	AckCAS bool
 
 	Hotlist             HotlistConfig // the candidate rings; off = the SQL candidate scan

@@ -13,7 +13,7 @@ import (
 // leaseMemory remembers, per lease this node handed out with a pop, what
 // was served under it per (partition, group), so that an ack naming exactly
 // that batch can go through the compare-and-set path (ackcas.go) instead of
-// queen.ack_v1. It is a cache: a lease it forgot (evicted, expired, served
+// queen.ack_v2. It is a cache: a lease it forgot (evicted, expired, served
 // by another node) only means the general path.
 //
 // Bounds: at most maxLeases leases and maxBytes bytes (estimated: the

@@ -52,7 +52,7 @@ type Counters struct {
 	Acks          int64
 	AcksRefused   int64
 	AcksCAS       int64 // ack items resolved by the CAS ack (ackcas.go)
-	AcksGeneral   int64 // ack items sent to queen.ack_v1
+	AcksGeneral   int64 // ack items sent to queen.ack_v2
 	DeadLettered  int64
 	Transactions  int64
 	LeasesDropped int64

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"reflect"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -18,12 +19,12 @@ import (
 	"queen-node/protocol"
 )
 
-// generalAckSQL is pg/sql/functions/30_ack.sql with its fast path cut out and the
-// function renamed queen.ack_v1_general: the general loop alone, exactly as
-// ack_v1 runs it when the fast path declines.
+// generalAckSQL is pg/sql/functions/31_ack_v2.sql with its fast path cut out and the
+// function renamed queen.ack_v2_general: the general loop alone, exactly as
+// ack_v2 runs it when the fast path declines.
 func generalAckSQL(t testing.TB) string {
 	t.Helper()
-	b, err := os.ReadFile("sql/functions/30_ack.sql")
+	b, err := os.ReadFile("sql/functions/31_ack_v2.sql")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,16 +32,16 @@ func generalAckSQL(t testing.TB) string {
 	const begin, end = "    -- BEGIN fast path\n", "    -- END fast path\n\n"
 	i, j := strings.Index(s, begin), strings.Index(s, end)
 	if i < 0 || j < i || strings.Count(s, begin) != 1 || strings.Count(s, end) != 1 {
-		t.Fatal("30_ack.sql: fast path markers not found")
+		t.Fatal("31_ack_v2.sql: fast path markers not found")
 	}
 	s = s[:i] + s[j+len(end):]
-	const head = "CREATE OR REPLACE FUNCTION queen.ack_v1("
+	const head = "CREATE OR REPLACE FUNCTION queen.ack_v2("
 	if strings.Count(s, head) != 1 {
-		t.Fatal("30_ack.sql: function head not found")
+		t.Fatal("31_ack_v2.sql: function head not found")
 	}
-	s = strings.Replace(s, head, "CREATE OR REPLACE FUNCTION queen.ack_v1_general(", 1)
+	s = strings.Replace(s, head, "CREATE OR REPLACE FUNCTION queen.ack_v2_general(", 1)
 	if strings.Contains(s, "fast path") || strings.Contains(s, "f_offs") {
-		t.Fatal("30_ack.sql: fast path left in the general function")
+		t.Fatal("31_ack_v2.sql: fast path left in the general function")
 	}
 	return s
 }
@@ -49,11 +50,14 @@ const ackCallSQL = `SELECT o_idx, o_success, o_error, o_queue, o_partition, o_re
 	o_pending, o_pid::text, o_group, o_off
 	FROM queen.%s($1, $2, $3::uuid[], $4, $5, $6, $7, $8)`
 
-// TestAckFastPathMatchesGeneral runs random ack batches, each twice in one
-// transaction: through the general loop alone (queen.ack_v1_general, rolled
-// back) and through queen.ack_v1, then compares the rows answered (all
-// columns, in order) and the resulting consumers and dead-letter rows. It
-// also checks that ack_v1 took its fast path exactly when the batch
+// TestAckFastPathMatchesGeneral runs random ack batches, each three times in
+// one transaction: through the general loop alone (queen.ack_v2_general,
+// rolled back), through queen.ack_v1 (the previous release's function,
+// rolled back) and through queen.ack_v2, then compares the rows answered
+// (all columns, in order, between ack_v2 and its general loop; ack_v1's
+// with its summary rows folded into its items, by input position) and the
+// resulting consumers and dead-letter rows. It also checks that ack_v1 and
+// ack_v2 took their fast path exactly when the batch
 // qualified: completed acks of one (partition, group) carrying its live
 // lease, covering every message from the cursor to an offset within the
 // leased batch, with no acks remembered past a gap.
@@ -64,14 +68,17 @@ func TestAckFastPathMatchesGeneral(t *testing.T) {
 	t.Logf("seed %d", seed)
 	rnd := rand.New(rand.NewPCG(seed, 7))
 
-	var fastHits int
+	var fastHits, fastHitsV1 int
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
-		if n.Message == "queen.ack_v1: fast path" {
+		switch n.Message {
+		case "queen.ack_v2: fast path":
 			fastHits++
+		case "queen.ack_v1: fast path":
+			fastHitsV1++
 		}
 	}
 	conn, err := pgx.ConnectConfig(ctx, cfg)
@@ -188,7 +195,7 @@ func TestAckFastPathMatchesGeneral(t *testing.T) {
 		}
 		return out
 	}
-	call := func(fn string, rows []pg.AckRow) []string {
+	callValues := func(fn string, rows []pg.AckRow) [][]any {
 		n := len(rows)
 		gs, ps, txs, sts, ls, es := make([]string, n), make([]string, n), make([]string, n),
 			make([]string, n), make([]string, n), make([]string, n)
@@ -199,16 +206,52 @@ func TestAckFastPathMatchesGeneral(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", fn, err)
 		}
-		var out []string
+		var out [][]any
 		for rs.Next() {
 			v, err := rs.Values()
 			if err != nil {
 				t.Fatal(err)
 			}
-			out = append(out, fmt.Sprint(v))
+			out = append(out, v)
 		}
 		if rs.Err() != nil {
 			t.Fatalf("%s: %v", fn, rs.Err())
+		}
+		return out
+	}
+	call := func(fn string, rows []pg.AckRow) []string {
+		var out []string
+		for _, v := range callValues(fn, rows) {
+			out = append(out, fmt.Sprint(v))
+		}
+		return out
+	}
+	// byIdx puts an answer in input order; with v1, ack_v1's summary rows
+	// (o_idx -1) are folded into the successful items of their (partition,
+	// group) as ack_v2 answers them. Columns: o_idx 0, o_success 1,
+	// o_released 5, o_pending 7, o_pid 8, o_group 9.
+	byIdx := func(rows [][]any, v1 bool) []string {
+		type key struct{ pid, group any }
+		sum := map[key][]any{}
+		var items [][]any
+		for _, v := range rows {
+			if v1 && v[0].(int32) == -1 {
+				sum[key{v[8], v[9]}] = v
+				continue
+			}
+			items = append(items, append([]any(nil), v...))
+		}
+		if v1 {
+			for _, v := range items {
+				if s, ok := sum[key{v[8], v[9]}]; ok && v[1].(bool) {
+					v[5], v[7] = s[5], s[7]
+				}
+			}
+		}
+		sort.Slice(items, func(a, b int) bool { return items[a][0].(int32) < items[b][0].(int32) })
+		out := make([]string, len(items))
+		for i, v := range items {
+			out[i] = fmt.Sprint(v)
 		}
 		return out
 	}
@@ -409,7 +452,7 @@ func TestAckFastPathMatchesGeneral(t *testing.T) {
 			t.Fatal(err)
 		}
 		hits := fastHits
-		gotG := call("ack_v1_general", rows)
+		gotG := call("ack_v2_general", rows)
 		stG := state(before)
 		if fastHits != hits {
 			t.Fatal("the general function took the fast path")
@@ -417,16 +460,32 @@ func TestAckFastPathMatchesGeneral(t *testing.T) {
 		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT general"); err != nil {
 			t.Fatal(err)
 		}
-		gotF := call("ack_v1", rows)
+		hitsV1 := fastHitsV1
+		gotV1 := byIdx(callValues("ack_v1", rows), true)
+		stV1 := state(before)
+		fastV1 := fastHitsV1 != hitsV1
+		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT general"); err != nil {
+			t.Fatal(err)
+		}
+		valsF := callValues("ack_v2", rows)
+		gotF := make([]string, len(valsF))
+		for i, v := range valsF {
+			gotF[i] = fmt.Sprint(v)
+		}
 		stF := state(before)
 		fast := fastHits != hits
 		if err := tx.Commit(ctx); err != nil {
 			t.Fatal(err)
 		}
 		if !reflect.DeepEqual(gotG, gotF) || !reflect.DeepEqual(stG, stF) {
-			t.Fatalf("round %d (%s, fast path %v): ack_v1 differs from the general loop\nitems %+v\ngeneral rows:\n  %s\nack_v1 rows:\n  %s\ngeneral state:\n  %s\nack_v1 state:\n  %s",
+			t.Fatalf("round %d (%s, fast path %v): ack_v2 differs from the general loop\nitems %+v\ngeneral rows:\n  %s\nack_v2 rows:\n  %s\ngeneral state:\n  %s\nack_v2 state:\n  %s",
 				round, kind, fast, rows, strings.Join(gotG, "\n  "), strings.Join(gotF, "\n  "),
 				strings.Join(stG, "\n  "), strings.Join(stF, "\n  "))
+		}
+		if v2 := byIdx(valsF, false); !reflect.DeepEqual(gotV1, v2) || !reflect.DeepEqual(stV1, stF) || fastV1 != fast {
+			t.Fatalf("round %d (%s, fast path v1 %v, v2 %v): ack_v2 differs from ack_v1\nitems %+v\nack_v1 rows (folded):\n  %s\nack_v2 rows:\n  %s\nack_v1 state:\n  %s\nack_v2 state:\n  %s",
+				round, kind, fastV1, fast, rows, strings.Join(gotV1, "\n  "), strings.Join(v2, "\n  "),
+				strings.Join(stV1, "\n  "), strings.Join(stF, "\n  "))
 		}
 		if fast != want {
 			t.Fatalf("round %d (%s): fast path taken %v, want %v; items %+v\nrows:\n  %s", round, kind, fast, want, rows,

@@ -315,7 +315,7 @@ func (db *DB) DeleteConsumerGroup(ctx context.Context, tenant, group, queue stri
 		}
 		n = int(tag.RowsAffected())
 		// The group starts over: its dead-letter entries no longer tell
-		// how a message was last resolved (ack_v1, docs/api.md "Acks").
+		// how a message was last resolved (ack_v2, docs/api.md "Acks").
 		_, err = t.tx.Exec(ctx, `UPDATE queen.dead_letters d SET superseded = true
 			FROM queen.partitions p, queen.queues q
 			WHERE d.partition_id = p.id AND p.queue_id = q.id AND q.tenant = $1
@@ -349,7 +349,7 @@ func (db *DB) Seek(ctx context.Context, tenant, group, queue string, toEnd bool,
 	// its older snapshot and drop a copy for another group. A deadlock with
 	// an ack rolls it back whole: retry it.
 	// The dead-letter entries past the new cursor are superseded: those
-	// messages are pending again (ack_v1, docs/api.md "Acks", rule 5).
+	// messages are pending again (ack_v2, docs/api.md "Acks", rule 5).
 	var n int
 	err := db.InTxRetry(ctx, func(t *Tx) error {
 		if _, err := t.tx.Exec(ctx, `SELECT 1 FROM queen.consumers c

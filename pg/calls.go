@@ -2,6 +2,7 @@ package pg
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -25,7 +26,7 @@ type PopArgs struct {
 	SubFrom              *time.Time // with protocol.SubFrom
 	MaxBytes             int64      // payload bytes of the response, about; one message always fits; 0 = no bound
 	// Unprov are the candidates that may lack the group's consumer row
-	// (queen.pop_v2's p_unprov); nil = all of them. Only with Names.
+	// (queen.pop_v3's p_unprov); nil = all of them. Only with Names.
 	Unprov []string
 }
 
@@ -60,10 +61,12 @@ type PopOutcome struct {
 	Messages []PopMessage // grouped by partition, in offset order
 }
 
-// popSQL calls the claim core (queen.pop_v2, 21_pop_v2.sql).
-const popSQL = `SELECT o_kind, o_pname, o_pid, o_verdict, o_until, o_drained, o_off,
-		o_mid, o_txid, o_trace, o_payload::text, o_created, o_sub, o_retry, o_delay, o_window
-	FROM queen.pop_v2($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`
+// popSQL calls the claim core (queen.pop_v3, 22_pop_v3.sql): one row, the
+// queue's values, then arrays per candidate and per served message.
+const popSQL = `SELECT o_queue_id::text, o_seeded, o_delay, o_window,
+		o_names, o_pids::text[], o_verdicts, o_until, o_drained, o_retries, o_counts,
+		o_offs, o_ids::text[], o_txids, o_traces::text[], o_payloads::text[], o_created, o_subs
+	FROM queen.pop_v3($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`
 
 func popParams(a PopArgs) []any {
 	// nil slices as SQL NULL, whatever the encoder does with them
@@ -125,54 +128,69 @@ func (db *DB) PopMany(ctx context.Context, jobs []PopArgs) ([]*PopOutcome, error
 }
 
 func scanPop(rs pgx.Rows) (*PopOutcome, error) {
-	out := &PopOutcome{}
-	for rs.Next() {
-		var (
-			kind                           string
-			pname, pid, verdict, mid, txid *string
-			trace, payload, sub            *string
-			until, created                 *time.Time
-			drained                        *bool
-			off                            *int64
-			retry, delay, window           *int32
-		)
-		if err := rs.Scan(&kind, &pname, &pid, &verdict, &until, &drained, &off, &mid, &txid,
-			&trace, &payload, &created, &sub, &retry, &delay, &window); err != nil {
-			return nil, fmt.Errorf("scan: %w", err)
+	var (
+		pids, traces, payloads, subs []*string
+		seeded                       *bool
+		delay, window                *int32
+		names, verdicts, ids, txids  []string
+		until                        []*time.Time
+		drained                      []bool
+		retries, counts              []int32
+		offs                         []int64
+		created                      []time.Time
+	)
+	var qid *string
+	if !rs.Next() {
+		if err := rs.Err(); err != nil {
+			return nil, err
 		}
-		switch kind {
-		case protocol.PopRowMeta:
-			out.QueueID = deref(pid)
-			out.Seeded = deref(verdict) == protocol.GroupSeeded
-			out.Delay, out.Window = int(derefInt(delay)), int(derefInt(window))
-		case protocol.PopRowVerdict:
-			v := Verdict{Name: deref(pname), PartitionID: deref(pid), Kind: protocol.Verdict(deref(verdict))}
-			if until != nil {
-				v.Until = *until
+		return nil, errors.New("no answer row")
+	}
+	if err := rs.Scan(&qid, &seeded, &delay, &window, &names, &pids, &verdicts, &until, &drained, &retries,
+		&counts, &offs, &ids, &txids, &traces, &payloads, &created, &subs); err != nil {
+		return nil, fmt.Errorf("scan: %w", err)
+	}
+	rs.Close()
+	if err := rs.Err(); err != nil {
+		return nil, err
+	}
+	nv, nm := len(names), len(offs)
+	if len(pids) != nv || len(verdicts) != nv || len(until) != nv || len(drained) != nv || len(retries) != nv ||
+		len(counts) != nv || len(ids) != nm || len(txids) != nm || len(traces) != nm || len(payloads) != nm ||
+		len(created) != nm || len(subs) != nm {
+		return nil, errors.New("arrays of unequal length")
+	}
+	out := &PopOutcome{QueueID: deref(qid), Seeded: seeded != nil && *seeded,
+		Delay: int(derefInt(delay)), Window: int(derefInt(window))}
+	if nv > 0 {
+		out.Verdicts = make([]Verdict, nv)
+	}
+	if nm > 0 {
+		out.Messages = make([]PopMessage, 0, nm)
+	}
+	for i := range names {
+		v := Verdict{Name: names[i], PartitionID: deref(pids[i]), Kind: protocol.Verdict(verdicts[i]), Drained: drained[i]}
+		if until[i] != nil {
+			v.Until = *until[i]
+		}
+		out.Verdicts[i] = v
+		for k := 0; k < int(counts[i]); k++ {
+			j := len(out.Messages)
+			if j >= nm {
+				return nil, errors.New("more messages counted than answered")
 			}
-			if drained != nil {
-				v.Drained = *drained
-			}
-			out.Verdicts = append(out.Verdicts, v)
-		case protocol.PopRowMsg:
-			m := PopMessage{Partition: deref(pname), PartitionID: deref(pid), ID: deref(mid),
-				TxID: deref(txid), Trace: trace, Sub: sub, Retry: int(derefInt(retry))}
-			if off != nil {
-				m.Off = *off
-			}
-			if payload != nil {
-				m.Payload = []byte(*payload)
+			m := PopMessage{Partition: names[i], PartitionID: v.PartitionID, Off: offs[j], ID: ids[j], TxID: txids[j],
+				Trace: traces[j], CreatedAt: created[j], Sub: subs[j], Retry: int(retries[i])}
+			if payloads[j] != nil {
+				m.Payload = []byte(*payloads[j])
 			} else {
 				m.Payload = []byte("null")
-			}
-			if created != nil {
-				m.CreatedAt = *created
 			}
 			out.Messages = append(out.Messages, m)
 		}
 	}
-	if err := rs.Err(); err != nil {
-		return nil, err
+	if len(out.Messages) != nm {
+		return nil, errors.New("messages not counted by any candidate")
 	}
 	return out, nil
 }
@@ -201,7 +219,7 @@ func (db *DB) ReleaseLease(ctx context.Context, leaseID string) error {
 // AckRow is one acknowledgement.
 type AckRow struct {
 	Group, PartitionID, TxID string
-	Status                   protocol.AckStatus // as the client sent it; ack_v1 lowercases it, "" = completed
+	Status                   protocol.AckStatus // as the client sent it; ack_v2 lowercases it, "" = completed
 	LeaseID, Error           string
 }
 
@@ -219,7 +237,7 @@ type AckOutcome struct {
 	Group       string
 }
 
-// Ack applies acknowledgements in one round trip (queen.ack_v1). Outcomes
+// Ack applies acknowledgements in one round trip (queen.ack_v2). Outcomes
 // are returned in input order.
 func (db *DB) Ack(ctx context.Context, tenant string, rows []AckRow) ([]AckOutcome, error) {
 	return ack(ctx, db.pool, tenant, rows, false)
@@ -240,35 +258,27 @@ func ack(ctx context.Context, q querier, tenant string, rows []AckRow, txMode bo
 	}
 	rs, err := q.Query(ctx, `SELECT o_idx, o_success, o_error, o_queue, o_partition, o_released, o_dlq,
 			o_pending, o_pid, o_group
-		FROM queen.ack_v1($1, $2, $3::text[]::uuid[], $4, $5, $6, $7, $8)`, // text[]: see push
+		FROM queen.ack_v2($1, $2, $3::text[]::uuid[], $4, $5, $6, $7, $8)`, // text[]: see push
 		tenant, groups, pids, txids, sts, leases, errs, txMode)
 	if err != nil {
 		return nil, fmt.Errorf("ack: %w", err)
 	}
 	defer rs.Close()
 	out := make([]AckOutcome, n)
-	type groupKey struct{ pid, group string }
-	summary := map[groupKey]AckOutcome{}
 	for rs.Next() {
 		var o AckOutcome
 		var e, qn, pn, pid *string
 		if err := rs.Scan(&o.Idx, &o.Success, &e, &qn, &pn, &o.Released, &o.DLQ, &o.Pending, &pid, &o.Group); err != nil {
 			return nil, fmt.Errorf("ack: scan: %w", err)
 		}
-		o.Error, o.Queue, o.Partition, o.PartitionID = deref(e), deref(qn), deref(pn), deref(pid)
-		if o.Idx == -1 {
-			summary[groupKey{o.PartitionID, o.Group}] = o
-		} else if o.Idx >= 0 && o.Idx < n {
-			out[o.Idx] = o
+		if o.Idx < 0 || o.Idx >= n {
+			return nil, fmt.Errorf("ack: item %d of %d answered", o.Idx, n)
 		}
+		o.Error, o.Queue, o.Partition, o.PartitionID = deref(e), deref(qn), deref(pn), deref(pid)
+		out[o.Idx] = o
 	}
 	if err := rs.Err(); err != nil {
 		return nil, fmt.Errorf("ack: %w", err)
-	}
-	for i := range out {
-		if sum, ok := summary[groupKey{out[i].PartitionID, out[i].Group}]; ok && out[i].Success {
-			out[i].Released, out[i].Pending = sum.Released, sum.Pending
-		}
 	}
 	return out, nil
 }

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
+	"queen-node/protocol"
 )
 
 // ErrTxIDTaken: the transaction id a dead-letter retry would give its copy
@@ -26,32 +26,34 @@ type DLQRetried struct {
 
 // RetryDeadLetter appends a copy of the group's live dead-letter entry of
 // the message for that group only and deletes the entry
-// (queen.dlq_retry_v1, one statement, retried on a deadlock). mid is the
+// (queen.dlq_retry_v2, one statement, retried on a deadlock). mid is the
 // copy's message id; maxTxID bounds its transaction id in bytes.
 // ErrNotFound when the tenant has no such entry, ErrDLQSuperseded when it
-// has only superseded ones.
+// has only superseded ones, ErrTxIDTaken when the copy's transaction id is
+// used already.
 func (db *DB) RetryDeadLetter(ctx context.Context, tenant, partitionID, txid, group, mid string, maxTxID int) (DLQRetried, error) {
-	var r DLQRetried
+	var outcome protocol.DLQRetryOutcome
+	var queue, part, txID *string
 	var off *int64
-	var txID *string
-	var taken, superseded bool
 	err := db.retry(ctx, false, func() error {
-		return db.pool.QueryRow(ctx, `SELECT o_queue, o_partition, o_txid, o_off, o_taken, o_superseded
-			FROM queen.dlq_retry_v1($1, $2::uuid, $3, $4, $5::uuid, $6)`,
-			tenant, partitionID, txid, group, mid, maxTxID).Scan(&r.Queue, &r.Partition, &txID, &off, &taken, &superseded)
+		return db.pool.QueryRow(ctx, `SELECT o_outcome, o_queue, o_partition, o_txid, o_off
+			FROM queen.dlq_retry_v2($1, $2::uuid, $3, $4, $5::uuid, $6)`,
+			tenant, partitionID, txid, group, mid, maxTxID).Scan(&outcome, &queue, &part, &txID, &off)
 	})
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return DLQRetried{}, ErrNotFound
-	case err != nil:
+	if err != nil {
 		return DLQRetried{}, fmt.Errorf("retry dead letter %s/%s/%s: %w", partitionID, txid, group, err)
-	case superseded:
-		return DLQRetried{}, ErrDLQSuperseded
-	case taken:
-		return DLQRetried{}, fmt.Errorf("retry dead letter %s/%s/%s as %s: %w", partitionID, txid, group, *txID, ErrTxIDTaken)
 	}
-	r.TxID, r.Offset = *txID, *off
-	return r, nil
+	switch outcome {
+	case protocol.DLQRetried:
+		return DLQRetried{Queue: deref(queue), Partition: deref(part), TxID: deref(txID), Offset: *off}, nil
+	case protocol.DLQNotFound:
+		return DLQRetried{}, ErrNotFound
+	case protocol.DLQSuperseded:
+		return DLQRetried{}, ErrDLQSuperseded
+	case protocol.DLQTaken:
+		return DLQRetried{}, fmt.Errorf("retry dead letter %s/%s/%s as %s: %w", partitionID, txid, group, deref(txID), ErrTxIDTaken)
+	}
+	return DLQRetried{}, fmt.Errorf("retry dead letter %s/%s/%s: unknown outcome %q", partitionID, txid, group, outcome)
 }
 
 // DropDeadLetter deletes the group's dead-letter entries of the message

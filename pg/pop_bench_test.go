@@ -2,11 +2,12 @@ package pg_test
 
 // BenchmarkPopV2 measures one claim of 35 messages (the mean pop of the
 // issue 20 load) with autoAck, on a pre-filled queue of 8 partitions whose
-// consumer rows exist, four ways: "v1" calls queen.pop_v1, "v2" queen.pop_v2
-// told that no candidate lacks its row (what a node passes once it has seen
-// them), "v2-unprov-all" pop_v2 with p_unprov NULL (the provisioning INSERT
-// runs, as in pop_v1: the single read alone), and "merged8" pg.DB.PopMany
-// of 8 claims on the 8 partitions (one transaction per flush of 8):
+// consumer rows exist, four ways: "v1" calls queen.pop_v1, "v3" pg.DB.Pop
+// (queen.pop_v3) told that no candidate lacks its row (what a node passes
+// once it has seen them), "v3-unprov-all" pop_v3 with p_unprov NULL (the
+// provisioning INSERT runs, as in pop_v1: the single read alone), and
+// "merged8" pg.DB.PopMany of 8 claims on the 8 partitions (one transaction
+// per flush of 8):
 //
 //	go run ./cmd/pgtemp -set shared_preload_libraries=pg_stat_statements -- \
 //	    go test -run '^$' -bench BenchmarkPopV2 -benchtime 4000x -count 3 ./pg/
@@ -59,7 +60,7 @@ func BenchmarkPopV2(b *testing.B) {
 	modes := []struct {
 		name, fn string
 		merged   int
-	}{{"v1", "pop_v1", 0}, {"v2", "pop_v2", 0}, {"v2-unprov-all", "pop_v2", 0}, {"merged1", "pop_v2", 1}, {"merged8", "pop_v2", nparts}}
+	}{{"v1", "pop_v1", 0}, {"v3", "pop_v3", 0}, {"v3-unprov-all", "pop_v3", 0}, {"merged1", "pop_v3", 1}, {"merged8", "pop_v3", nparts}}
 	for _, mode := range modes {
 		b.Run(mode.name, func(b *testing.B) {
 			names := e.prefillQueue(b, "q", nparts, b.N*budget/nparts/benchBatch+2)
@@ -70,7 +71,7 @@ func BenchmarkPopV2(b *testing.B) {
 				a := pg.PopArgs{Tenant: benchTenant, Queue: "q", Group: benchGroup, Names: names[i%nparts : i%nparts+1],
 					ScanLimit: 16, Budget: budget, MaxParts: 1, AutoAck: true, Owner: "bench",
 					SubMode: protocol.SubAll, MaxBytes: 16 << 20}
-				if mode.name == "v2" || mode.merged > 0 {
+				if mode.name == "v3" || mode.merged > 0 {
 					a.Unprov = []string{}
 				}
 				return a

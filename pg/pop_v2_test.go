@@ -16,10 +16,13 @@ import (
 	"queen-node/protocol"
 )
 
-// TestPopV2MatchesV1 runs random pops over random states, each twice in one
+// TestPopV2MatchesV1 runs random pops over random states, each in one
 // transaction: through queen.pop_v1 (rolled back to a savepoint) and through
 // queen.pop_v2, and compares the rows answered and the consumer rows
-// written. The states cover acked gaps, live and expired leases, byte caps,
+// written; then again through pop_v2 read into a pg.PopOutcome as the
+// previous release reads it (rolled back) and through queen.pop_v3 (one row
+// of arrays, read by pg.Pop's reader), and compares the outcomes and the
+// consumer rows. The states cover acked gaps, live and expired leases, byte caps,
 // a delayedProcessing and a windowBuffer queue, the three subscription
 // modes, fresh groups, missing consumer rows, missing partitions and the
 // wildcard scan. pop_v2 gets a p_unprov that is NULL or a superset of the
@@ -243,6 +246,39 @@ func TestPopV2MatchesV1(t *testing.T) {
 		if strings.Join(wantState, "") != strings.Join(gotState, "") {
 			t.Fatalf("%s: consumer rows differ\npop_v1: %s\npop_v2: %s", desc, wantState, gotState)
 		}
+
+		// pop_v3 on the same state: the same outcome, read from its one row
+		// of arrays, as pop_v2's rows read the way the previous release did.
+		pa := pg.PopArgs{Tenant: "t", Queue: q, Group: group, Names: names, ScanLimit: 3, Budget: budget,
+			MaxParts: maxParts, LeaseID: lease, LeaseSeconds: 600, AutoAck: auto, Owner: "o",
+			SubMode: protocol.SubMode(g.mode), SubFrom: from, MaxBytes: maxBytes}
+		if u, ok := unprov.([]string); ok {
+			pa.Unprov = u
+			if u == nil {
+				pa.Unprov = []string{}
+			}
+		}
+		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT s; SELECT setseed(0.25)"); err != nil {
+			t.Fatal(err)
+		}
+		outV2, err := pg.PopV2Tx(ctx, tx, pa)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT s; SELECT setseed(0.25)"); err != nil {
+			t.Fatal(err)
+		}
+		outV3, err := pg.PopTx(ctx, tx, pa)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v3State := rows(tx, state)
+		if a, b := popString(outV2), popString(outV3); a != b {
+			t.Fatalf("%s: outcomes differ\npop_v2: %s\npop_v3: %s", desc, a, b)
+		}
+		if strings.Join(gotState, "") != strings.Join(v3State, "") {
+			t.Fatalf("%s: consumer rows differ\npop_v2: %s\npop_v3: %s", desc, gotState, v3State)
+		}
 		if err := tx.Commit(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -266,4 +302,38 @@ func TestPopV2MatchesV1(t *testing.T) {
 	if nMsgs < 200 || nTook < 50 || nSkipped < 20 {
 		t.Fatalf("too few cases exercised: messages %d, took %d, provisioning skipped %d", nMsgs, nTook, nSkipped)
 	}
+}
+
+// popString prints an outcome for comparison: lease and deferral times
+// only as set or not (the two calls run a moment apart), times in UTC.
+func popString(o *pg.PopOutcome) string {
+	c := *o
+	c.Verdicts = append([]pg.Verdict(nil), o.Verdicts...)
+	for i := range c.Verdicts {
+		c.Verdicts[i].Until = time.Time{}.Add(time.Duration(boolInt(!o.Verdicts[i].Until.IsZero())))
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "queue %s seeded %v delay %d window %d\n", c.QueueID, c.Seeded, c.Delay, c.Window)
+	for _, v := range c.Verdicts {
+		fmt.Fprintf(&b, "  verdict %+v\n", v)
+	}
+	for _, m := range o.Messages {
+		fmt.Fprintf(&b, "  msg %s %s %d %s %s %v %s %s %v %d\n", m.Partition, m.PartitionID, m.Off, m.ID, m.TxID,
+			deref(m.Trace), m.Payload, m.CreatedAt.UTC().Format(time.RFC3339Nano), deref(m.Sub), m.Retry)
+	}
+	return b.String()
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "<nil>"
+	}
+	return *s
 }

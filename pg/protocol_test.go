@@ -4,6 +4,7 @@ import (
 	"io/fs"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -70,6 +71,10 @@ func TestSQLProtocolLiterals(t *testing.T) {
 		string(protocol.MsgProcessing):  "MsgProcessing",
 		string(protocol.MsgDeadLetter):  "MsgDeadLetter",
 		protocol.DLQRetrySep:            "DLQRetrySep",
+		string(protocol.DLQRetried):     "DLQRetried",
+		string(protocol.DLQNotFound):    "DLQNotFound",
+		string(protocol.DLQSuperseded):  "DLQSuperseded",
+		string(protocol.DLQTaken):       "DLQTaken",
 		protocol.StateRefusedRows:       "StateRefusedRows",
 		protocol.StateRefusedBytes:      "StateRefusedBytes",
 	}
@@ -79,7 +84,8 @@ func TestSQLProtocolLiterals(t *testing.T) {
 		"": true, "{}": true, "/": true,
 		"Retries exhausted": true, "Unknown error": true,
 		"Too many acks past an unresolved message": true,
-		"queen.ack_v1: fast path":                  true, // a RAISE DEBUG pg/ack_fast_test.go counts
+		"queen.ack_v1: fast path":                  true, // RAISE DEBUGs pg/ack_fast_test.go counts
+		"queen.ack_v2: fast path":                  true,
 	}
 	lits := sqlLiterals(t)
 	var unknown []string
@@ -106,6 +112,60 @@ func TestSQLProtocolLiterals(t *testing.T) {
 	for _, v := range protocol.Verdicts {
 		if _, ok := lits[string(v)]; !ok {
 			t.Errorf("verdict %q missing from pg/sql", v)
+		}
+	}
+}
+
+// TestSQLNumbers ties the numbers the SQL functions share with Go to
+// package protocol: each is written once in SQL, as a constant function of
+// 00_constants.sql (SELECT <number>), whose value must be the Go
+// constant's, and no other function body writes it as a bare literal (it
+// calls the function instead).
+func TestSQLNumbers(t *testing.T) {
+	want := map[string]int{ // SQL function -> Go constant
+		"default_lease_seconds": protocol.DefaultLeaseSeconds,
+		"row_envelope_bytes":    protocol.RowEnvelopeBytes,
+		"max_acked_past_gap":    protocol.MaxAckedPastGap,
+	}
+	names, err := fs.Glob(sqlFiles, "sql/functions/*.sql")
+	if err != nil || len(names) == 0 {
+		t.Fatalf("list SQL files: %v (%d)", err, len(names))
+	}
+	comment := regexp.MustCompile(`--[^\n]*`)
+	constFn := regexp.MustCompile(`(?s)CREATE OR REPLACE FUNCTION queen\.([a-z_0-9]+)\(\)\s*RETURNS int\s*LANGUAGE sql IMMUTABLE PARALLEL SAFE AS \$\$\s*SELECT (\d+)\s*\$\$;`)
+	got := map[string]int{}
+	for _, name := range names {
+		body, err := sqlFiles.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := comment.ReplaceAllString(string(body), "")
+		for _, m := range constFn.FindAllStringSubmatch(text, -1) {
+			if _, dup := got[m[1]]; dup {
+				t.Errorf("queen.%s() defined twice", m[1])
+			}
+			v, _ := strconv.Atoi(m[2])
+			got[m[1]] = v
+		}
+		rest := constFn.ReplaceAllString(text, "")
+		for fn, v := range want {
+			if regexp.MustCompile(`\b` + strconv.Itoa(v) + `\b`).MatchString(rest) {
+				t.Errorf("%s writes %d as a literal: call queen.%s() instead", name, v, fn)
+			}
+		}
+	}
+	for fn, v := range want {
+		g, ok := got[fn]
+		switch {
+		case !ok:
+			t.Errorf("queen.%s() is not defined in pg/sql/functions as SELECT <number>", fn)
+		case g != v:
+			t.Errorf("queen.%s() is %d in SQL and %d in package protocol", fn, g, v)
+		}
+	}
+	for fn := range got {
+		if _, ok := want[fn]; !ok {
+			t.Errorf("queen.%s() is a constant with no protocol counterpart in this test", fn)
 		}
 	}
 }

@@ -11,7 +11,7 @@ import (
 	"queen-node/pg"
 )
 
-// TestPushModel drives push_v3's two paths (no duplicate: offsets from the
+// TestPushModel drives push_v4's two paths (no duplicate: offsets from the
 // caller's numbering, the unique index as the check; a duplicate: the
 // probing statement) with random batches against a model: every batch
 // mixes new ids, ids stored earlier, in-batch repeats and several

@@ -21,7 +21,7 @@ const (
 	PushDuplicate PushStatus = "duplicate" // the partition already holds this transaction id
 	PushFailed    PushStatus = "failed"    // not stored; the item carries an error
 	// PushMissing is push_v4's internal answer "a queue or partition does
-	// not exist yet"; it never reaches a client.
+	// not exist yet" (push_v3's sentinel row too); it never reaches a client.
 	PushMissing PushStatus = "missing"
 	// PushDeferred is push_v4's internal answer "not written: another
 	// transaction holds the partition"; the push combiner sends the item
@@ -30,7 +30,7 @@ const (
 )
 
 // AckStatus is the status of one acknowledgement (docs/api.md, "Acks").
-// Clients may send any case; ack_v1 (pg/sql/functions/30_ack.sql)
+// Clients may send any case; ack_v2 (pg/sql/functions/31_ack_v2.sql)
 // lowercases it and refuses an unknown value per item with ErrInvalidStatus.
 type AckStatus string
 
@@ -77,7 +77,7 @@ func ParseSubMode(s string) (mode SubMode, ok bool) {
 const SubFromNow = "now"
 
 // Verdict is the claim core's answer for one candidate partition
-// (pg/sql/functions/20_pop.sql).
+// (pg/sql/functions/22_pop_v3.sql).
 type Verdict string
 
 const (
@@ -91,8 +91,10 @@ const (
 // Verdicts lists every verdict kind.
 var Verdicts = []Verdict{VerdictTook, VerdictEmpty, VerdictLeased, VerdictBusy, VerdictRequeue}
 
-// Row kinds and group-marker states of the claim core's result rows
-// (pg/sql/functions/20_pop.sql); only pg reads them.
+// Row kinds and group-marker states of the result rows of pop_v1 and
+// pop_v2 (pg/sql/functions/20_pop.sql, 21_pop_v2.sql), which stay for the
+// previous release; pop_v3 answers one row of arrays instead. Only pg's
+// tests read them.
 const (
 	PopRowMeta    = "meta"    // the first row: queue id, group marker state, deferral options
 	PopRowVerdict = "verdict" // one per candidate
@@ -117,7 +119,7 @@ const (
 // MessageStatuses are the accepted `status` filters of the message list.
 var MessageStatuses = []MessageStatus{MsgPending, MsgProcessing, MsgCompleted, MsgDeadLetter}
 
-// ack_v1 (pg/sql/functions/30_ack.sql) decides a failed item with the values of
+// ack_v2 (pg/sql/functions/31_ack_v2.sql) decides a failed item with the values of
 // AckRetry (release for redelivery) and AckDLQ (dead-letter).
 
 // DLQRetrySep joins a dead-lettered message's transaction id and its
@@ -125,6 +127,17 @@ var MessageStatuses = []MessageStatus{MsgPending, MsgProcessing, MsgCompleted, M
 // appends (pg/sql/functions/80_dlq.sql, docs/api.md "Retry or drop a dead
 // letter").
 const DLQRetrySep = "~retry-"
+
+// DLQRetryOutcome is what queen.dlq_retry_v2 (pg/sql/functions/80_dlq.sql)
+// did with a dead letter; only pg reads it.
+type DLQRetryOutcome string
+
+const (
+	DLQRetried    DLQRetryOutcome = "retried"    // the copy was appended
+	DLQNotFound   DLQRetryOutcome = "not_found"  // the tenant has no such entry
+	DLQSuperseded DLQRetryOutcome = "superseded" // the group's entries of the message are all superseded
+	DLQTaken      DLQRetryOutcome = "taken"      // the copy's transaction id is already in the partition
+)
 
 // Why queen.stream_state_read_v1 (pg/sql/functions/90_reads.sql) refused a
 // state read: too many rows, or an answer past its byte bound.
@@ -157,3 +170,22 @@ const (
 
 // MemberStates lists every state, in the order of the status contract.
 var MemberStates = []MemberState{MemberAlive, MemberSuspect, MemberDead, MemberLeft}
+
+// Numbers that Go and the SQL functions both use. The SQL writes each once,
+// as an inlined IMMUTABLE function of pg/sql/functions/00_constants.sql
+// (named beside each constant); pg/protocol_test.go (TestSQLNumbers) ties
+// the two and refuses the bare number anywhere else in the SQL.
+const (
+	// DefaultLeaseSeconds is the lease of a queue whose leaseTime is 0
+	// (queen.default_lease_seconds()) and the length of a lease extension
+	// that names no seconds (docs/api.md, "Semantics").
+	DefaultLeaseSeconds = 60
+	// RowEnvelopeBytes is what a row's keys, ids and times add to its
+	// values in a JSON answer: pops and reads count it per row against
+	// their byte bounds and write deadlines (queen.row_envelope_bytes()).
+	RowEnvelopeBytes = 400
+	// MaxAckedPastGap bounds the completed acks one (partition, group)
+	// remembers past an unresolved message (consumers.acked); past it an
+	// ack item is refused (queen.max_acked_past_gap(); docs/api.md, "Acks").
+	MaxAckedPastGap = 100000
+)

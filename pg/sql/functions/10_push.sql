@@ -3,7 +3,7 @@
 -- Creating a queue or partition and appending to it are separate steps:
 -- queen.ensure_partitions_v1 creates what is missing in its own short
 -- transaction (queues in name order, then partitions in (queue id, name)
--- order) and commits; queen.push_v3 then only locks rows that already exist,
+-- order) and commits; queen.push_v4 then only locks rows that already exist,
 -- in partition id order. A push therefore never waits on another push's
 -- uncommitted insert while holding partition locks, which is what made
 -- push_v2 deadlock (issue 9 item 3).

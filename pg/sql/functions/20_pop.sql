@@ -109,7 +109,7 @@ BEGIN
     o_delay := NULL; o_window := NULL;
 
     v_lease_secs := CASE WHEN p_lease_seconds > 0 THEN p_lease_seconds
-                         WHEN v_q.lease_time > 0 THEN v_q.lease_time ELSE 60 END;
+                         WHEN v_q.lease_time > 0 THEN v_q.lease_time ELSE queen.default_lease_seconds() END;
 
     IF p_names IS NULL THEN
         SELECT array_agg(s.name) INTO v_names
@@ -214,8 +214,8 @@ BEGIN
         END IF;
 
         -- The envelope: the queue, partition and group names at face value
-        -- plus 400 bytes for keys, ids and times (docs/api.md, "Input bounds").
-        v_envelope := octet_length(p_queue) + 2 * octet_length(v_names[i]) + octet_length(p_group) + 400;
+        -- plus queen.row_envelope_bytes() for keys, ids and times (docs/api.md, "Input bounds").
+        v_envelope := octet_length(p_queue) + 2 * octet_length(v_names[i]) + octet_length(p_group) + queen.row_envelope_bytes();
         v_count := 0; v_end := v_c.committed_offset; v_until := NULL; v_full := false;
         v_acked := v_c.acked; v_nacked := cardinality(v_acked); v_aj := 1; v_fast := false;
         IF v_nacked = 0 AND v_q.delayed_processing = 0 THEN

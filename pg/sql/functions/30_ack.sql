@@ -38,7 +38,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     -- Bound of consumers.acked: a client acking far ahead of an open gap
     -- (without leases) must not grow one row without limit.
-    c_max_acked  constant int := 100000;
+    c_max_acked  constant int := queen.max_acked_past_gap();
     v_now        timestamptz := clock_timestamp();
     r            record;
     v_c          record;

@@ -89,8 +89,8 @@ BEGIN
         ORDER BY d.failed_at DESC, d.seq DESC LIMIT p_limit OFFSET p_offset
     LOOP
         o_payload := r.payload::text; -- detoasted once, for its size and the answer
-        -- 400: keys, two ids, two times, retry count, superseded.
-        size := 400 + octet_length(to_json(r.transaction_id)::text) + octet_length(to_json(r.qname)::text)
+        -- queen.row_envelope_bytes(): keys, two ids, two times, retry count, superseded.
+        size := queen.row_envelope_bytes() + octet_length(to_json(r.transaction_id)::text) + octet_length(to_json(r.qname)::text)
             + octet_length(to_json(r.pname)::text) + octet_length(to_json(r.consumer_group)::text)
             + octet_length(to_json(r.error_message)::text)
             + COALESCE(octet_length(to_json(r.producer_sub)::text), 4)
@@ -143,8 +143,8 @@ BEGIN
     LOOP
         o_data := r.data::text; -- each detoasted once, for its size and the answer
         o_payload := r.payload::text;
-        -- 400: keys, two ids and the time.
-        size := 400 + octet_length(to_json(r.transaction_id)::text) + octet_length(to_json(r.event_type)::text)
+        -- queen.row_envelope_bytes(): keys, two ids and the time.
+        size := queen.row_envelope_bytes() + octet_length(to_json(r.transaction_id)::text) + octet_length(to_json(r.event_type)::text)
             + octet_length(to_json(r.consumer_group)::text) + octet_length(to_json(r.worker_id)::text)
             + octet_length(o_data) + octet_length(to_json(r.names)::text)
             + octet_length(to_json(r.qname)::text) + octet_length(to_json(r.pname)::text)
@@ -190,8 +190,8 @@ BEGIN
         ORDER BY t.created_at, t.id LIMIT p_limit OFFSET p_offset
     LOOP
         o_data := r.data::text; -- once, for its size and the answer
-        -- 400: keys, the id and the time.
-        size := 400 + octet_length(to_json(r.event_type)::text) + octet_length(to_json(r.consumer_group)::text)
+        -- queen.row_envelope_bytes(): keys, the id and the time.
+        size := queen.row_envelope_bytes() + octet_length(to_json(r.event_type)::text) + octet_length(to_json(r.consumer_group)::text)
             + octet_length(to_json(r.worker_id)::text) + octet_length(o_data)
             + octet_length(to_json(r.names)::text);
         IF n > 0 AND total + size > p_max_bytes THEN

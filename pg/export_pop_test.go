@@ -1,0 +1,81 @@
+package pg
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"queen-node/protocol"
+)
+
+// PopTx runs the claim core (queen.pop_v3) on tx and reads it as Pop does.
+func PopTx(ctx context.Context, tx pgx.Tx, a PopArgs) (*PopOutcome, error) {
+	rs, err := tx.Query(ctx, popSQL, popParams(a)...)
+	if err != nil {
+		return nil, err
+	}
+	defer rs.Close()
+	return scanPop(rs)
+}
+
+// PopV2Tx runs queen.pop_v2, the previous release's claim core, on tx and
+// reads its rows ('meta', 'verdict', 'msg') as that release did, so that
+// tests can compare it with pop_v3.
+func PopV2Tx(ctx context.Context, tx pgx.Tx, a PopArgs) (*PopOutcome, error) {
+	rs, err := tx.Query(ctx, `SELECT o_kind, o_pname, o_pid, o_verdict, o_until, o_drained, o_off,
+		o_mid, o_txid, o_trace, o_payload::text, o_created, o_sub, o_retry, o_delay, o_window
+	FROM queen.pop_v2($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`, popParams(a)...)
+	if err != nil {
+		return nil, err
+	}
+	defer rs.Close()
+	out := &PopOutcome{}
+	for rs.Next() {
+		var (
+			kind                           string
+			pname, pid, verdict, mid, txid *string
+			trace, payload, sub            *string
+			until, created                 *time.Time
+			drained                        *bool
+			off                            *int64
+			retry, delay, window           *int32
+		)
+		if err := rs.Scan(&kind, &pname, &pid, &verdict, &until, &drained, &off, &mid, &txid,
+			&trace, &payload, &created, &sub, &retry, &delay, &window); err != nil {
+			return nil, fmt.Errorf("scan: %w", err)
+		}
+		switch kind {
+		case protocol.PopRowMeta:
+			out.QueueID = deref(pid)
+			out.Seeded = deref(verdict) == protocol.GroupSeeded
+			out.Delay, out.Window = int(derefInt(delay)), int(derefInt(window))
+		case protocol.PopRowVerdict:
+			v := Verdict{Name: deref(pname), PartitionID: deref(pid), Kind: protocol.Verdict(deref(verdict))}
+			if until != nil {
+				v.Until = *until
+			}
+			if drained != nil {
+				v.Drained = *drained
+			}
+			out.Verdicts = append(out.Verdicts, v)
+		case protocol.PopRowMsg:
+			m := PopMessage{Partition: deref(pname), PartitionID: deref(pid), ID: deref(mid),
+				TxID: deref(txid), Trace: trace, Sub: sub, Retry: int(derefInt(retry))}
+			if off != nil {
+				m.Off = *off
+			}
+			if payload != nil {
+				m.Payload = []byte(*payload)
+			} else {
+				m.Payload = []byte("null")
+			}
+			if created != nil {
+				m.CreatedAt = *created
+			}
+			out.Messages = append(out.Messages, m)
+		}
+	}
+	return out, rs.Err()
+}
