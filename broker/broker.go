@@ -137,7 +137,8 @@ func New(ctx context.Context, cfg Config, log hclog.Logger) (*Broker, error) {
 	// Not derived from ctx: that one bounds only the start.
 	b.life, b.endLife = context.WithCancel(context.Background())
 	if cfg.PushCombine {
-		b.push = newPushCombiner(db, DefaultMaxPushRows, DefaultMaxPushBytes, &b.stats.PushFlushes, &b.stats.PushDeferred)
+		b.push = newPushCombiner(db, DefaultMaxPushRows, DefaultMaxPushBytes, &b.stats.PushFlushes, &b.stats.PushDeferred,
+			b.afterCommit)
 	}
 	b.prov = newProvisioned()
 	if cfg.PopCombine {

@@ -37,8 +37,9 @@ import (
 // each partition's rows in one and in order (docs/storage.md, "Skip-locked
 // push flushes"). A client that leaves
 // while its push waits is answered at once and its push is skipped if it has
-// not been sent yet; rows already being written may still commit, as with a
-// client that leaves during an uncombined push.
+// not been sent yet (its deferred rows too); rows already being written may
+// still commit, as with a client that leaves during an uncombined push, and
+// are then marked and hinted like any others (onCommit).
 type pushCombiner struct {
 	db      *pg.DB
 	maxRows int // rows per flush; a larger single push flushes alone
@@ -48,6 +49,12 @@ type pushCombiner struct {
 	maxBytes int64
 	flushes  *atomic.Int64 // Stats.PushFlushes
 	deferred *atomic.Int64 // Stats.PushDeferred
+	// onCommit runs after every commit with the rows it wrote (their
+	// outcomes, none deferred): the marks, hints and counters of a push.
+	// Here, not in the pushing request, because rows commit whether or not
+	// their client still waits (it may have left, or its rows may be
+	// written in two flushes), and parked pops must learn of them either way.
+	onCommit func(tenant string, rows []pg.PushRow, outs []pg.PushOutcome)
 
 	mu      sync.Mutex
 	pending map[string][]*pushReq // by tenant
@@ -122,8 +129,10 @@ func (r *pushReq) finish(outs []pg.PushOutcome, err error) {
 // flush's pushes go their own way (see pushCombiner).
 const combineFlushTimeout = 2 * time.Second
 
-func newPushCombiner(db *pg.DB, maxRows int, maxBytes int64, flushes, deferred *atomic.Int64) *pushCombiner {
-	return &pushCombiner{db: db, maxRows: maxRows, maxBytes: maxBytes, flushes: flushes, deferred: deferred, pending: map[string][]*pushReq{}}
+func newPushCombiner(db *pg.DB, maxRows int, maxBytes int64, flushes, deferred *atomic.Int64,
+	onCommit func(tenant string, rows []pg.PushRow, outs []pg.PushOutcome)) *pushCombiner {
+	return &pushCombiner{db: db, maxRows: maxRows, maxBytes: maxBytes, flushes: flushes, deferred: deferred,
+		onCommit: onCommit, pending: map[string][]*pushReq{}}
 }
 
 // push queues rows and waits until the flush that carries them ends.
@@ -253,16 +262,21 @@ func (c *pushCombiner) flush(tenant string, batch []*pushReq) {
 						r.finish(nil, fmt.Errorf("push: internal error: %v", p))
 					}
 				}()
-				outs, err := c.db.Push(r.ctx, tenant, r.sending())
+				rows := r.sending()
+				outs, err := c.db.Push(r.ctx, tenant, rows)
 				if err != nil {
 					r.finish(nil, err)
 					return
 				}
-				r.record(outs)
+				c.committed(tenant, rows, outs)
+				if r.record(outs) { // Push waits for every partition: never
+					r.finish(nil, fmt.Errorf("push: rows deferred by a push that waits"))
+				}
 			}(r)
 		}
 		return
 	}
+	c.committed(tenant, all, outs)
 	start := 0
 	var again []*pushReq
 	for k, r := range live {
@@ -274,6 +288,23 @@ func (c *pushCombiner) flush(tenant string, batch []*pushReq) {
 	}
 	if len(again) > 0 {
 		c.requeue(tenant, again)
+	}
+}
+
+// committed hands the rows a commit wrote to onCommit, without the
+// deferred ones.
+func (c *pushCombiner) committed(tenant string, rows []pg.PushRow, outs []pg.PushOutcome) {
+	if c.onCommit == nil {
+		return
+	}
+	kept, keptOuts := rows[:0:0], outs[:0:0]
+	for i, o := range outs {
+		if o.Status != protocol.PushDeferred {
+			kept, keptOuts = append(kept, rows[i]), append(keptOuts, o)
+		}
+	}
+	if len(kept) > 0 {
+		c.onCommit(tenant, kept, keptOuts)
 	}
 }
 

@@ -21,7 +21,12 @@ func (b *Broker) HintsLost(sender string) {
 	if b.hot == nil {
 		return // the SQL candidate scan reads PostgreSQL on every pop anyway
 	}
-	b.hot.HintsLost(time.Now())
+	b.hot.HintsLost(time.Now()) // kicks the early loop (SetEarlyWake)
+}
+
+// kickEarly tells the early loop that the time Hotlist.NextEarly names
+// moved earlier (the hot-list's SetEarlyWake hook).
+func (b *Broker) kickEarly() {
 	select {
 	case b.earlyKick <- struct{}{}:
 	default: // already kicked

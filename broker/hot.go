@@ -34,6 +34,7 @@ func newHotlist(cfg Config, log func(key hotlist.Key, event string, kv ...any)) 
 // startHotLoops starts the wheel tick, the wake tick, the reseed floor, the
 // idle sweep and the periodic report.
 func (b *Broker) startHotLoops() {
+	b.hot.SetEarlyWake(b.kickEarly) // before any loop can defer a ring
 	b.every(wheelTick, func(now time.Time) {
 		for _, key := range b.hot.WheelTick(now) {
 			b.gates.notify(key)

@@ -13,9 +13,10 @@ import (
 	"queen-node/protocol"
 )
 
-// Push appends items atomically: every item is stored (or reported a
-// duplicate) and committed before Push returns, and then wakes the queues'
-// parked pops.
+// Push appends items: every item is stored (or reported a duplicate) and
+// committed before Push returns, and the queues' parked pops are woken. A
+// partition's items commit together and in order; a push's partitions may
+// commit in separate transactions (docs/api.md, "a push's transactions").
 func (b *Broker) Push(ctx context.Context, tenant string, producerSub *string, items []PushItem) ([]PushResult, error) {
 	b.stats.Pushes.Add(1)
 	if len(items) == 0 {
@@ -61,8 +62,20 @@ func (b *Broker) pushStore(ctx context.Context, tenant string, producerSub *stri
 		return nil, wrap(err)
 	}
 	res := pushResults(items, rows, outs)
-	b.afterPush(tenant, res, hotlist.SourceLocal)
+	if b.push == nil {
+		b.afterPush(tenant, res, hotlist.SourceLocal)
+	} // else the combiner ran it at each commit (afterCommit)
 	return res, nil
+}
+
+// afterCommit is afterPush for the rows one combined flush wrote, whether
+// or not their clients still wait (pushCombiner.onCommit).
+func (b *Broker) afterCommit(tenant string, rows []pg.PushRow, outs []pg.PushOutcome) {
+	res := make([]PushResult, len(rows))
+	for i, r := range rows {
+		res[i] = PushResult{Status: outs[i].Status, Queue: r.Queue, partition: r.Partition}
+	}
+	b.afterPush(tenant, res, hotlist.SourceLocal)
 }
 
 func pushRows(items []PushItem, producerSub *string) ([]pg.PushRow, error) {

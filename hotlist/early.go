@@ -23,6 +23,7 @@ type early struct {
 	lossAt  atomic.Int64 // unix nanos of the latest loss signal, 0 = none yet
 	pending atomic.Bool  // a new loss signal since the last pass
 	wakeAt  atomic.Int64 // unix nanos when a deferred ring may run, 0 = none
+	onWake  func()       // SetEarlyWake's hook, called when wakeAt moves earlier
 
 	mu     sync.Mutex // the node-wide token bucket
 	tokens float64
@@ -81,7 +82,17 @@ func (h *Hotlist) HintsLost(now time.Time) {
 		}
 	}
 	h.early.pending.Store(true)
+	if h.early.onWake != nil {
+		h.early.onWake()
+	}
 }
+
+// SetEarlyWake sets a hook called whenever the time NextEarly names moves
+// earlier: a loss signal, or a ring deferred by its interval or by the
+// node's budget, also on a pop's path (BeginReseed). A caller that sleeps
+// until NextEarly re-reads it when called. Set it before any other call; it
+// must not block or call back into the Hotlist.
+func (h *Hotlist) SetEarlyWake(f func()) { h.early.onWake = f }
 
 // NextEarly is when the next EarlyReseeds pass may have work: zero when
 // nothing is pending (no loss signal since the last pass and no deferred
@@ -203,7 +214,13 @@ func (h *Hotlist) EarlyReseeds(now time.Time, parked func(key Key) bool) []*Walk
 func (e *early) wakeBy(n int64) {
 	for {
 		old := e.wakeAt.Load()
-		if (old != 0 && old <= n) || e.wakeAt.CompareAndSwap(old, n) {
+		if old != 0 && old <= n {
+			return
+		}
+		if e.wakeAt.CompareAndSwap(old, n) {
+			if e.onWake != nil {
+				e.onWake()
+			}
 			return
 		}
 	}

@@ -50,7 +50,12 @@ func TestEarlyReseedPopPathWithinNodeBudget(t *testing.T) {
 func TestEarlyReseedPopRefusedIsRetriedByTheLoop(t *testing.T) {
 	h := newHL(func(c *Config) { c.EarlyReseedRate = 1 })
 	rs := earlyRings(h, 2)
+	kicks := 0
+	h.SetEarlyWake(func() { kicks++ })
 	h.HintsLost(at(time.Second))
+	if kicks != 1 {
+		t.Fatalf("a loss signal called the wake hook %d times, want 1", kicks)
+	}
 	if got := claimed(h.EarlyReseeds(at(time.Second), nil)); len(got) != 0 {
 		t.Fatalf("claimed %d empty unparked rings", len(got))
 	}
@@ -58,8 +63,17 @@ func TestEarlyReseedPopRefusedIsRetriedByTheLoop(t *testing.T) {
 		t.Fatal("the first pop did not get the token")
 	}
 	endReseed(rs[0], true, at(time.Second))
+	before := kicks
 	if claim(h.BeginReseed(rs[1], at(time.Second), false)) {
 		t.Fatal("the second pop ran without a token")
+	}
+	// A loop sleeping until NextEarly must hear of the refusal: the hook
+	// is called and NextEarly names the token's return.
+	if kicks == before {
+		t.Fatal("the refused pop did not call the wake hook: a sleeping early loop would never run it")
+	}
+	if next := h.NextEarly(); next.IsZero() || next.After(at(2*time.Second)) {
+		t.Fatalf("NextEarly after the refusal: %v, want by the token's return", next)
 	}
 	// The second pop parks on its ring; no new loss arrives.
 	parked := func(key Key) bool { return key == rs[1].Key() }
