@@ -349,7 +349,10 @@ func TestAckCASMerges(t *testing.T) {
 			time.Sleep(time.Millisecond) // polling, not synchronisation
 		}
 	}
+	// One at a time: sent together, the two could merge into one flush
+	// (it happened under -race), and the test needs both flushes in flight.
 	go ack(ctx, 0)
+	waitFor("the first flush", func() bool { return b.Stats().AckCASFlushes.Load()-flushes0 == 1 })
 	go ack(ctx, 1)
 	waitFor("two flushes", func() bool { return b.Stats().AckCASFlushes.Load()-flushes0 == 2 })
 	gone, cancel := context.WithCancel(ctx)
