@@ -41,9 +41,10 @@ func (b *Broker) startEarlyLoop() {
 		defer t.Stop()
 		var last time.Time
 		for {
-			// Sleep until there is work, or at least earlyTick since
-			// the last pass (a ring mid-reseed asks to be looked at again
-			// on the next pass).
+			// Sleep until there is work, and at least earlyTick since the
+			// last pass (a burst of signals costs one pass; a ring
+			// mid-reseed asks to be looked at again on the next pass). A
+			// kick means NextEarly moved earlier: look again.
 			var wait time.Duration = -1 // until kicked
 			if at := b.hot.NextEarly(); !at.IsZero() {
 				wait = max(time.Until(at), earlyTick-time.Since(last), 0)
@@ -58,15 +59,9 @@ func (b *Broker) startEarlyLoop() {
 				case <-ctx.Done():
 					return
 				case <-b.earlyKick:
+					t.Stop() // no stale tick after Stop since Go 1.23
+					continue
 				case <-timeout:
-				}
-				t.Stop() // no stale tick after Stop since Go 1.23
-				if d := earlyTick - time.Since(last); d > 0 {
-					select { // a burst of signals: one pass per earlyTick
-					case <-ctx.Done():
-						return
-					case <-time.After(d):
-					}
 				}
 			}
 			last = time.Now()
