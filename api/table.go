@@ -401,6 +401,8 @@ var Table = []Row{
 		Help: "SQL calls made by pops (hot-list efficiency: low per pop is good).", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.PopSQLCalls })},
 	{Status: "requests.pop_flushes", Metric: "queen_pop_flushes_total", Kind: Counter,
 		Help: "Claim transactions sent to PostgreSQL; fewer than pop_sql_calls when concurrent claims are combined (QUEEN_POP_COMBINE).", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.PopFlushes })},
+	{Status: "requests.claims_fast", Metric: "queen_claims_fast_total", Kind: Counter,
+		Help: "Claim-core calls answered by the fast claim statement (docs/storage.md, \"The fast claim\"); the others ran queen.pop_v3.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.ClaimsFast })},
 	{Status: "requests.claim_verdicts.took", Metric: "queen_claim_verdicts_total", Label: Label{"verdict", "took"}, Kind: Counter,
 		Help: helpVerdicts, Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.ClaimTook })},
 	{Status: "requests.claim_verdicts.empty", Metric: "queen_claim_verdicts_total", Label: Label{"verdict", "empty"}, Kind: Counter,

@@ -67,6 +67,7 @@ type Stats struct {
 	PoppedItems   atomic.Int64 // messages delivered
 	PopSQLCalls   atomic.Int64 // claim-core calls
 	PopFlushes    atomic.Int64 // claim transactions sent to PostgreSQL (fewer than calls when combined)
+	ClaimsFast    atomic.Int64 // claim-core calls the fast claim answered (pg/claimfast.go)
 	Acks          atomic.Int64 // ack items
 	AcksRefused   atomic.Int64 // ack items refused
 	DeadLettered  atomic.Int64 // messages moved to the DLQ

@@ -164,6 +164,9 @@ func (b *Broker) claim(ctx context.Context, args pg.PopArgs) (*pg.PopOutcome, er
 	if err == nil {
 		b.prov.learn(args, out)
 		b.countVerdicts(out.Verdicts)
+		if out.Fast {
+			b.stats.ClaimsFast.Add(1)
+		}
 	}
 	return out, err
 }

@@ -44,6 +44,7 @@ type Counters struct {
 	PoppedItems   int64
 	PopSQLCalls   int64
 	PopFlushes    int64
+	ClaimsFast    int64
 	ClaimTook     int64
 	ClaimEmpty    int64
 	ClaimLeased   int64
@@ -84,7 +85,8 @@ func (s *Stats) Snapshot() Counters {
 		PushDeferred: s.PushDeferred.Load(),
 		Duplicates:   s.Duplicates.Load(), Pops: s.Pops.Load(), PopsMessages: s.PopsMessages.Load(),
 		PopsEmpty: s.PopsEmpty.Load(), PoppedItems: s.PoppedItems.Load(), PopSQLCalls: s.PopSQLCalls.Load(), PopFlushes: s.PopFlushes.Load(),
-		ClaimTook: s.ClaimTook.Load(), ClaimEmpty: s.ClaimEmpty.Load(), ClaimLeased: s.ClaimLeased.Load(),
+		ClaimsFast: s.ClaimsFast.Load(),
+		ClaimTook:  s.ClaimTook.Load(), ClaimEmpty: s.ClaimEmpty.Load(), ClaimLeased: s.ClaimLeased.Load(),
 		ClaimBusy: s.ClaimBusy.Load(), ClaimRequeue: s.ClaimRequeue.Load(),
 		Acks: s.Acks.Load(), AcksRefused: s.AcksRefused.Load(), DeadLettered: s.DeadLettered.Load(),
 		AcksCAS: s.AcksCAS.Load(), AcksGeneral: s.AcksGeneral.Load(),

@@ -59,6 +59,7 @@ type PopOutcome struct {
 	Window   int  // the queue's windowBuffer, seconds
 	Verdicts []Verdict
 	Messages []PopMessage // grouped by partition, in offset order
+	Fast     bool         // the fast claim answered (claimfast.go), not queen.pop_v3
 }
 
 // popSQL calls the claim core (queen.pop_v3, 22_pop_v3.sql): one row, the
@@ -81,50 +82,88 @@ func popParams(a PopArgs) []any {
 		a.LeaseSeconds, a.AutoAck, a.Owner, a.SubMode, a.SubFrom, a.MaxBytes, unprov}
 }
 
-// Pop runs the claim core in one round trip.
+// Pop runs the claim core: the fast claim first when the job qualifies
+// (claimfast.go), the general path otherwise or when it answers nothing.
 func (db *DB) Pop(ctx context.Context, a PopArgs) (*PopOutcome, error) {
-	rs, err := db.pool.Query(ctx, popSQL, popParams(a)...)
+	outs, err := db.PopMany(ctx, []PopArgs{a})
 	if err != nil {
-		return nil, fmt.Errorf("pop %s: %w", a.Queue, err)
+		return nil, err
 	}
-	defer rs.Close()
-	out, err := scanPop(rs)
-	if err != nil {
-		return nil, fmt.Errorf("pop %s: %w", a.Queue, err)
-	}
-	return out, nil
+	return outs[0], nil
 }
 
-// PopMany runs the claim core once per job, in one round trip and one
-// transaction (a pipelined batch: implicit transaction, one commit). The
-// outcomes are in job order. Any failure rolls every job back: nothing was
-// claimed, and the caller may run the jobs again, each alone.
+// PopMany runs the claim core once per job, in one pipelined round trip and
+// one transaction (implicit, one commit): each job that qualifies as the
+// fast claim (claimfast.go), each other job as queen.pop_v3. The fast
+// claims that answered nothing then run as pop_v3, in a second round trip
+// and transaction. The outcomes are in job order.
+//
+// A failure means nothing was claimed for the jobs of the transaction that
+// failed; the fast claims of the first may have committed when the second
+// fails (or when a lost connection hid the first's commit). So before
+// running a job again the caller releases its lease, as it does after any
+// failure whose commit is unknown (broker/popcombine.go).
 func (db *DB) PopMany(ctx context.Context, jobs []PopArgs) ([]*PopOutcome, error) {
+	outs := make([]*PopOutcome, len(jobs))
+	all := make([]int, len(jobs))
+	for i := range jobs {
+		all[i] = i
+	}
+	again, err := db.popBatch(ctx, jobs, all, outs, true)
+	if err != nil || len(again) == 0 {
+		return outs, err
+	}
+	if _, err := db.popBatch(ctx, jobs, again, outs, false); err != nil {
+		return nil, err
+	}
+	return outs, nil
+}
+
+// popBatch runs jobs[idx...] in one pipelined batch, fast claims where
+// fast allows, and fills outs. It returns the jobs whose fast claim
+// answered nothing.
+func (db *DB) popBatch(ctx context.Context, jobs []PopArgs, idx []int, outs []*PopOutcome, fast bool) ([]int, error) {
 	b := &pgx.Batch{}
-	for _, a := range jobs {
-		b.Queue(popSQL, popParams(a)...)
+	isFast := make([]bool, len(idx))
+	for k, i := range idx {
+		a := jobs[i]
+		if fast && fastClaimable(a) {
+			isFast[k] = true
+			b.Queue(fastClaimSQL, fastParams(a)...)
+		} else {
+			b.Queue(popSQL, popParams(a)...)
+		}
 	}
 	br := db.pool.SendBatch(ctx, b)
-	outs := make([]*PopOutcome, len(jobs))
-	for i, a := range jobs {
+	var again []int
+	for k, i := range idx {
+		a := jobs[i]
 		rs, err := br.Query()
 		if err != nil {
 			br.Close()
 			return nil, fmt.Errorf("pop %s (job %d of %d): %w", a.Queue, i+1, len(jobs), err)
 		}
-		out, err := scanPop(rs)
+		var out *PopOutcome
+		if isFast[k] {
+			out, err = scanFast(rs, a)
+		} else {
+			out, err = scanPop(rs)
+		}
 		rs.Close()
 		if err != nil {
 			br.Close()
 			return nil, fmt.Errorf("pop %s (job %d of %d): %w", a.Queue, i+1, len(jobs), err)
 		}
+		if out == nil {
+			again = append(again, i)
+		}
 		outs[i] = out
 	}
 	// Close reads the Sync: the commit's outcome.
 	if err := br.Close(); err != nil {
-		return nil, fmt.Errorf("pop: commit of %d jobs: %w", len(jobs), err)
+		return nil, fmt.Errorf("pop: commit of %d jobs: %w", len(idx), err)
 	}
-	return outs, nil
+	return again, nil
 }
 
 func scanPop(rs pgx.Rows) (*PopOutcome, error) {

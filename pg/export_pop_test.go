@@ -79,3 +79,28 @@ func PopV2Tx(ctx context.Context, tx pgx.Tx, a PopArgs) (*PopOutcome, error) {
 	}
 	return out, rs.Err()
 }
+
+// PopFastTx runs one claim as PopMany does, on tx: the fast claim when a
+// qualifies, then queen.pop_v3 when it answered nothing. fast reports
+// whether the fast claim answered.
+func PopFastTx(ctx context.Context, tx pgx.Tx, a PopArgs) (out *PopOutcome, fast bool, err error) {
+	if fastClaimable(a) {
+		rs, err := tx.Query(ctx, fastClaimSQL, fastParams(a)...)
+		if err != nil {
+			return nil, false, err
+		}
+		out, err = scanFast(rs, a)
+		rs.Close()
+		if err != nil || out != nil {
+			return out, out != nil, err
+		}
+	}
+	out, err = PopTx(ctx, tx, a)
+	return out, false, err
+}
+
+// FastClaimable is fastClaimable, for the tests of which claims qualify.
+var FastClaimable = fastClaimable
+
+// FastClaimSQL is the fast claim's statement, for plan checks.
+const FastClaimSQL = fastClaimSQL

@@ -1,0 +1,143 @@
+package pg
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"queen-node/protocol"
+)
+
+// The fast claim is the claim core's common case as one statement: a pop
+// of one partition (partitions=1, the API's default) with a lease, whose
+// first candidate has its consumer row, no live lease, no offsets acked past
+// a gap, and messages past its cursor, in a queue without delayedProcessing
+// or windowBuffer. It reads each message once, caps the bytes with a
+// running sum, and writes the lease, as queen.pop_v3 does for such a
+// candidate (docs/storage.md, "The fast claim"). PL/pgSQL runs pop_v3's
+// six statements with an interpreter step between each, about half of its
+// time; this statement does the same work in one executor run.
+//
+// Anything else gets no row back, has written nothing (the candidate's row
+// was not locked, or was locked and left as it was), and goes to
+// queen.pop_v3 with all its candidates, in a second transaction: the general
+// path gives it the same answer it would have had alone. The differential
+// test (claimfast_test.go) holds the two paths to the same outcomes.
+//
+// Parameters: $1 tenant, $2 queue, $3 candidate, $4 group, $5 budget,
+// $6 byte cap (<= 0: none), $7 lease id, $8 owner, $9 lease seconds
+// (0: the queue's leaseTime).
+const fastClaimSQL = `WITH c AS (
+    SELECT q.id AS qid, p.id AS pid, p.last_offset, c.committed_offset, c.retry_count,
+           CASE WHEN $9::int > 0 THEN $9::int WHEN q.lease_time > 0 THEN q.lease_time
+                ELSE queen.default_lease_seconds() END AS lease_secs
+    FROM queen.queues q
+    JOIN queen.consumer_groups_metadata md ON md.queue_id = q.id AND md.consumer_group = $4::text
+    JOIN queen.partitions p ON p.queue_id = q.id AND p.name = $3::text
+    JOIN queen.consumers c ON c.partition_id = p.id AND c.consumer_group = $4::text
+    WHERE q.tenant = $1::text AND q.name = $2::text
+      AND q.delayed_processing = 0 AND q.window_buffer = 0
+      AND cardinality(c.acked) = 0
+      AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= clock_timestamp())
+      AND p.last_offset > c.committed_offset
+    FOR UPDATE OF c SKIP LOCKED),
+m AS (
+    SELECT l.*, sum(l.size) OVER (ORDER BY l.off ROWS UNBOUNDED PRECEDING) AS run,
+           row_number() OVER (ORDER BY l.off) AS rn
+    FROM c CROSS JOIN LATERAL (
+        SELECT m.off, m.id, m.transaction_id, m.trace_id, m.payload, m.created_at, m.producer_sub,
+               CASE WHEN $6::bigint > 0 THEN
+                   COALESCE(octet_length(m.payload::text), 4) + octet_length(m.transaction_id)
+                   + COALESCE(octet_length(m.producer_sub), 0)
+                   + octet_length($2::text) + 2 * octet_length($3::text) + octet_length($4::text)
+                   + queen.row_envelope_bytes()
+               ELSE 0 END AS size
+        FROM queen.messages m
+        WHERE m.partition_id = c.pid AND m.off > c.committed_offset AND m.off <= c.last_offset
+        ORDER BY m.off
+        LIMIT $5::int) l),
+k AS (
+    SELECT * FROM m WHERE $6::bigint <= 0 OR m.run <= $6::bigint OR m.rn = 1),
+u AS (
+    UPDATE queen.consumers cc
+    SET batch_end = (SELECT max(k.off) FROM k), lease_id = $7::text, lease_owner = $8::text,
+        lease_expires_at = clock_timestamp() + make_interval(secs => c.lease_secs),
+        updated_at = clock_timestamp()
+    FROM c
+    WHERE cc.partition_id = c.pid AND cc.consumer_group = $4::text AND EXISTS (SELECT 1 FROM k)
+    RETURNING c.qid, c.pid, cc.lease_expires_at, c.retry_count, c.last_offset,
+              (SELECT count(*) FROM m) AS nread, (SELECT count(*) FROM k) AS nkept)
+SELECT u.qid::text, u.pid::text, u.lease_expires_at, u.retry_count, u.last_offset, u.nread, u.nkept,
+       k.off, k.id::text, k.transaction_id, k.trace_id::text, k.payload::text, k.created_at, k.producer_sub
+FROM u CROSS JOIN k
+ORDER BY k.off`
+
+// fastClaimable reports whether job a tries the fast claim first: a lease
+// on one partition, named candidates, the first of them provisioned.
+func fastClaimable(a PopArgs) bool {
+	return len(a.Names) > 0 && a.MaxParts == 1 && !a.AutoAck && a.Budget > 0 && a.LeaseID != "" &&
+		a.Unprov != nil && !slices.Contains(a.Unprov, a.Names[0])
+}
+
+func fastParams(a PopArgs) []any {
+	return []any{a.Tenant, a.Queue, a.Names[0], a.Group, a.Budget, a.MaxBytes, a.LeaseID, a.Owner, a.LeaseSeconds}
+}
+
+// scanFast reads the fast claim's rows into the outcome pop_v3 would have
+// given: the first candidate took, the others were not evaluated
+// (requeue), as a claim of one partition stops at its first take. nil: no
+// row, the claim goes to the general path.
+func scanFast(rs pgx.Rows, a PopArgs) (*PopOutcome, error) {
+	var (
+		out          *PopOutcome
+		nread, nkept int64
+		last         int64
+		retry        int32
+	)
+	for rs.Next() {
+		var (
+			qid, pid, id, txid string
+			until, created     time.Time
+			trace, sub, pay    *string
+			off                int64
+		)
+		if err := rs.Scan(&qid, &pid, &until, &retry, &last, &nread, &nkept,
+			&off, &id, &txid, &trace, &pay, &created, &sub); err != nil {
+			return nil, fmt.Errorf("scan: %w", err)
+		}
+		if out == nil {
+			out = &PopOutcome{QueueID: qid, Seeded: true, Fast: true, Verdicts: make([]Verdict, len(a.Names)),
+				Messages: make([]PopMessage, 0, nkept)}
+			out.Verdicts[0] = Verdict{Name: a.Names[0], PartitionID: pid, Kind: protocol.VerdictTook, Until: until}
+			for i := 1; i < len(a.Names); i++ {
+				out.Verdicts[i] = Verdict{Name: a.Names[i], Kind: protocol.VerdictRequeue}
+			}
+		}
+		m := PopMessage{Partition: a.Names[0], PartitionID: pid, Off: off, ID: id, TxID: txid, Trace: trace,
+			CreatedAt: created, Sub: sub, Retry: int(retry)}
+		if pay != nil {
+			m.Payload = []byte(*pay)
+		} else {
+			m.Payload = []byte("null")
+		}
+		out.Messages = append(out.Messages, m)
+	}
+	if err := rs.Err(); err != nil {
+		return nil, err
+	}
+	if out == nil {
+		return nil, nil
+	}
+	if int64(len(out.Messages)) != nkept {
+		return nil, fmt.Errorf("fast claim: %d rows for %d messages", len(out.Messages), nkept)
+	}
+	// As pop_v3: drained when the served end reached the watermark read at
+	// claim time, or every message up to it was served (fewer than the
+	// budget, none left out by the byte cap).
+	end := out.Messages[len(out.Messages)-1].Off
+	full := nkept < nread
+	out.Verdicts[0].Drained = end >= last || (nkept < int64(a.Budget) && !full)
+	return out, nil
+}
