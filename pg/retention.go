@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -22,9 +23,10 @@ const RetentionLeaseTTL = 2 * time.Minute
 var ErrRetentionLeaseLost = errors.New("retention lease lost")
 
 // RetentionSession holds the retention lease (a row of queen.singletons,
-// migration 10) on a dedicated connection. Its calls run in autocommit,
-// each statement its own short transaction, so no row lock or old snapshot
-// is held for the pass's length.
+// migration 10) on a dedicated connection. Its calls run as short
+// transactions (one statement each, or the few of one completed batch:
+// RetentionDelete), so no row lock or old snapshot is held for the pass's
+// length.
 //
 // A lease row, not a session-level advisory lock: a transaction-mode pooler
 // (PgBouncer) gives each transaction any server connection, so a session
@@ -249,10 +251,11 @@ type RetentionBatch struct {
 // retentionDeleteSQL deletes, among the next $4 messages of one partition
 // after offset $2 and up to $3 (a range of the messages primary key
 // (partition_id, off), so it reads only those rows), the ones a rule
-// selects. One statement is one short transaction: its row locks are
-// those of at most $4 messages, which no push or pop waits for (pushes
-// insert new offsets; pops read without locking messages), and it never
-// locks the partition row pushes take.
+// selects. Its row locks are those of at most $4 messages, which no push
+// or pop waits for (pushes insert new offsets; pops read without locking
+// messages). A batch of the completed rule runs it after taking the
+// partition row's lock (RetentionDelete); one of the pending rules alone
+// runs it as its own transaction and never locks the partition row.
 //
 // completed: passed by every group's cursor ($5 = lowest committed_offset,
 // $6 = a group waits to start from the beginning, $7 = earliest start of
@@ -310,8 +313,44 @@ SELECT (SELECT count(*) FROM c)::int,
        (SELECT count(*) FROM d WHERE NOT d.completed),
        COALESCE((SELECT bool_or(c.created_at >= $12::timestamptz) FROM c), false)`
 
+// retentionFloorSQL reads one partition's completed floor again, as the
+// plan does (retentionPlanSQL): the lowest cursor, whether a group
+// subscribed from the beginning has no cursor here yet, and the earliest
+// start of the groups subscribed with one.
+const retentionFloorSQL = `
+SELECT (SELECT min(c.committed_offset) FROM queen.consumers c WHERE c.partition_id = p.id),
+       COALESCE(r.blocked, false), r.seed_from
+FROM queen.partitions p
+LEFT JOIN LATERAL (
+    SELECT bool_or(md.subscription_from IS NULL) AS blocked, min(md.subscription_from) AS seed_from
+    FROM queen.consumer_groups_metadata md
+    WHERE md.queue_id = p.queue_id
+      AND NOT EXISTS (SELECT 1 FROM queen.consumers c2
+                      WHERE c2.partition_id = p.id AND c2.consumer_group = md.consumer_group)) r ON true
+WHERE p.id = $1::uuid`
+
+// retentionLockTimeout bounds the wait for a partition's row lock before a
+// batch that may delete completed messages; past it the partition waits
+// for the next pass.
+const retentionLockTimeout = "500ms"
+
 // RetentionDelete runs one delete batch of at most limit messages of p
 // after offset after.
+//
+// A batch that may delete completed messages first takes the partition
+// row's FOR UPDATE lock, then reads the floor again, then deletes, in one
+// transaction. The floor the plan read can be stale: a group's first pop
+// inserts its consumer row (its cursor before these messages) and serves
+// the messages in one transaction, which the plan could not see. That
+// insert holds the partition row's FOR KEY SHARE lock (the foreign key)
+// until it commits, which FOR UPDATE waits for; the floor read after the
+// lock sees the new cursor, and a first pop that comes later waits for
+// this commit and finds the messages gone before it reads. So a message is
+// never deleted as completed after a pop served it (docs/api.md,
+// "Retention"). The lock also holds back pushes to the partition for the
+// batch's length (pushes take FOR NO KEY UPDATE); a batch deletes at most
+// limit messages. A lock not granted within retentionLockTimeout ends the
+// partition's turn in this pass (Young, nothing deleted).
 func (s *RetentionSession) RetentionDelete(ctx context.Context, p *RetentionPartition, after int64, limit int) (RetentionBatch, error) {
 	var b RetentionBatch
 	if err := s.renew(ctx); err != nil {
@@ -321,11 +360,46 @@ func (s *RetentionSession) RetentionDelete(ctx context.Context, p *RetentionPart
 	if p.HasFloor {
 		floor = p.Floor
 	}
-	err := s.conn.QueryRow(ctx, retentionDeleteSQL, p.ID, after, p.Upper(), limit,
-		floor, p.Blocked, p.SeedFrom, p.CompletedCut, p.PendingCut, p.LeaseLo, p.LeaseHi, p.Youngest()).
-		Scan(&b.Examined, &b.LastOff, &b.Completed, &b.Pending, &b.Young)
+	if !p.Completes() {
+		// pending rules only: they do not depend on the cursors
+		err := s.conn.QueryRow(ctx, retentionDeleteSQL, p.ID, after, p.Upper(), limit,
+			floor, p.Blocked, p.SeedFrom, p.CompletedCut, p.PendingCut, p.LeaseLo, p.LeaseHi, p.Youngest()).
+			Scan(&b.Examined, &b.LastOff, &b.Completed, &b.Pending, &b.Young)
+		if err != nil {
+			return b, fmt.Errorf("retention: delete in partition %s: %w", p.ID, err)
+		}
+		return b, nil
+	}
+	err := pgx.BeginFunc(ctx, s.conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+retentionLockTimeout+"'"); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM queen.partitions WHERE id = $1::uuid FOR UPDATE`, p.ID); err != nil {
+			return err
+		}
+		var fresh *int64
+		blocked, seedFrom := false, (*time.Time)(nil)
+		if err := tx.QueryRow(ctx, retentionFloorSQL, p.ID).Scan(&fresh, &blocked, &seedFrom); err != nil {
+			if errors.Is(err, pgx.ErrNoRows) { // the partition is gone: nothing to delete
+				b.Young = true
+				return nil
+			}
+			return err
+		}
+		floor := int64(-1)
+		if fresh != nil {
+			floor = *fresh
+		}
+		return tx.QueryRow(ctx, retentionDeleteSQL, p.ID, after, p.Upper(), limit,
+			floor, blocked, seedFrom, p.CompletedCut, p.PendingCut, p.LeaseLo, p.LeaseHi, p.Youngest()).
+			Scan(&b.Examined, &b.LastOff, &b.Completed, &b.Pending, &b.Young)
+	})
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available: next pass
+		return RetentionBatch{LastOff: after, Young: true}, nil
+	}
 	if err != nil {
-		return b, fmt.Errorf("retention: delete in partition %s: %w", p.ID, err)
+		return RetentionBatch{}, fmt.Errorf("retention: delete in partition %s: %w", p.ID, err)
 	}
 	return b, nil
 }
