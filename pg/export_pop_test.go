@@ -104,3 +104,13 @@ var FastClaimable = fastClaimable
 
 // FastClaimSQL is the fast claim's statement, for plan checks.
 const FastClaimSQL = fastClaimSQL
+
+// PopGeneral runs one claim as queen.pop_v3 only, as PopMany did before
+// the fast claim, for the benchmarks that compare the two.
+func (db *DB) PopGeneral(ctx context.Context, a PopArgs) (*PopOutcome, error) {
+	outs := make([]*PopOutcome, 1)
+	if _, err := db.popBatch(ctx, []PopArgs{a}, []int{0}, outs, false); err != nil {
+		return nil, err
+	}
+	return outs[0], nil
+}
