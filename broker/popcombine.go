@@ -22,9 +22,10 @@ import (
 // row locks only with SKIP LOCKED, which never wait, so two merged
 // transactions cannot deadlock. A row that went missing since (a stale
 // name) is still inserted by the core; should that deadlock, it is handled
-// as any failure of the flush: nothing of it committed (or only fast claims
-// of its first transaction, pg.DB.PopMany), each claim's lease is released
-// and each claim runs again alone under its own context (Broker.claimAlone: pg.DB.Retry, and
+// as any failure of the flush: nothing of it committed (when PopMany's
+// second transaction fails, the claims of its first committed and are
+// delivered; only the second's run again), each such claim's lease is
+// released and it runs again alone under its own context (Broker.claimAlone: pg.DB.Retry, and
 // its lease dropped if its client left). A claim is never given another's
 // rows: each job is its own pop_v2 call in the batch and gets that call's
 // rows back.
@@ -146,21 +147,24 @@ func (c *popCombiner) flush(batch []*popJob) {
 	ctx, cancel := context.WithTimeout(context.Background(), popFlushTimeout)
 	outs, err := c.db.PopMany(ctx, jobs)
 	cancel()
-	if err == nil {
-		for i, j := range batch {
+	for i, j := range batch {
+		switch {
+		case err == nil:
 			c.deliver(j, outs[i], nil)
+		case outs != nil && outs[i] != nil:
+			// committed in PopMany's first transaction before its
+			// second failed: delivered, never claimed again (an autoAck
+			// claim has moved its cursor already)
+			c.deliver(j, outs[i], nil)
+		default:
+			go c.again(j)
 		}
-		return
-	}
-	for _, j := range batch {
-		go c.again(j)
 	}
 }
 
 // again runs a claim of a failed flush alone. The flush's transaction did
 // not commit, unless the failure hid the commit's outcome (a lost
-// connection, the flush timeout) or came from PopMany's second transaction
-// after its fast claims committed: the claim's lease is released first so
+// connection, the flush timeout): the claim's lease is released first so
 // such rows are not held until expiry.
 func (c *popCombiner) again(j *popJob) {
 	defer func() {

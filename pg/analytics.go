@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/jackc/pgx/v5"
 )
 
@@ -94,12 +96,23 @@ const partitionFigures = `SELECT q.id AS queue_id, q.tenant, q.name AS queue, q.
 		FROM queen.consumers c WHERE c.partition_id = p.id) c ON true`
 
 // SampleQueues takes one queue-sampling round unless another node took one
-// less than minGap ago or is taking one now (the stats_rounds row lock decides). It writes a row
-// per queue whose figures moved, or that has a backlog; took is false when
-// the round was skipped. detachedTenant's queues (being deleted) are left out.
+// less than minGap ago or is taking one now. It writes a row per queue
+// whose figures moved, or that has a backlog; took is false when the round
+// was skipped. detachedTenant's queues (being deleted) are left out.
 //
-// The round is claimed in one short transaction, then sampled in pages of
-// sampleQueuePage queues, each page its own short statement. One statement
+// One round at a time: a round holds the lease row 'stats-queues' of
+// queen.singletons (as retention does, pg/retention.go) for its length,
+// renewed at each page and deleted at its end; a node that died mid-round
+// frees it after statsRoundLease. A lease row rather than a lock held in an
+// open transaction, which would keep its snapshot's xmin and so hold back
+// pruning for the round's length (measured: an idle transaction that only
+// took an advisory lock still showed its backend_xmin). The round is then
+// claimed in one short transaction on the stats_rounds row (the gap is
+// decided there, on the database's clock), and sampled in pages of
+// sampleQueuePage queues, each page its own short statement; a page that
+// fails ends the round, and the queues after it wait for the next one (each
+// row's deltas are against the queue's previous row, so none is lost or
+// counted twice). One statement
 // over every queue held its snapshot for the whole round: at 100,000
 // partitions that was 1.2 s idle and 10 s under load, and while it ran
 // PostgreSQL could prune none of the row versions the hot path leaves on
@@ -107,6 +120,30 @@ const partitionFigures = `SELECT q.id AS queue_id, q.tenant, q.name AS queue, q.
 // version chains (3 nodes on such a database: 1,440 against 3,670
 // delivered msgs/s with sampling off; docs/benchmarks.md).
 func (db *DB) SampleQueues(ctx context.Context, node string, minGap time.Duration) (took bool, rows int64, err error) {
+	token := uuid.NewString()
+	lease := func() (bool, error) {
+		rs, err := db.pool.Query(ctx, `INSERT INTO queen.singletons AS l (name, holder, node, until)
+			VALUES ('stats-queues', $1, $2, now() + make_interval(secs => $3))
+			ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, node = excluded.node, until = excluded.until
+			WHERE l.until < now() OR l.holder = excluded.holder
+			RETURNING 1`, token, node, statsRoundLease.Seconds())
+		if err != nil {
+			return false, err
+		}
+		held := rs.Next()
+		rs.Close()
+		return held, rs.Err()
+	}
+	held, err := lease()
+	if err != nil {
+		return false, 0, fmt.Errorf("queue samples: round lease: %w", err)
+	}
+	if !held { // another node's round is running
+		return false, 0, nil
+	}
+	defer func() {
+		_, _ = db.pool.Exec(context.WithoutCancel(ctx), `DELETE FROM queen.singletons WHERE name = 'stats-queues' AND holder = $1`, token)
+	}()
 	var prevRun, at time.Time
 	err = db.InTx(ctx, func(t *Tx) error {
 		took = false
@@ -148,6 +185,12 @@ func (db *DB) SampleQueues(ctx context.Context, node string, minGap time.Duratio
 			}
 			return took, rows, fmt.Errorf("queue samples: page after %s: %w", after, err)
 		}
+		// renewed at each page; lost only to a round stalled past statsRoundLease
+		if held, err := lease(); err != nil {
+			return took, rows, fmt.Errorf("queue samples: round lease: %w", err)
+		} else if !held {
+			return took, rows, errors.New("queue samples: round lease lost to another node")
+		}
 		tag, err := db.pool.Exec(ctx, sampleQueuesSQL, detachedTenant, prevRun, after, upper, at)
 		if err != nil {
 			return took, rows, fmt.Errorf("queue samples: page after %s: %w", after, err)
@@ -156,6 +199,10 @@ func (db *DB) SampleQueues(ctx context.Context, node string, minGap time.Duratio
 		after = upper
 	}
 }
+
+// statsRoundLease is how long a queue-sampling round's lease lasts past its
+// last renewal (at each page).
+const statsRoundLease = 2 * time.Minute
 
 // sampleQueuePage is how many queues one statement of a sampling round
 // covers: with 10 partitions each, about 25 ms of PostgreSQL time (a

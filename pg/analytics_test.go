@@ -85,7 +85,8 @@ func pgRange() pg.Range {
 // round's one time, and a second round in the gap takes nothing. The
 // round's claim commits before its first page runs: a page blocked on a
 // table lock leaves the round row free (one statement over every queue
-// used to hold it, and its snapshot, for the whole round).
+// used to hold it, and its snapshot, for the whole round), while another
+// round, even forced, still waits its turn.
 func TestSampleQueuesInPages(t *testing.T) {
 	db, url := openDB(t)
 	ctx := context.Background()
@@ -157,6 +158,20 @@ func TestSampleQueuesInPages(t *testing.T) {
 	tx.Rollback(ctx)
 	if err != nil {
 		t.Fatalf("the round row is held while the round's pages run: %v", err)
+	}
+	// Yet rounds stay one at a time, even a forced one...
+	if took, _, err := db.SampleQueues(ctx, "d", 0); err != nil || took {
+		t.Fatalf("a round beside a running one: took %v err %v", took, err)
+	}
+	// ...and what keeps them so holds back no pruning: no session but the
+	// blocker sits in an open transaction.
+	var open int
+	if err := watch.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+		AND state LIKE 'idle in transaction%' AND pid <> $1`, conn.PgConn().PID()).Scan(&open); err != nil {
+		t.Fatal(err)
+	}
+	if open != 0 {
+		t.Fatalf("%d sessions idle in a transaction while the round's page waits", open)
 	}
 	if err := blocker.Rollback(ctx); err != nil {
 		t.Fatal(err)

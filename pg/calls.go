@@ -87,6 +87,7 @@ func popParams(a PopArgs) []any {
 func (db *DB) Pop(ctx context.Context, a PopArgs) (*PopOutcome, error) {
 	outs, err := db.PopMany(ctx, []PopArgs{a})
 	if err != nil {
+		// one job: it was in the transaction that failed
 		return nil, err
 	}
 	return outs[0], nil
@@ -98,11 +99,12 @@ func (db *DB) Pop(ctx context.Context, a PopArgs) (*PopOutcome, error) {
 // claims that answered nothing then run as pop_v3, in a second round trip
 // and transaction. The outcomes are in job order.
 //
-// A failure means nothing was claimed for the jobs of the transaction that
-// failed; the fast claims of the first may have committed when the second
-// fails (or when a lost connection hid the first's commit). So before
-// running a job again the caller releases its lease, as it does after any
-// failure whose commit is unknown (broker/popcombine.go).
+// When the second transaction fails, the first committed: PopMany returns
+// the error with the outcomes of the first's jobs and nil for the
+// second's, which claimed nothing. Those outcomes must be delivered, not
+// run again: an autoAck claim of the first has already moved its cursor.
+// When the first fails, outs is nil and nothing was claimed, unless the
+// failure hid the commit's outcome (a lost connection), as with any call.
 func (db *DB) PopMany(ctx context.Context, jobs []PopArgs) ([]*PopOutcome, error) {
 	outs := make([]*PopOutcome, len(jobs))
 	all := make([]int, len(jobs))
@@ -110,11 +112,17 @@ func (db *DB) PopMany(ctx context.Context, jobs []PopArgs) ([]*PopOutcome, error
 		all[i] = i
 	}
 	again, err := db.popBatch(ctx, jobs, all, outs, true)
-	if err != nil || len(again) == 0 {
-		return outs, err
+	if err != nil {
+		return nil, err
+	}
+	if len(again) == 0 {
+		return outs, nil
 	}
 	if _, err := db.popBatch(ctx, jobs, again, outs, false); err != nil {
-		return nil, err
+		for _, i := range again {
+			outs[i] = nil // read before the failure, perhaps, but rolled back
+		}
+		return outs, err
 	}
 	return outs, nil
 }

@@ -408,3 +408,47 @@ func TestFastClaimByteCapEdges(t *testing.T) {
 		t.Fatalf("checked %d caps", checked)
 	}
 }
+
+// When PopMany's second transaction (the fast claims that found nothing,
+// run as pop_v3) fails, its first has committed: the outcomes of the
+// first's jobs come back with the error, for the caller to deliver. Here
+// an autoAck claim commits in the first (its cursor moves: were it run
+// again, its messages would never be delivered) while the second blocks
+// on another session's uncommitted insert of the same consumer row until
+// the context ends.
+func TestPopManySecondTransactionFails(t *testing.T) {
+	db, url := openDB(t)
+	ctx := context.Background()
+	pushN(t, db, "rq", "p", 5)
+	pushN(t, db, "rq", "q2", 1)
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	held, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Rollback(ctx)
+	if _, err := held.Exec(ctx, `INSERT INTO queen.consumers (partition_id, consumer_group)
+		SELECT p.id, 'g' FROM queen.partitions p WHERE p.name = 'q2'`); err != nil {
+		t.Fatal(err)
+	}
+	jobs := []pg.PopArgs{
+		{Tenant: "t", Queue: "rq", Group: "g", Names: []string{"p"}, Budget: 10, MaxParts: 1, AutoAck: true,
+			Owner: "o", SubMode: protocol.SubAll},
+		// believed provisioned: a fast claim, which finds no row it can see
+		{Tenant: "t", Queue: "rq", Group: "g", Names: []string{"q2"}, Budget: 10, MaxParts: 1, LeaseID: "l2",
+			Owner: "o", SubMode: protocol.SubAll, Unprov: []string{}},
+	}
+	tctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	outs, err := db.PopMany(tctx, jobs)
+	if err == nil {
+		t.Fatal("the second transaction did not fail")
+	}
+	if len(outs) != 2 || outs[0] == nil || len(outs[0].Messages) != 5 || outs[1] != nil {
+		t.Fatalf("outcomes after the second transaction failed: %+v (err %v); want the autoAck claim's 5 messages and nil", outs, err)
+	}
+}
