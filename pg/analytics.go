@@ -134,6 +134,13 @@ func (db *DB) SampleQueues(ctx context.Context, node string, minGap time.Duratio
 		rs.Close()
 		return held, rs.Err()
 	}
+	// Registered first: a lease whose reply was lost is ours all the same
+	// (the DELETE matches only our token). Bounded, as a shutdown waits for it.
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_, _ = db.pool.Exec(dctx, `DELETE FROM queen.singletons WHERE name = 'stats-queues' AND holder = $1`, token)
+	}()
 	held, err := lease()
 	if err != nil {
 		return false, 0, fmt.Errorf("queue samples: round lease: %w", err)
@@ -141,9 +148,6 @@ func (db *DB) SampleQueues(ctx context.Context, node string, minGap time.Duratio
 	if !held { // another node's round is running
 		return false, 0, nil
 	}
-	defer func() {
-		_, _ = db.pool.Exec(context.WithoutCancel(ctx), `DELETE FROM queen.singletons WHERE name = 'stats-queues' AND holder = $1`, token)
-	}()
 	var prevRun, at time.Time
 	err = db.InTx(ctx, func(t *Tx) error {
 		took = false

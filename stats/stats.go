@@ -183,7 +183,9 @@ func (s *Sampler) loop() {
 }
 
 // SampleNow writes a node sample and takes a queue-sampling round at once,
-// whatever the intervals (tests, and an operator's forced refresh).
+// whatever the intervals (tests, and an operator's forced refresh), unless
+// another node's round is running: rounds are one at a time
+// (pg.DB.SampleQueues), and then this one is skipped.
 func (s *Sampler) SampleNow(ctx context.Context) error { return s.sample(ctx, true) }
 
 func (s *Sampler) sample(ctx context.Context, force bool) error {
