@@ -133,6 +133,18 @@ type RetentionPartition struct {
 	HasMessages  bool
 }
 
+// groupsNotStartedSQL joins, per partition p, the groups subscribed to its
+// queue without a consumer row on it: blocked when one of them starts from
+// the beginning, seed_from the earliest start of the others. The plan and
+// the completed batch's floor read share it.
+const groupsNotStartedSQL = `LEFT JOIN LATERAL (
+    SELECT bool_or(md.subscription_from IS NULL) AS blocked, min(md.subscription_from) AS seed_from
+    FROM queen.consumer_groups_metadata md
+    WHERE md.queue_id = p.queue_id
+      AND NOT EXISTS (SELECT 1 FROM queen.consumers c2
+                      WHERE c2.partition_id = p.id AND c2.consumer_group = md.consumer_group)) r ON true
+`
+
 // retentionPlanSQL reads a page of partitions in id order (keyset on the
 // partitions primary key) with everything the pass needs for each. Per
 // partition it costs index probes only: the consumers primary key
@@ -158,13 +170,7 @@ LEFT JOIN LATERAL (
            min(c.committed_offset) FILTER (WHERE c.lease_expires_at > now()) AS lease_lo,
            max(c.batch_end) FILTER (WHERE c.lease_expires_at > now()) AS lease_hi
     FROM queen.consumers c WHERE c.partition_id = p.id) c ON true
-LEFT JOIN LATERAL (
-    SELECT bool_or(md.subscription_from IS NULL) AS blocked, min(md.subscription_from) AS seed_from
-    FROM queen.consumer_groups_metadata md
-    WHERE md.queue_id = p.queue_id
-      AND NOT EXISTS (SELECT 1 FROM queen.consumers c2
-                      WHERE c2.partition_id = p.id AND c2.consumer_group = md.consumer_group)) r ON true
-LEFT JOIN LATERAL (
+` + groupsNotStartedSQL + `LEFT JOIN LATERAL (
     SELECT m.off, m.created_at FROM queen.messages m
     WHERE m.partition_id = p.id ORDER BY m.off LIMIT 1) f ON true
 WHERE p.id > $1::uuid
@@ -321,13 +327,7 @@ const retentionFloorSQL = `
 SELECT (SELECT min(c.committed_offset) FROM queen.consumers c WHERE c.partition_id = p.id),
        COALESCE(r.blocked, false), r.seed_from
 FROM queen.partitions p
-LEFT JOIN LATERAL (
-    SELECT bool_or(md.subscription_from IS NULL) AS blocked, min(md.subscription_from) AS seed_from
-    FROM queen.consumer_groups_metadata md
-    WHERE md.queue_id = p.queue_id
-      AND NOT EXISTS (SELECT 1 FROM queen.consumers c2
-                      WHERE c2.partition_id = p.id AND c2.consumer_group = md.consumer_group)) r ON true
-WHERE p.id = $1::uuid`
+` + groupsNotStartedSQL + `WHERE p.id = $1::uuid`
 
 // retentionLockTimeout bounds the wait for a partition's row lock before a
 // batch that may delete completed messages; past it the partition waits
