@@ -118,26 +118,43 @@ func BenchmarkClaimCycle(b *testing.B) {
 func BenchmarkPushSpread(b *testing.B) {
 	e := newBenchEnv(b)
 	ctx := context.Background()
-	for _, spread := range []int{1, 100} {
-		b.Run(fmt.Sprint("partitions", spread), func(b *testing.B) {
-			e.prefillQueue(b, "q", 100, 2)
-			e.resetStatements()
-			c0 := e.srvCPU(b)
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				ba := e.newBatch(b, i)
-				rows := make([]pg.PushRow, benchBatch)
-				for k := range rows {
-					rows[k] = pg.PushRow{Queue: "q", Partition: fmt.Sprint("p", (i*7+k*13)%spread), TxID: ba.txids[k],
-						ID: ba.ids[k], Payload: ba.payloads[k]}
+	for _, mode := range []string{"general", "fast"} {
+		for _, spread := range []int{1, 100} {
+			b.Run(fmt.Sprintf("%s/partitions%d", mode, spread), func(b *testing.B) {
+				q := mode + fmt.Sprint(spread)
+				e.prefillQueue(b, q, 100, 2)
+				wait := make([]bool, benchBatch)
+				for k := range wait {
+					wait[k] = true
 				}
-				if _, err := e.db.Push(ctx, benchTenant, rows); err != nil {
-					b.Fatal(err)
+				e.resetStatements()
+				c0 := e.srvCPU(b)
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					ba := e.newBatch(b, i)
+					rows := make([]pg.PushRow, benchBatch)
+					for k := range rows {
+						rows[k] = pg.PushRow{Queue: q, Partition: fmt.Sprint("p", (i*7+k*13)%spread), TxID: ba.txids[k],
+							ID: ba.ids[k], Payload: ba.payloads[k]}
+					}
+					var err error
+					if mode == "fast" {
+						// the combiner's call: the fast push statement
+						_, err = e.db.PushSome(ctx, benchTenant, rows, wait)
+					} else {
+						_, err = e.db.Push(ctx, benchTenant, rows)
+					}
+					if err != nil {
+						b.Fatal(err)
+					}
 				}
-			}
-			b.StopTimer()
-			b.ReportMetric(float64(e.srvCPU(b)-c0)/1e3/float64(b.N)/benchBatch, "srv-cpu-us/row")
-			e.logStatements(b, b.N/2)
-		})
+				b.StopTimer()
+				b.ReportMetric(float64(e.srvCPU(b)-c0)/1e3/float64(b.N)/benchBatch, "srv-cpu-us/row")
+				e.logStatements(b, b.N/2)
+			})
+		}
+	}
+	if st := e.db.Stat(); st.PushFast == 0 {
+		b.Fatalf("the fast mode never took the fast push: %+v", st)
 	}
 }

@@ -32,6 +32,10 @@ type DB struct {
 	pool    *pgxpool.Pool
 	log     hclog.Logger
 	retries atomic.Int64 // calls retried after a deadlock or similar (retry.go)
+
+	pids              pidCache     // partition ids for the fast push (pushfast.go)
+	pushFastFlushes   atomic.Int64 // push flushes the fast push statement wrote
+	pushFastFallbacks atomic.Int64 // fast pushes undone by a duplicate, run as push_v4
 }
 
 // Open connects, applies the schema and returns a ready DB. An empty url
@@ -107,6 +111,8 @@ type PoolStat struct {
 	EmptyAcquire  int64
 	NewConns      int64
 	Retries       int64 // calls run again after a deadlock, serialization failure or concurrent delete (pg/retry.go)
+	PushFast      int64 // push flushes written by the fast push statement (pg/pushfast.go)
+	PushFastDups  int64 // fast pushes a duplicate undid, run as queen.push_v4 instead
 }
 
 // Stat returns the pool figures without touching the database.
@@ -121,6 +127,8 @@ func (db *DB) Stat() PoolStat {
 		EmptyAcquire:  s.EmptyAcquireCount(),
 		NewConns:      s.NewConnsCount(),
 		Retries:       db.Retries(),
+		PushFast:      db.pushFastFlushes.Load(),
+		PushFastDups:  db.pushFastFallbacks.Load(),
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"queen-node/protocol"
 )
@@ -85,6 +86,40 @@ func (db *DB) Push(ctx context.Context, tenant string, rows []PushRow) ([]PushOu
 // PushDeferred, to be sent again with wait true. The rows of one partition
 // are written or deferred together. wait nil waits for every partition (Push).
 func (db *DB) PushSome(ctx context.Context, tenant string, rows []PushRow, wait []bool) ([]PushOutcome, error) {
+	if wait == nil {
+		// Push is all or nothing; the fast push may write part of a flush.
+		return db.pushGeneral(ctx, tenant, rows, nil)
+	}
+	outs, rest, ok, err := db.pushFast(ctx, tenant, rows, wait)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return db.pushGeneral(ctx, tenant, rows, wait)
+	}
+	if len(rest) > 0 {
+		slices.Sort(rest) // request order: it numbers each partition's items
+		sub, subWait := make([]PushRow, len(rest)), make([]bool, len(rest))
+		for x, i := range rest {
+			sub[x], subWait[x] = rows[i], true
+		}
+		subOuts, err := db.pushGeneral(ctx, tenant, sub, subWait)
+		if err != nil {
+			// The fast statement committed its part: report the error with
+			// it, as the combiner cannot tell a half-written flush apart.
+			return nil, err
+		}
+		for x, i := range rest {
+			o := subOuts[x]
+			o.Idx = i
+			outs[i] = o
+		}
+	}
+	return outs, nil
+}
+
+// pushGeneral is PushSome through queen.push_v4 alone.
+func (db *DB) pushGeneral(ctx context.Context, tenant string, rows []PushRow, wait []bool) ([]PushOutcome, error) {
 	for round := 0; ; round++ {
 		var outs []PushOutcome
 		err := db.retry(ctx, false, func() error {
@@ -93,6 +128,9 @@ func (db *DB) PushSome(ctx context.Context, tenant string, rows []PushRow, wait 
 			return err
 		})
 		if !errors.Is(err, errMissing) {
+			if err == nil {
+				db.pids.learn(tenant, rows, outs)
+			}
 			return outs, err
 		}
 		if round == ensureRounds {
@@ -219,51 +257,95 @@ func (db *DB) InPushTx(ctx context.Context, tenant string, locks TxLocks, fn fun
 	}
 }
 
-func push(ctx context.Context, q querier, tenant string, rows []PushRow, wait []bool) ([]PushOutcome, error) {
-	// Remove in-batch duplicates (the first occurrence wins) and number the
-	// unique items within their partition, so the SQL side needs no window
-	// functions.
-	type pkey struct{ q, p string }
+// pushPlan is a batch with its in-batch duplicates set aside (the first
+// occurrence wins) and its unique items numbered within their partition,
+// so the SQL side needs no window functions.
+type pushPlan struct {
+	uniq  []int            // positions in rows of the unique items
+	dupOf []int            // per row: -1, or the position of its first occurrence
+	seqs  []int32          // per unique item: 1..n within its partition
+	part  []int32          // per unique item: its partition's index in parts
+	parts []QueuePartition // the distinct partitions, in first-seen order
+	index map[QueuePartition]int32
+}
+
+func planPush(rows []PushRow) *pushPlan {
 	type tkey struct{ q, p, tx string }
 	first := make(map[tkey]int, len(rows))
-	seq := make(map[pkey]int32, 4)
-	uniq := make([]int, 0, len(rows)) // positions in rows
-	dupOf := make([]int, len(rows))   // -1 or the position of the first occurrence
+	pl := &pushPlan{dupOf: make([]int, len(rows)), uniq: make([]int, 0, len(rows)),
+		index: make(map[QueuePartition]int32, 4)}
+	var count []int32
 	for i, r := range rows {
 		k := tkey{r.Queue, r.Partition, r.TxID}
 		if j, ok := first[k]; ok {
-			dupOf[i] = j
+			pl.dupOf[i] = j
 			continue
 		}
 		first[k] = i
-		dupOf[i] = -1
-		uniq = append(uniq, i)
+		pl.dupOf[i] = -1
+		pl.uniq = append(pl.uniq, i)
+		pk := QueuePartition{r.Queue, r.Partition}
+		x, ok := pl.index[pk]
+		if !ok {
+			x = int32(len(pl.parts))
+			pl.index[pk] = x
+			pl.parts = append(pl.parts, pk)
+			count = append(count, 0)
+		}
+		count[x]++
+		pl.seqs = append(pl.seqs, count[x])
+		pl.part = append(pl.part, x)
 	}
-	n := len(uniq)
+	return pl
+}
+
+// partOf is the index in parts of r's partition.
+func (pl *pushPlan) partOf(r PushRow) int32 { return pl.index[QueuePartition{r.Queue, r.Partition}] }
+
+// answerCopies answers each in-batch copy from its first occurrence, where
+// that one has an answer: a copy of a deferred row is deferred with it (it
+// is a duplicate only once the first is written), any other copy is a
+// duplicate of the first.
+func (pl *pushPlan) answerCopies(rows []PushRow, out []PushOutcome) {
+	for i, j := range pl.dupOf {
+		if j < 0 || out[j].Status == "" {
+			continue
+		}
+		o := out[j]
+		if o.Status != protocol.PushDeferred {
+			o.Status = protocol.PushDuplicate
+		}
+		o.Idx, o.TxID = i, rows[i].TxID
+		out[i] = o
+	}
+}
+
+func push(ctx context.Context, q querier, tenant string, rows []PushRow, wait []bool) ([]PushOutcome, error) {
+	pl := planPush(rows)
+	uniq, n := pl.uniq, len(pl.uniq)
 	queues, parts, txids, ids := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	seqs, traces, payloads, subs := make([]int32, n), make([]*string, n), make([]string, n), make([]*string, n)
+	traces, payloads, subs := make([]*string, n), make([]string, n), make([]*string, n)
 	var waits []bool // nil: wait for every partition
-	var waitPart map[pkey]bool
+	var waitPart []bool
 	if wait != nil {
 		// per partition: the SQL side ORs its items' flags anyway, and a
 		// dropped in-batch copy must not drop its flag
-		waits, waitPart = make([]bool, n), make(map[pkey]bool)
+		waits, waitPart = make([]bool, n), make([]bool, len(pl.parts))
 		for i, r := range rows {
 			if wait[i] {
-				waitPart[pkey{r.Queue, r.Partition}] = true
+				waitPart[pl.partOf(r)] = true
 			}
 		}
 	}
 	for j, i := range uniq {
 		r := rows[i]
-		pk := pkey{r.Queue, r.Partition}
-		seq[pk]++
-		queues[j], parts[j], seqs[j], txids[j], ids[j] = r.Queue, r.Partition, seq[pk], r.TxID, r.ID
+		queues[j], parts[j], txids[j], ids[j] = r.Queue, r.Partition, r.TxID, r.ID
 		traces[j], payloads[j], subs[j] = r.Trace, r.Payload, r.Sub
 		if wait != nil {
-			waits[j] = waitPart[pk]
+			waits[j] = waitPart[pl.part[j]]
 		}
 	}
+	seqs := pl.seqs
 	// uuid arrays go as text[] cast by PostgreSQL: pgx has no binary
 	// encoding of a Go string as uuid, so a []string bound to a uuid[]
 	// parameter first fails in binary, building an error that formats the
@@ -314,18 +396,6 @@ func push(ctx context.Context, q querier, tenant string, rows []PushRow, wait []
 	if missing {
 		return nil, errMissing
 	}
-	for i, j := range dupOf {
-		if j < 0 {
-			continue
-		}
-		o := out[j]
-		if o.Status != protocol.PushDeferred {
-			// a copy of a deferred row is deferred with it: it is a
-			// duplicate only once the first is written
-			o.Status = protocol.PushDuplicate
-		}
-		o.Idx, o.TxID = i, rows[i].TxID
-		out[i] = o
-	}
+	pl.answerCopies(rows, out)
 	return out, nil
 }

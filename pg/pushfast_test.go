@@ -1,0 +1,180 @@
+package pg_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"queen-node/pg"
+	"queen-node/protocol"
+)
+
+// TestFastPushMatchesGeneral is the fast push's differential test: the same
+// random flushes go to two queues, one through PushSome (the fast push
+// where it applies) and one through queen.push_v4 alone, the way the
+// combiner sends them: rows that come back deferred are sent again at once
+// with wait. The flushes mix new ids, stored duplicates, in-batch copies,
+// several partitions, partitions another transaction holds, and queues
+// deleted and re-created under the node (stale partition ids). Every row's
+// final answer, and every partition's log (offsets, transaction ids, message
+// ids) and watermark, must be the same for both; and the fast push must
+// have answered most flushes.
+func TestFastPushMatchesGeneral(t *testing.T) {
+	db, url := openDB(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	rng := rand.New(rand.NewSource(11))
+	const fastQ, genQ = "df-fast", "df-gen"
+	var stored []string // transaction ids pushed so far, per round's pick
+	next := 0
+	rounds, deletes, holds := 150, 0, 0
+	for round := 0; round < rounds; round++ {
+		if round > 0 && rng.Intn(25) == 0 {
+			// A delete and a re-create under new ids: the fast push's
+			// cached ids are stale from here.
+			for _, q := range []string{fastQ, genQ} {
+				if _, err := db.DeleteQueue(ctx, "t", q); err != nil {
+					t.Fatal(err)
+				}
+			}
+			stored, deletes = nil, deletes+1
+		}
+		n := 1 + rng.Intn(30)
+		var rows []pg.PushRow
+		wait := make([]bool, n)
+		for i := 0; i < n; i++ {
+			part := fmt.Sprintf("p%d", rng.Intn(6))
+			var tx string
+			switch {
+			case len(stored) > 0 && rng.Intn(8) == 0:
+				tx = stored[rng.Intn(len(stored))] // a duplicate where its partition matches
+			case len(rows) > 0 && rng.Intn(10) == 0:
+				tx, part = rows[len(rows)-1].TxID, rows[len(rows)-1].Partition // an in-batch copy
+			default:
+				next++
+				tx = fmt.Sprintf("tx%d", next)
+			}
+			stored = append(stored, tx)
+			rows = append(rows, pg.PushRow{Queue: fastQ, Partition: part, TxID: tx,
+				ID: fmt.Sprintf("0190a0b0-0000-7000-8000-%012d", round*100+i), Payload: fmt.Sprintf(`{"r":%d,"i":%d}`, round, i)})
+			wait[i] = rng.Intn(4) == 0
+		}
+		var held string
+		if round > 0 && rng.Intn(6) == 0 {
+			// Another transaction holds a partition: nothing may wait for it
+			// in the first attempt.
+			held = rows[rng.Intn(n)].Partition
+			for i := range rows {
+				if rows[i].Partition == held {
+					wait[i] = false
+				}
+			}
+			holds++
+		}
+		gen := make([]pg.PushRow, n)
+		for i, r := range rows {
+			r.Queue = genQ
+			gen[i] = r
+		}
+		got := combinerPush(t, ctx, url, db.PushSome, rows, wait, fastQ, held)
+		want := combinerPush(t, ctx, url, db.PushGeneral, gen, wait, genQ, held)
+		for i := range rows {
+			if got[i].Status != want[i].Status || got[i].MessageID != want[i].MessageID || got[i].TxID != want[i].TxID {
+				t.Fatalf("round %d row %d (%s %s): fast %+v, general %+v", round, i, rows[i].Partition, rows[i].TxID, got[i], want[i])
+			}
+			if got[i].PartitionID == "" || want[i].PartitionID == "" {
+				t.Fatalf("round %d row %d: no partition id: fast %+v, general %+v", round, i, got[i], want[i])
+			}
+		}
+		if f, g := queueLog(t, conn, fastQ), queueLog(t, conn, genQ); f != g {
+			t.Fatalf("round %d: logs differ\nfast:    %s\ngeneral: %s", round, f, g)
+		}
+	}
+	st := db.Stat()
+	if deletes == 0 || holds == 0 || st.PushFastDups == 0 || st.PushFast < int64(rounds)/2 {
+		t.Fatalf("the test did not reach what it checks: %d deletes, %d holds, %+v", deletes, holds, st)
+	}
+}
+
+// combinerPush sends rows as the push combiner does: a first attempt with
+// wait, then the deferred rows again with wait true, while the partition
+// held (if any) is locked by another transaction for the first attempt only.
+func combinerPush(t *testing.T, ctx context.Context, url string,
+	push func(context.Context, string, []pg.PushRow, []bool) ([]pg.PushOutcome, error),
+	rows []pg.PushRow, wait []bool, q, held string) []pg.PushOutcome {
+	t.Helper()
+	release := func() {}
+	if held != "" {
+		// The partition exists unless this is its first push.
+		var n int
+		_ = pgxQueryInt(ctx, url, `SELECT count(*) FROM queen.partitions p JOIN queen.queues qu ON qu.id = p.queue_id
+			WHERE qu.tenant = 't' AND qu.name = $1 AND p.name = $2`, &n, q, held)
+		if n == 1 {
+			release = holdPartition(t, url, q, held)
+		}
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	outs, err := push(cctx, "t", rows, wait)
+	release()
+	if err != nil {
+		t.Fatalf("first attempt: %v", err)
+	}
+	var again []int
+	for i, o := range outs {
+		if o.Status == protocol.PushDeferred {
+			again = append(again, i)
+		}
+	}
+	if len(again) == 0 {
+		return outs
+	}
+	sub, yes := make([]pg.PushRow, len(again)), make([]bool, len(again))
+	for x, i := range again {
+		sub[x], yes[x] = rows[i], true
+	}
+	subOuts, err := push(cctx, "t", sub, yes)
+	if err != nil {
+		t.Fatalf("second attempt: %v", err)
+	}
+	for x, i := range again {
+		if subOuts[x].Status == protocol.PushDeferred {
+			t.Fatalf("row %d deferred by a push that waits", i)
+		}
+		subOuts[x].Idx = i
+		outs[i] = subOuts[x]
+	}
+	return outs
+}
+
+func pgxQueryInt(ctx context.Context, url, sql string, dst *int, args ...any) error {
+	c, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer c.Close(ctx)
+	return c.QueryRow(ctx, sql, args...).Scan(dst)
+}
+
+// queueLog renders queue q's partitions, watermarks and messages.
+func queueLog(t *testing.T, conn *pgx.Conn, q string) string {
+	t.Helper()
+	var s string
+	err := conn.QueryRow(context.Background(), `SELECT COALESCE(string_agg(x, ' ' ORDER BY x), '') FROM (
+		SELECT p.name || '@' || p.last_offset || ':' || COALESCE((SELECT string_agg(m.off || '=' || m.transaction_id || '/' || m.id || '/' || m.payload::text, ',' ORDER BY m.off)
+			FROM queen.messages m WHERE m.partition_id = p.id), '') AS x
+		FROM queen.partitions p JOIN queen.queues qu ON qu.id = p.queue_id
+		WHERE qu.tenant = 't' AND qu.name = $1) y`, q).Scan(&s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
