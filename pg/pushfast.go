@@ -65,6 +65,9 @@ upd AS (
 )
 SELECT parts.k FROM parts`
 
+// codeUniqueViolation on messages_txid is a duplicate transaction id. On
+// the primary key it would be two writers at one offset, which the lock
+// rules out: that stays an error rather than a silent fallback.
 const codeUniqueViolation = "23505"
 
 // pidCacheMax bounds the partition ids a node remembers for the fast push.
@@ -160,7 +163,7 @@ func (db *DB) pushFast(ctx context.Context, tenant string, rows []PushRow, wait 
 	}
 	if err := rs.Err(); err != nil {
 		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == codeUniqueViolation {
+		if errors.As(err, &pgErr) && pgErr.Code == codeUniqueViolation && pgErr.ConstraintName == "messages_txid" {
 			db.pushFastFallbacks.Add(1)
 			return nil, nil, false, nil // a duplicate: nothing was written
 		}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5"
 
 	"queen-node/pg"
@@ -177,4 +178,159 @@ func queueLog(t *testing.T, conn *pgx.Conn, q string) string {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// TestFastPushConcurrentFlushes runs the fast push the way a cluster does:
+// three nodes (three pg.DB, each with its own partition-id cache), each
+// sending flushes one at a time, as its combiner does, to overlapping
+// partitions, sending deferred rows again with wait, and now and then
+// sending a whole earlier flush again (a client's retry). Every partition's
+// log must then hold each transaction id once, at dense offsets, each
+// node's rows in the order it sent them, and every retried row must have
+// been answered duplicate.
+func TestFastPushConcurrentFlushes(t *testing.T) {
+	_, url := openDB(t)
+	ctx := context.Background()
+	const nodes, flushes, parts, q = 3, 120, 8, "conc"
+	dbs := make([]*pg.DB, nodes)
+	for i := range dbs {
+		db, err := pg.Open(ctx, url, 4, hclog.NewNullLogger())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(db.Close)
+		dbs[i] = db
+	}
+	errs := make(chan error, nodes)
+	sentRows, deferred := make([]int, nodes), make([]int, nodes)
+	for n := 0; n < nodes; n++ {
+		go func(n int) {
+			errs <- func() error {
+				rng := rand.New(rand.NewSource(int64(n)))
+				db := dbs[n]
+				var prev []pg.PushRow
+				seq := 0
+				for f := 0; f < flushes; f++ {
+					var rows []pg.PushRow
+					retry := prev != nil && rng.Intn(10) == 0
+					if retry {
+						// a new request: the node gives its rows new ids
+						for i, r := range prev {
+							r.ID = fmt.Sprintf("0190a0b0-0000-7000-9%03d-%012d", n, f*100+i)
+							rows = append(rows, r)
+						}
+					} else {
+						for i := 0; i < 1+rng.Intn(40); i++ {
+							seq++
+							rows = append(rows, pg.PushRow{Queue: q, Partition: fmt.Sprintf("p%d", rng.Intn(parts)),
+								TxID: fmt.Sprintf("n%d-%06d", n, seq), ID: fmt.Sprintf("0190a0b0-0000-7000-8%03d-%012d", n, seq),
+								Payload: fmt.Sprintf(`{"n":%d,"s":%d}`, n, seq)})
+						}
+					}
+					wait := make([]bool, len(rows))
+					outs, err := db.PushSome(ctx, "t", rows, wait)
+					if err != nil {
+						return fmt.Errorf("node %d flush %d: %w", n, f, err)
+					}
+					var again []int
+					for i, o := range outs {
+						if o.Status == protocol.PushDeferred {
+							again = append(again, i)
+						}
+					}
+					if len(again) > 0 {
+						deferred[n] += len(again)
+						sub, yes := make([]pg.PushRow, len(again)), make([]bool, len(again))
+						for x, i := range again {
+							sub[x], yes[x] = rows[i], true
+						}
+						subOuts, err := db.PushSome(ctx, "t", sub, yes)
+						if err != nil {
+							return fmt.Errorf("node %d flush %d again: %w", n, f, err)
+						}
+						for x, i := range again {
+							outs[i] = subOuts[x]
+						}
+					}
+					for i, o := range outs {
+						want, id := protocol.PushQueued, rows[i].ID
+						if retry {
+							want, id = protocol.PushDuplicate, prev[i].ID
+						}
+						if o.Status != want || o.MessageID != id {
+							return fmt.Errorf("node %d flush %d row %d: %+v, want %s of %s", n, f, i, o, want, id)
+						}
+					}
+					if !retry {
+						prev = rows
+					}
+				}
+				sentRows[n] = seq
+				return nil
+			}()
+		}(n)
+	}
+	for n := 0; n < nodes; n++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	rs, err := conn.Query(ctx, `SELECT p.name, p.last_offset, m.off, m.transaction_id FROM queen.messages m
+		JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues qu ON qu.id = p.queue_id
+		WHERE qu.name = $1 ORDER BY p.name, m.off`, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lastTx := map[string]string{} // partition/node -> last transaction id seen
+	expect := map[string]int64{}  // partition -> next offset
+	seen := map[string]bool{}
+	total := 0
+	for rs.Next() {
+		var part, tx string
+		var top, off int64
+		if err := rs.Scan(&part, &top, &off, &tx); err != nil {
+			t.Fatal(err)
+		}
+		expect[part]++
+		if off != expect[part] || top < off {
+			t.Fatalf("%s: offset %d (watermark %d), want %d: offsets not dense", part, off, top, expect[part])
+		}
+		if seen[tx] {
+			t.Fatalf("%s stored twice", tx)
+		}
+		seen[tx] = true
+		k := part + "/" + tx[:2]
+		if lastTx[k] >= tx {
+			t.Fatalf("%s: %s after %s: a node's rows out of order", part, tx, lastTx[k])
+		}
+		lastTx[k] = tx
+		total++
+	}
+	if err := rs.Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("rows deferred once per node: %v", deferred)
+	var sent, want int
+	for n := range dbs {
+		want += sentRows[n]
+		st := dbs[n].Stat()
+		if st.PushFast == 0 {
+			t.Fatalf("node %d never took the fast push: %+v", n, st)
+		}
+	}
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM queen.messages`).Scan(&sent); err != nil || sent != total || total != want {
+		t.Fatalf("%d messages stored, %d in the queue, %d sent (%v)", sent, total, want, err)
+	}
+	for part, next := range expect {
+		var top int64
+		if err := conn.QueryRow(ctx, `SELECT p.last_offset FROM queen.partitions p JOIN queen.queues qu ON qu.id = p.queue_id
+			WHERE qu.name = $1 AND p.name = $2`, q, part).Scan(&top); err != nil || top != next {
+			t.Fatalf("%s: watermark %d, last offset %d (%v)", part, top, next, err)
+		}
+	}
 }
