@@ -367,7 +367,7 @@ var Table = []Row{
 	{Status: "pg.retries", Metric: "queen_pg_retries_total", Kind: Counter,
 		Help: "Calls run again after a deadlock, serialization failure or concurrent-delete foreign-key violation.", Field: num[int64](func(s *Snapshot) *int64 { return &s.PG.Retries })},
 	{Status: "pg.push_fast", Metric: "queen_pg_push_fast_total", Kind: Counter,
-		Help: "Push flushes written by the fast push statement (docs/storage.md, \"The fast push\"); the others ran queen.push_v4.", Field: num[int64](func(s *Snapshot) *int64 { return &s.PG.PushFast })},
+		Help: "Pushes (combined flushes or uncombined pushes) written by the fast push statement (docs/storage.md, \"The fast push\"); the others ran queen.push_v4.", Field: num[int64](func(s *Snapshot) *int64 { return &s.PG.PushFast })},
 	{Status: "pg.push_fast_duplicates", Metric: "queen_pg_push_fast_duplicates_total", Kind: Counter,
 		Help: "Fast pushes a duplicate transaction id undid (nothing written); the flush then ran as queen.push_v4.", Field: num[int64](func(s *Snapshot) *int64 { return &s.PG.PushFastDups })},
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 
 	"queen-node/protocol"
 )
@@ -86,36 +85,11 @@ func (db *DB) Push(ctx context.Context, tenant string, rows []PushRow) ([]PushOu
 // PushDeferred, to be sent again with wait true. The rows of one partition
 // are written or deferred together. wait nil waits for every partition (Push).
 func (db *DB) PushSome(ctx context.Context, tenant string, rows []PushRow, wait []bool) ([]PushOutcome, error) {
-	if wait == nil {
-		// Push is all or nothing; the fast push may write part of a flush.
-		return db.pushGeneral(ctx, tenant, rows, nil)
+	outs, ok, err := db.pushFast(ctx, tenant, rows, wait)
+	if err != nil || ok {
+		return outs, err
 	}
-	outs, rest, ok, err := db.pushFast(ctx, tenant, rows, wait)
-	if err != nil {
-		return nil, err
-	}
-	if !ok {
-		return db.pushGeneral(ctx, tenant, rows, wait)
-	}
-	if len(rest) > 0 {
-		slices.Sort(rest) // request order: it numbers each partition's items
-		sub, subWait := make([]PushRow, len(rest)), make([]bool, len(rest))
-		for x, i := range rest {
-			sub[x], subWait[x] = rows[i], true
-		}
-		subOuts, err := db.pushGeneral(ctx, tenant, sub, subWait)
-		if err != nil {
-			// The fast statement committed its part: report the error with
-			// it, as the combiner cannot tell a half-written flush apart.
-			return nil, err
-		}
-		for x, i := range rest {
-			o := subOuts[x]
-			o.Idx = i
-			outs[i] = o
-		}
-	}
-	return outs, nil
+	return db.pushGeneral(ctx, tenant, rows, wait)
 }
 
 // pushGeneral is PushSome through queen.push_v4 alone.
