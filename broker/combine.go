@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -13,7 +14,7 @@ import (
 
 // pushCombiner is the push path's group commit: pushes that arrive while
 // one is being written wait and then go to PostgreSQL together, as one
-// push_v4 call in one transaction. A push pays for its rows and one commit
+// call (the fast push, or push_v4) in one transaction. A push pays for its rows and one commit
 // shared by everyone in its flush, instead of its own commit plus the wait
 // for the partition row locks of the concurrent pushes it overlaps (random
 // partitions overlap a lot: every push locks its partitions until commit).
@@ -21,7 +22,10 @@ import (
 //
 // One flush runs at a time per node, bounded by combineFlushTimeout: a
 // flush that fails or runs out of time (a push stuck behind a lock some
-// other transaction holds) rolls back, and its pushes are replayed one by one,
+// other transaction holds) rolls back, or keeps only what its first
+// transaction committed (pg.PartialPushError: the fast push wrote the free
+// partitions, and the rows deferred once failed in the second), and its
+// pushes with rows left are replayed one by one,
 // each in its own goroutine under its own client's context, while the
 // flusher moves on. So a stuck push costs the others at most that bound
 // once, and one push's failure is never another's. Each push still returns
@@ -252,9 +256,24 @@ func (c *pushCombiner) flush(tenant string, batch []*pushReq) {
 	outs, err := c.db.PushSome(ctx, tenant, all, wait)
 	cancel()
 	if err != nil {
-		// Nothing of this flush was stored: each push sends its rows again
-		// on its own, under its client's context, and gets its own answer.
-		for _, r := range live {
+		// Nothing of this flush was stored, or (a PartialPushError) what
+		// was is known: it is handed on and recorded like any commit.
+		// Each push with rows left sends them again on its own, under its
+		// client's context, and gets its own answer.
+		replay := live
+		var partial *pg.PartialPushError
+		if errors.As(err, &partial) {
+			c.committed(tenant, all, partial.Outs)
+			replay = live[:0:0]
+			start := 0
+			for k, r := range live {
+				if r.record(partial.Outs[start : start+sent[k]]) {
+					replay = append(replay, r)
+				}
+				start += sent[k]
+			}
+		}
+		for _, r := range replay {
 			c.flushes.Add(1)
 			go func(r *pushReq) {
 				defer func() {

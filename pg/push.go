@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"queen-node/protocol"
 )
@@ -85,12 +86,51 @@ func (db *DB) Push(ctx context.Context, tenant string, rows []PushRow) ([]PushOu
 // PushDeferred, to be sent again with wait true. The rows of one partition
 // are written or deferred together. wait nil waits for every partition (Push).
 func (db *DB) PushSome(ctx context.Context, tenant string, rows []PushRow, wait []bool) ([]PushOutcome, error) {
-	outs, ok, err := db.pushFast(ctx, tenant, rows, wait)
-	if err != nil || ok {
-		return outs, err
+	outs, rest, ok, err := db.pushFast(ctx, tenant, rows, wait)
+	if err != nil {
+		return nil, err
 	}
-	return db.pushGeneral(ctx, tenant, rows, wait)
+	if !ok {
+		return db.pushGeneral(ctx, tenant, rows, wait)
+	}
+	if len(rest) == 0 {
+		return outs, nil
+	}
+	slices.Sort(rest) // request order: it numbers each partition's rows
+	sub, subWait := make([]PushRow, len(rest)), make([]bool, len(rest))
+	for x, i := range rest {
+		sub[x], subWait[x] = rows[i], true
+	}
+	subOuts, err := db.pushGeneral(ctx, tenant, sub, subWait)
+	if err != nil {
+		// The fast statement committed: say what it stored.
+		for _, i := range rest {
+			outs[i] = PushOutcome{Idx: i, Status: protocol.PushDeferred, TxID: rows[i].TxID}
+		}
+		return nil, &PartialPushError{Outs: outs, Err: err}
+	}
+	for x, i := range rest {
+		o := subOuts[x]
+		o.Idx = i
+		outs[i] = o
+	}
+	return outs, nil
 }
+
+// PartialPushError is PushSome's error when a combined flush committed in
+// part: Outs answers every row, those stored (queued, duplicate) and those
+// not (PushDeferred: not written, to be sent again); Err is why the rest
+// failed.
+type PartialPushError struct {
+	Outs []PushOutcome
+	Err  error
+}
+
+func (e *PartialPushError) Error() string {
+	return fmt.Sprintf("push: stored in part: %v", e.Err)
+}
+
+func (e *PartialPushError) Unwrap() error { return e.Err }
 
 // pushGeneral is PushSome through queen.push_v4 alone.
 func (db *DB) pushGeneral(ctx context.Context, tenant string, rows []PushRow, wait []bool) ([]PushOutcome, error) {

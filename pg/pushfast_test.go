@@ -2,6 +2,7 @@ package pg_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand"
 	"testing"
@@ -338,12 +339,12 @@ func TestFastPushConcurrentFlushes(t *testing.T) {
 	}
 }
 
-// A flush that fails stores nothing, so the combiner may replay its pushes
-// (broker/combine.go): here a partition the flush must wait for stays held
-// past the flush's deadline, and the partition beside it, free, must not
-// have been written either. (A first version of the fast push committed the
-// free partition and then failed on the held one.)
-func TestFastPushFailureStoresNothing(t *testing.T) {
+// A combined flush's free partitions commit at once; when its rows that
+// may not be deferred then fail (their partition stays held past the
+// flush's deadline), PushSome says what was stored (PartialPushError), for
+// the combiner to hand on and answer. pg.DB.Push instead stores nothing
+// when it fails: it waits for every partition in its one statement.
+func TestFastPushPartialFailure(t *testing.T) {
 	db, url := openDB(t)
 	ctx := context.Background()
 	const q = "fpfail"
@@ -352,16 +353,31 @@ func TestFastPushFailureStoresNothing(t *testing.T) {
 	}
 	release := holdPartition(t, url, q, "a")
 	defer release()
-	cctx, cancel := context.WithTimeout(ctx, 700*time.Millisecond)
+
+	cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer cancel()
-	outs, err := db.PushSome(cctx, "t", skipRows(q, "a/a1", "b/b1"), []bool{true, false})
+	outs, err := db.Push(cctx, "t", skipRows(q, "a/a1", "b/b1"))
 	if err == nil {
-		t.Fatalf("push waiting on a held partition succeeded: %+v", outs)
+		t.Fatalf("Push waiting on a held partition succeeded: %+v", outs)
 	}
 	if got := offsets(t, url, q, "b"); fmt.Sprint(got) != "[1:b0]" {
-		t.Fatalf("partition b after a failed flush: %v, want only b0", got)
+		t.Fatalf("partition b after a failed Push: %v, want only b0", got)
 	}
-	if st := db.Stat(); st.PushFast != 0 {
-		t.Fatalf("a failed fast push counted as written: %+v", st)
+
+	cctx, cancel = context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	outs, err = db.PushSome(cctx, "t", skipRows(q, "a/a2", "b/b2", "a/a2"), []bool{true, false, false})
+	var partial *pg.PartialPushError
+	if !errors.As(err, &partial) || outs != nil {
+		t.Fatalf("flush with a held partition it must wait for: %+v, %v; want a PartialPushError", outs, err)
+	}
+	if got := statuses(partial.Outs); fmt.Sprint(got) != "[deferred queued deferred]" {
+		t.Fatalf("partial outcomes %v, want [deferred queued deferred]", got)
+	}
+	if got := offsets(t, url, q, "b"); fmt.Sprint(got) != "[1:b0 2:b2]" {
+		t.Fatalf("partition b after the partial flush: %v", got)
+	}
+	if got := offsets(t, url, q, "a"); fmt.Sprint(got) != "[1:a0]" {
+		t.Fatalf("partition a after the partial flush: %v", got)
 	}
 }
