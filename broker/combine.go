@@ -14,7 +14,8 @@ import (
 
 // pushCombiner is the push path's group commit: pushes that arrive while
 // one is being written wait and then go to PostgreSQL together, as one
-// call (the fast push, or push_v4) in one transaction. A push pays for its rows and one commit
+// flush (the fast push, or push_v4; one transaction, or two when rows
+// deferred once meet a held partition: pg.PushSome). A push pays for its rows and one commit
 // shared by everyone in its flush, instead of its own commit plus the wait
 // for the partition row locks of the concurrent pushes it overlaps (random
 // partitions overlap a lot: every push locks its partitions until commit).
@@ -37,7 +38,7 @@ import (
 // each other's commits. So a flush does not wait for a partition another
 // transaction holds: that partition's rows stay unwritten (pg.PushSome) and
 // their push goes back to the head of the queue, to be sent with the next
-// flush, which waits for them. A push may thus commit in two transactions,
+// flush, which waits for them. A push may thus commit in several transactions,
 // each partition's rows in one and in order (docs/storage.md, "Skip-locked
 // push flushes"). A client that leaves
 // while its push waits is answered at once and its push is skipped if it has

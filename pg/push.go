@@ -119,8 +119,10 @@ func (db *DB) PushSome(ctx context.Context, tenant string, rows []PushRow, wait 
 
 // PartialPushError is PushSome's error when a combined flush committed in
 // part: Outs answers every row, those stored (queued, duplicate) and those
-// not (PushDeferred: not written, to be sent again); Err is why the rest
-// failed.
+// of the failed second transaction (PushDeferred: to be sent again; not
+// written, unless that transaction's commit went through unseen, which the
+// replay then finds as its own rows, as after any flush that failed at its
+// commit); Err is why the rest failed.
 type PartialPushError struct {
 	Outs []PushOutcome
 	Err  error

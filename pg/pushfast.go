@@ -40,10 +40,13 @@ import (
 // when they may (a first attempt); those that may not (rows deferred
 // once) go to queen.push_v4 right after, in a transaction of their own,
 // which waits for the lock. So the free partitions of a flush commit at
-// once instead of waiting behind a held one (at 3 nodes, 4,479 against
-// 5,803 delivered msgs/s when the fast statement waited for them itself,
-// docs/benchmarks.md). Should that second call fail, PushSome says which
-// rows the first one stored (PartialPushError), for the combiner.
+// once instead of waiting behind a held one (at 3 nodes a version that
+// waited for them in this statement delivered 3,493 / 3,630 / 3,524
+// msgs/s against push_v4's 5,521 / 3,302 / 5,151, docs/benchmarks.md).
+// Should that second call fail, PushSome says which rows the first one
+// stored (PartialPushError), for the combiner. The flags are therefore
+// all true or all false in practice; the gate between w and s keeps the
+// lock rule should a caller ever mix them.
 // The differential test (pushfast_test.go) holds the two paths to the same
 // outcomes and the same log.
 //
@@ -113,7 +116,9 @@ type pidKey struct{ tenant, queue, partition string }
 
 // pidCache maps the partitions this node pushed to onto their ids. An entry
 // may be stale (the queue was deleted since); the fast push checks every id
-// against its names under the lock, so a stale one only costs a fallback.
+// against its names under the lock, so a stale one costs a fallback, or in
+// a combined flush's first attempt a deferral (it cannot tell a deleted
+// partition from a held one): one more flush, whose wait relearns it.
 type pidCache struct {
 	mu sync.Mutex
 	m  map[pidKey]string
