@@ -71,6 +71,8 @@ type Node struct {
 	proc     *nodeproc.Proc
 	running  bool        // process started and not signalled
 	ready    bool        // running and /health answered 200 once since the start
+	served   bool        // /health answered 200 at least once, in any start
+	rebinds  int         // first starts repeated on new ports (waitHealthy)
 	killedAt []time.Time // kill -9 / stop times, for the checker
 }
 
@@ -107,6 +109,9 @@ type ClusterOptions struct {
 	Env     map[string]string         // every node
 	NodeEnv map[int]map[string]string // per node index
 	PGURL   string                    // "" = a fresh database on pgtest's server
+	// beforeStart runs after the addresses are handed out and before any
+	// process starts (the harness's own test takes a port there).
+	beforeStart func(nodes []*Node)
 }
 
 // startCluster starts n nodes with env on top of the harness defaults and
@@ -139,6 +144,9 @@ func startClusterOpts(t *testing.T, o ClusterOptions) *Cluster {
 	for i := 0; i < o.N; i++ {
 		c.allocNode(o.NodeEnv[i])
 	}
+	if o.beforeStart != nil {
+		o.beforeStart(c.Nodes())
+	}
 	for _, nd := range c.nodes {
 		c.startProcess(nd)
 	}
@@ -157,19 +165,7 @@ func (c *Cluster) allocNode(extra map[string]string) *Node {
 	idx := len(c.nodes)
 	c.mu.Unlock()
 	ip := fmt.Sprintf("127.0.%d.%d", c.subnet, idx+2)
-	httpPort, err := localnet.FreePort(ip, false)
-	if err != nil {
-		c.t.Fatalf("node %d: %v", idx, err)
-	}
-	var meshPort int
-	for attempt := 0; ; attempt++ {
-		if meshPort, err = localnet.FreePort(ip, true); err == nil && meshPort != httpPort {
-			break
-		}
-		if attempt > 20 {
-			c.t.Fatalf("node %d: no free mesh port on %s: %v", idx, ip, err)
-		}
-	}
+	httpPort, meshPort := c.pickPorts(ip)
 	nd := &Node{Idx: idx, Name: fmt.Sprintf("n%d-%d", c.subnet, idx), IP: ip, HTTPPort: httpPort, MeshPort: meshPort,
 		Env: extra}
 	nd.LogPath = filepath.Join(c.dir, nd.Name+".log")
@@ -177,6 +173,24 @@ func (c *Cluster) allocNode(extra map[string]string) *Node {
 	c.nodes = append(c.nodes, nd)
 	c.mu.Unlock()
 	return nd
+}
+
+// pickPorts finds an HTTP port and a different mesh port (TCP and UDP)
+// free on ip.
+func (c *Cluster) pickPorts(ip string) (httpPort, meshPort int) {
+	c.t.Helper()
+	httpPort, err := localnet.FreePort(ip, false)
+	if err != nil {
+		c.t.Fatalf("%s: %v", ip, err)
+	}
+	for attempt := 0; ; attempt++ {
+		if meshPort, err = localnet.FreePort(ip, true); err == nil && meshPort != httpPort {
+			return httpPort, meshPort
+		}
+		if attempt > 20 {
+			c.t.Fatalf("no free mesh port on %s: %v", ip, err)
+		}
+	}
 }
 
 // Node returns node i.
@@ -265,6 +279,12 @@ func (c *Cluster) startProcess(nd *Node) {
 }
 
 // waitHealthy waits for /health 200, failing early if the process exits.
+// A node's first start that exits because a port was taken meanwhile
+// starts again on new ports: FreePort's port is free only when it looks,
+// and an outgoing connection's ephemeral port (or a test of another
+// package) can take it before the node binds (a fresh-clone CI run lost
+// TestPostgresFailover that way). A restarted node keeps its address, which
+// the other members know it by.
 func (c *Cluster) waitHealthy(nd *Node, within time.Duration) {
 	c.t.Helper()
 	deadline := time.Now().Add(within)
@@ -274,13 +294,23 @@ func (c *Cluster) waitHealthy(nd *Node, within time.Duration) {
 		nd.mu.Unlock()
 		select {
 		case <-exited:
-			c.t.Fatalf("%s exited during start:\n%s", nd.Name, localnet.LogTail(nd.LogPath, logTailLines))
+			tail := localnet.LogTail(nd.LogPath, logTailLines)
+			last := tail[strings.LastIndex(tail, "=== harness")+1:]
+			if !nd.served && nd.rebinds < 5 && strings.Contains(last, "address already in use") {
+				nd.rebinds++
+				nd.HTTPPort, nd.MeshPort = c.pickPorts(nd.IP)
+				c.t.Logf("%s: a port was taken before it bound; starting again on %s and %s", nd.Name, nd.HTTP(), nd.MeshAddr())
+				c.startProcess(nd)
+				continue
+			}
+			c.t.Fatalf("%s exited during start:\n%s", nd.Name, tail)
 		default:
 		}
 		st, _, err := c.do(context.Background(), nd.Idx, "GET", "/health", nil)
 		if err == nil && st == 200 {
 			nd.mu.Lock()
 			nd.ready = nd.running
+			nd.served = true
 			nd.mu.Unlock()
 			return
 		}
