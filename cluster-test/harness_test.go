@@ -283,8 +283,10 @@ func (c *Cluster) startProcess(nd *Node) {
 // starts again on new ports: FreePort's port is free only when it looks,
 // and an outgoing connection's ephemeral port (or a test of another
 // package) can take it before the node binds (a fresh-clone CI run lost
-// TestPostgresFailover that way). A restarted node keeps its address, which
-// the other members know it by.
+// TestPostgresFailover that way). A restarted node keeps its address. Not
+// covered: a taken mesh port fails the start just after /health opens
+// (node.Start binds the mesh last), so a poll in between sees the node up
+// and the loss shows later as a membership timeout.
 func (c *Cluster) waitHealthy(nd *Node, within time.Duration) {
 	c.t.Helper()
 	deadline := time.Now().Add(within)

@@ -118,11 +118,12 @@ func (db *DB) PushSome(ctx context.Context, tenant string, rows []PushRow, wait 
 }
 
 // PartialPushError is PushSome's error when a combined flush committed in
-// part: Outs answers every row, those stored (queued, duplicate) and those
-// of the failed second transaction (PushDeferred: to be sent again; not
-// written, unless that transaction's commit went through unseen, which the
-// replay then finds as its own rows, as after any flush that failed at its
-// commit); Err is why the rest failed.
+// part: Outs answers every row: those stored (queued, duplicate), and as
+// PushDeferred, to be sent again, the rows the first statement skipped (not
+// written) and those of the failed second transaction (not written, unless
+// its commit went through unseen, which the replay then finds as its own
+// rows, as after any flush that failed at its commit); Err is why the
+// second failed.
 type PartialPushError struct {
 	Outs []PushOutcome
 	Err  error

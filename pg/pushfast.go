@@ -44,9 +44,9 @@ import (
 // waited for them in this statement delivered 3,493 / 3,630 / 3,524
 // msgs/s against push_v4's 5,521 / 3,302 / 5,151, docs/benchmarks.md).
 // Should that second call fail, PushSome says which rows the first one
-// stored (PartialPushError), for the combiner. The flags are therefore
-// all true or all false in practice; the gate between w and s keeps the
-// lock rule should a caller ever mix them.
+// stored (PartialPushError), for the combiner. pushFast therefore sends
+// uniform flags; the gate between w and s keeps the lock rule should that
+// change.
 // The differential test (pushfast_test.go) holds the two paths to the same
 // outcomes and the same log.
 //
