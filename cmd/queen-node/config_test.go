@@ -338,3 +338,15 @@ func TestStampedVersion(t *testing.T) {
 		}
 	}
 }
+
+func TestGCPercentDefaultsUnlessGOGCIsSet(t *testing.T) {
+	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+	if pct, ok := gcPercent(env(nil)); !ok || pct != defaultGCPercent {
+		t.Fatalf("GOGC unset: got %d, %v; want %d, true", pct, ok, defaultGCPercent)
+	}
+	for _, v := range []string{"100", "off"} {
+		if _, ok := gcPercent(env(map[string]string{"GOGC": v})); ok {
+			t.Fatalf("GOGC=%s: the node overrode the operator's setting", v)
+		}
+	}
+}

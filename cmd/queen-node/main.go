@@ -107,11 +107,37 @@ func serve(args []string) int {
 		JSONFormat: cfg.LogJSON,
 		Output:     os.Stderr,
 	})
+	if pct, ok := gcPercent(os.Getenv); ok {
+		debug.SetGCPercent(pct)
+		logger.Info("garbage collector target", "gogc", pct, "source", "default (GOGC overrides)")
+	} else {
+		logger.Info("garbage collector target", "gogc", os.Getenv("GOGC"), "source", "GOGC")
+	}
 	if err := runNode(cfg, logger); err != nil {
 		logger.Error("node failed", "error", err)
 		return exitFailure
 	}
 	return 0
+}
+
+// defaultGCPercent is the node's GOGC unless the GOGC environment variable
+// says otherwise. A node's live heap is small (about 5 MB under the
+// standard benchmark), so Go's default of 100 collects every few megabytes
+// allocated: at full load that was a fifth to a third of the node's CPU per
+// message. 400 lets the heap grow to five times the live data between
+// collections (about 50 MB of RSS instead of 32 under that load); GOMEMLIMIT
+// bounds it where memory is tight (docs/operations.md, "Memory and GC";
+// the A/B is in docs/benchmarks.md, "The node's garbage collector").
+const defaultGCPercent = 400
+
+// gcPercent is the GC target the node sets: defaultGCPercent when GOGC is
+// unset (ok true); an operator's GOGC, which the runtime already read,
+// stands (ok false).
+func gcPercent(getenv func(string) string) (int, bool) {
+	if getenv("GOGC") != "" {
+		return 0, false
+	}
+	return defaultGCPercent, true
 }
 
 // runNode starts the node (package node wires pg, broker, api and mesh)
