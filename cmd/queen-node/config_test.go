@@ -350,3 +350,15 @@ func TestGCPercentDefaultsUnlessGOGCIsSet(t *testing.T) {
 		}
 	}
 }
+
+func TestGCSettingsReadsTheLiveTarget(t *testing.T) {
+	old := debug.SetGCPercent(400)
+	defer debug.SetGCPercent(old)
+	if got, _ := gcSettings(); got != 400 {
+		t.Fatalf("gcSettings after SetGCPercent(400) = %d", got)
+	}
+	debug.SetGCPercent(150)
+	if got, lim := gcSettings(); got != 150 || lim == 0 {
+		t.Fatalf("gcSettings after SetGCPercent(150) = %d, limit %d", got, lim)
+	}
+}
