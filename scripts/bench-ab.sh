@@ -6,7 +6,7 @@
 #   scripts/bench-ab.sh A/queen-node B/queen-node OUTDIR PAIRS NODES -- queen-bench flags...
 #
 # PG_URL (required) is a server URL whose database part is replaced per run
-# (start one with production settings: docs/benchmarks.md, "A/B pairs").
+# (start one with the production settings of internal/suite/pgserver.go, ProductionSettings, e.g. `go run ./cmd/pgtemp -port 55432 -set fsync=on ... -- sleep infinity`).
 # NODES is the node count of each run (1..5); nodes listen on 127.0.0.1.
 # QUEEN_BENCH (default bin/queen-bench) is the load generator.
 # PRODUCER_NODES=N puts the producers on the first N nodes only (consumers on all).

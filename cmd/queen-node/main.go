@@ -112,7 +112,7 @@ func serve(args []string) int {
 		debug.SetGCPercent(pct)
 	}
 	// The target the runtime runs with, whatever set it (an invalid GOGC
-	// silently means 100): the same figures as go_gc_gogc_percent and
+	// silently means 100), as /metrics exports them in go_gc_gogc_percent and
 	// go_gc_gomemlimit_bytes on /metrics.
 	gogc, memLimit := gcSettings()
 	logger.Info("garbage collector target", "gogc_percent", gogc, "memory_limit_bytes", memLimit,
