@@ -112,8 +112,8 @@ func serve(args []string) int {
 		debug.SetGCPercent(pct)
 	}
 	// The target the runtime runs with, whatever set it (an invalid GOGC
-	// silently means 100), as /metrics exports them in go_gc_gogc_percent and
-	// go_gc_gomemlimit_bytes on /metrics.
+	// silently means 100), which /metrics also exports as go_gc_gogc_percent
+	// and go_gc_gomemlimit_bytes.
 	gogc, memLimit := gcSettings()
 	logger.Info("garbage collector target", "gogc_percent", gogc, "memory_limit_bytes", memLimit,
 		"GOGC", os.Getenv("GOGC"), "GOMEMLIMIT", os.Getenv("GOMEMLIMIT"))
