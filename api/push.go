@@ -40,7 +40,7 @@ func (s *Server) handlePush(w http.ResponseWriter, r *http.Request, c caller) {
 	}
 	out := []pushResult{}
 	if len(items) > 0 {
-		res, err := s.b.Push(r.Context(), c.tenant, c.sub, items)
+		res, err := s.push(r, c, items)
 		if err != nil {
 			s.brokerError(w, r, "push", err)
 			return

@@ -13,11 +13,13 @@ import (
 	"errors"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 
 	"queen-node/broker"
+	"queen-node/forward"
 	"queen-node/protocol"
 	"queen-node/reads"
 	"queen-node/retention"
@@ -247,7 +249,8 @@ type Server struct {
 	table   *tableCollector // Table's series on /metrics (table.go)
 	conns   connStats
 
-	retention func() retention.Stats // the retention job's counters (retention.go); nil = zeros
+	retention func() retention.Stats            // the retention job's counters (retention.go); nil = zeros
+	fwd       atomic.Pointer[forward.Forwarder] // push forwarding (forward.go); nil = every push is stored here
 
 	// drainCtx is canceled by Drain so parked long-polls answer 204 at once
 	// instead of holding a graceful shutdown for their whole timeout.

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"queen-node/broker"
+	"queen-node/forward"
 	"queen-node/retention"
 )
 
@@ -25,6 +26,7 @@ type Snapshot struct {
 	InFlight  int64   // HTTP requests being served besides the one reading the snapshot
 	HTTP      ConnSnapshot
 	Retention retention.Stats // the retention job's counters (SetRetentionSource)
+	Forward   forward.Stats   // push forwarding's counters (SetPushForwarder)
 }
 
 // ConnSnapshot is the HTTP layer's connection counters (conn.go).
@@ -52,6 +54,7 @@ func (s *Server) snapshot(src SnapshotSource, httpAddr string) *Snapshot {
 		InFlight:  max(s.metrics.inflight.Load()-1, 0),
 		HTTP:      s.ConnStatus(),
 		Retention: s.retentionStats(),
+		Forward:   s.forwardStats(),
 	}
 }
 

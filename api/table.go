@@ -453,6 +453,24 @@ var Table = []Row{
 	{Status: "retention.last_deleted", Metric: "queen_retention_last_run_deleted_messages", Kind: Gauge,
 		Help: "Messages the last retention pass this node ran deleted.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Retention.LastDeleted })},
 
+	// forward: push ownership (docs/api.md, "Push ownership"): items this
+	// node stored because it owns their partitions, items it forwarded to
+	// their owners, and forwards that failed and were stored here.
+	{Status: "forward.owners", Metric: "queen_push_forward_owners", Kind: Gauge,
+		Help: "Members that own partitions' pushes in this node's view, itself included (1: no forwarding).", Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.OwnersKnown })},
+	{Status: "forward.requests", Metric: "queen_push_forward_requests_total", Kind: Counter,
+		Help: "Pushes this node forwarded to the owners of their partitions (one per owner per client push).", Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.Requests })},
+	{Status: "forward.items", Metric: "queen_push_forward_items_total", Kind: Counter,
+		Help: "Items in the pushes this node forwarded.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.Items })},
+	{Status: "forward.failures", Metric: "queen_push_forward_failures_total", Kind: Counter,
+		Help: "Forwarded pushes that failed (owner unreachable, refusing, slow or answering badly); their items were stored here.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.Failures })},
+	{Status: "forward.fallback_items", Metric: "queen_push_forward_fallback_items_total", Kind: Counter,
+		Help: "Items of failed forwards that this node stored itself.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.FallbackItems })},
+	{Status: "forward.local_items", Metric: "queen_push_forward_local_items_total", Kind: Counter,
+		Help: "Pushed items this node stored because it owns their partitions (or is alone).", Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.LocalItems })},
+	{Status: "forward.received", Metric: "queen_push_forward_received_total", Kind: Counter,
+		Help: "Pushes peers forwarded to this node, which stored them.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.ForwardedInbox })},
+
 	// http: the HTTP layer's connection counters (conn.go). /status keeps
 	// the short names of its "http" section; /metrics says connections.
 	{Status: "http.open_conns", Metric: "queen_http_connections_open", Kind: Gauge, Own: true,

@@ -26,6 +26,7 @@ import (
 	"github.com/hashicorp/memberlist"
 
 	"queen-node/coalesce"
+	"queen-node/owner"
 	"queen-node/protocol"
 )
 
@@ -74,8 +75,9 @@ type Member struct {
 	Version  string               `json:"version,omitempty"`
 	Self     bool                 `json:"self,omitempty"`
 
-	hint string // advertised hint address (metadata)
-	inc  uint64 // advertised hint-stream incarnation (metadata); 0 from a node too old to say
+	hint    string // advertised hint address (metadata)
+	inc     uint64 // advertised hint-stream incarnation (metadata); 0 from a node too old to say
+	leaving bool   // advertised just before a graceful leave (metadata)
 }
 
 // meta is what a node advertises in memberlist metadata (at most 512 bytes).
@@ -108,6 +110,7 @@ type Mesh struct {
 
 	memMu   sync.Mutex
 	members map[string]*Member
+	owners  atomic.Pointer[owner.Table] // rebuilt from members on every change (Owners)
 
 	peerMu sync.Mutex
 	peers  map[string]*peer // by node name
@@ -240,6 +243,7 @@ func New(cfg Config, recv Receiver) (*Mesh, error) {
 	m.src = sourceIP(m.nw, bindHost, advHost)
 	m.self = meta{Version: cfg.Version, HTTP: advertisedHTTP(cfg.HTTPAddr, advHost),
 		Hint: net.JoinHostPort(advHost, strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)), Inc: m.incarnation}
+	m.owners.Store(owner.New([]owner.Node{{Name: cfg.Name, Addr: m.self.HTTP, Self: true}}))
 
 	mc := memberlist.DefaultLANConfig()
 	mc.Name = cfg.Name
@@ -582,15 +586,28 @@ func (m *Mesh) upsert(n *memberlist.Node, state protocol.MemberState) {
 	m.memMu.Lock()
 	defer m.memMu.Unlock()
 	m.members[n.Name] = &Member{Name: n.Name, Addr: n.Address(), HTTPAddr: md.HTTP, State: state,
-		Version: md.Version, Self: n.Name == m.cfg.Name, hint: md.Hint, inc: md.Inc}
+		Version: md.Version, Self: n.Name == m.cfg.Name, hint: md.Hint, inc: md.Inc, leaving: md.Leaving}
 	live := 0
+	owners := make([]owner.Node, 0, len(m.members))
 	for _, mb := range m.members {
 		if !mb.Self && mb.State == protocol.MemberAlive {
 			live++
 		}
+		// A member about to leave owns nothing already: pushes for its
+		// partitions move to their next owner before it stops answering.
+		if mb.State == protocol.MemberAlive && !mb.leaving && mb.HTTPAddr != "" {
+			owners = append(owners, owner.Node{Name: mb.Name, Addr: mb.HTTPAddr, Self: mb.Self})
+		}
 	}
 	m.live.Store(int32(live))
+	m.owners.Store(owner.New(owners))
 }
+
+// Owners returns the members that own partitions' pushes: the live ones
+// with an HTTP address, this node included, leaving ones excluded
+// (docs/architecture.md, "Push ownership"). Never nil; it holds only this
+// node until memberlist has reported it.
+func (m *Mesh) Owners() *owner.Table { return m.owners.Load() }
 
 func validName(s string) bool {
 	return s != "" && len(s) <= MaxNameBytes && utf8.ValidString(s)

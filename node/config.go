@@ -11,6 +11,7 @@ import (
 	"queen-node/api"
 	"queen-node/auth"
 	"queen-node/broker"
+	"queen-node/forward"
 	"queen-node/mesh"
 	"queen-node/pg"
 	"queen-node/retention"
@@ -48,7 +49,11 @@ type Config struct {
 	Auth   auth.Config   // default auth.DefaultConfig() (authentication off)
 	Broker broker.Config // default broker.DefaultConfig(); NodeName is required
 	Mesh   MeshConfig    // default enabled with mesh.DefaultConfig()
-	Stats  stats.Config  // default stats.DefaultConfig() (sampler on, 10 s); Interval 0 = off
+	// Forward stores each pushed item on the node that owns its partition
+	// (docs/api.md, "Push ownership"); default forward.DefaultConfig(), on.
+	// It needs the mesh: with the mesh off every push is stored here.
+	Forward forward.Config
+	Stats   stats.Config // default stats.DefaultConfig() (sampler on, 10 s); Interval 0 = off
 
 	Retention retention.Config // default retention.DefaultConfig(): a pass every 5 minutes; Interval 0 = off on this node
 }
@@ -72,6 +77,7 @@ func DefaultConfig() Config {
 		Auth:          auth.DefaultConfig(),
 		Broker:        broker.DefaultConfig(),
 		Mesh:          MeshConfig{Enabled: true, Config: mesh.DefaultConfig()},
+		Forward:       forward.DefaultConfig(),
 		Stats:         stats.DefaultConfig(),
 		Retention:     retention.DefaultConfig(),
 	}

@@ -19,6 +19,7 @@ import (
 	"queen-node/auth"
 	"queen-node/broker"
 	"queen-node/dashboard"
+	"queen-node/forward"
 	"queen-node/mesh"
 	"queen-node/reads"
 	"queen-node/retention"
@@ -35,7 +36,8 @@ type Node struct {
 	reads    *reads.Service
 	api      *api.Server
 	http     *http.Server
-	mesh     *mesh.Mesh // nil with the mesh off
+	mesh     *mesh.Mesh         // nil with the mesh off
+	fwd      *forward.Forwarder // nil with the mesh or forwarding off
 	sampler  *stats.Sampler
 	pprof    *http.Server
 	serveErr chan error
@@ -155,6 +157,10 @@ func Start(ctx context.Context, cfg Config, logger hclog.Logger) (*Node, error) 
 		}
 		b.SetMesh(m)
 		n.mesh = m
+		if cfg.Forward.Enabled {
+			n.fwd = forward.New(cfg.Forward, cfg.Broker.NodeName, m.Owners, logger.Named("forward"))
+			srv.SetPushForwarder(n.fwd)
+		}
 	}
 	// Started last: a failed start has nothing of it to stop.
 	ret.Start()
@@ -164,6 +170,7 @@ func Start(ctx context.Context, cfg Config, logger hclog.Logger) (*Node, error) 
 		"version", cfg.Version,
 		"hotlist", onOff(cfg.Broker.Hotlist.Enabled),
 		"mesh", onOff(cfg.Mesh.Enabled),
+		"push_forward", onOff(n.fwd != nil),
 		"auth", onOff(cfg.Auth.Enabled),
 		"retention_interval", cfg.Retention.Interval,
 	)
@@ -200,6 +207,9 @@ func (n *Node) Stop(ctx context.Context) error {
 	}
 	if n.pprof != nil {
 		_ = n.pprof.Close()
+	}
+	if n.fwd != nil {
+		n.fwd.Close()
 	}
 	n.sampler.Close()
 	n.broker.Close()

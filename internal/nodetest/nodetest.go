@@ -173,7 +173,22 @@ func (n *Node) DoCtx(ctx context.Context, t testing.TB, method, path string, bod
 	return n.do(ctx, t, "", method, path, body)
 }
 
+// DoHeader is Do with extra request headers.
+func (n *Node) DoHeader(t testing.TB, header map[string]string, method, path string, body any) Response {
+	t.Helper()
+	return n.doHeader(context.Background(), t, header, method, path, body)
+}
+
 func (n *Node) do(ctx context.Context, t testing.TB, authorization, method, path string, body any) Response {
+	t.Helper()
+	var h map[string]string
+	if authorization != "" {
+		h = map[string]string{"Authorization": authorization}
+	}
+	return n.doHeader(ctx, t, h, method, path, body)
+}
+
+func (n *Node) doHeader(ctx context.Context, t testing.TB, header map[string]string, method, path string, body any) Response {
 	t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {
@@ -194,8 +209,8 @@ func (n *Node) do(ctx context.Context, t testing.TB, authorization, method, path
 		t.Fatalf("request: %v", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	if authorization != "" {
-		req.Header.Set("Authorization", authorization)
+	for k, v := range header {
+		req.Header.Set(k, v)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -1,0 +1,280 @@
+package api_test
+
+// Real nodes, real PostgreSQL, real mesh: push ownership (docs/api.md,
+// "Push ownership"). Every push is stored by its queue's owner whichever
+// node received it, and nothing is lost, doubled or reordered on the way.
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand"
+	"net/url"
+	"sync"
+	"testing"
+	"time"
+
+	"queen-node/internal/nodetest"
+)
+
+// nodeStatus is the part of /status these tests read.
+type nodeStatus struct {
+	Requests struct {
+		Pushed     int64 `json:"pushed_messages"`
+		Duplicates int64 `json:"duplicates"`
+	} `json:"requests"`
+	Forward struct {
+		Owners   int64 `json:"owners"`
+		Requests int64 `json:"requests"`
+		Items    int64 `json:"items"`
+		Failures int64 `json:"failures"`
+		Fallback int64 `json:"fallback_items"`
+		Local    int64 `json:"local_items"`
+		Received int64 `json:"received"`
+	} `json:"forward"`
+}
+
+func statusOf(t *testing.T, n *nodetest.Node) nodeStatus {
+	t.Helper()
+	r := n.Do(t, "GET", "/status", nil)
+	if r.Status != 200 {
+		t.Fatalf("status: %d %s", r.Status, r.Body)
+	}
+	var st nodeStatus
+	r.JSON(t, &st)
+	return st
+}
+
+// ownedCluster starts n meshed nodes and waits until each one's owner table
+// holds all of them; it returns the nodes and, by node index, queue names
+// each node owns.
+func ownedCluster(t *testing.T, n, perNode int) ([]*nodetest.Node, [][]string) {
+	t.Helper()
+	nodes := nodetest.StartCluster(t, n)
+	deadline := time.Now().Add(10 * time.Second)
+	for _, nd := range nodes {
+		for nd.Mesh.Owners().Len() != n {
+			if time.Now().After(deadline) {
+				t.Fatalf("owner table of %d members, want %d", nd.Mesh.Owners().Len(), n)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	tb := nodes[0].Mesh.Owners()
+	index := map[string]int{}
+	for i, nd := range nodes {
+		index[nd.Node.Broker().NodeName()] = i
+	}
+	owned := make([][]string, n)
+	for k := 0; ; k++ {
+		q := fmt.Sprintf("own-%d", k)
+		i := index[tb.Node(tb.Owner("default", q)).Name]
+		if len(owned[i]) < perNode {
+			owned[i] = append(owned[i], q)
+		}
+		done := true
+		for _, o := range owned {
+			done = done && len(o) == perNode
+		}
+		if done {
+			return nodes, owned
+		}
+		if k > 10000 {
+			t.Fatal("could not find queues for every node")
+		}
+	}
+}
+
+// TestPushOwnership: six producers push concurrently through all three
+// nodes, each push spanning queues of every owner. Each item is stored by
+// its queue's owner (its pushed count is exactly the items of its queues),
+// the answers come back in item order, a retry through another node is
+// reported duplicate, and one group consumes every item once, in each
+// producer's order per partition.
+func TestPushOwnership(t *testing.T) {
+	nodes, owned := ownedCluster(t, 3, 2)
+	var queues []string
+	ownerOf := map[string]int{}
+	for i, qs := range owned {
+		for _, q := range qs {
+			queues = append(queues, q)
+			ownerOf[q] = i
+		}
+	}
+	const producers, pushes, batch = 6, 25, 24
+	type item struct {
+		Queue     string `json:"queue"`
+		Partition string `json:"partition"`
+		TxID      string `json:"transactionId,omitempty"`
+		Payload   any    `json:"payload"`
+	}
+	var mu sync.Mutex
+	sent := map[string][]item{} // by producer: what to retry
+	var wg sync.WaitGroup
+	errs := make(chan error, producers)
+	for p := 0; p < producers; p++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewSource(int64(p)))
+			seq := 0
+			for k := 0; k < pushes; k++ {
+				items := make([]item, batch)
+				for j := range items {
+					q := queues[rng.Intn(len(queues))]
+					items[j] = item{Queue: q, Partition: fmt.Sprintf("p%d", rng.Intn(4)),
+						Payload: map[string]int{"producer": p, "seq": seq}}
+					if seq%2 == 0 {
+						items[j].TxID = fmt.Sprintf("tx-%d-%d", p, seq)
+					}
+					seq++
+				}
+				via := nodes[rng.Intn(len(nodes))]
+				r := via.Do(t, "POST", "/api/v1/push", map[string]any{"items": items})
+				if r.Status != 201 {
+					errs <- fmt.Errorf("push: %d %s", r.Status, r.Body)
+					return
+				}
+				var res []struct {
+					Index  int    `json:"index"`
+					Status string `json:"status"`
+					TxID   string `json:"transactionId"`
+					Queue  string `json:"queueName"`
+				}
+				r.JSON(t, &res)
+				for j, x := range res {
+					if x.Index != j || x.Status != "queued" || x.Queue != items[j].Queue || (items[j].TxID != "" && x.TxID != items[j].TxID) || x.TxID == "" {
+						errs <- fmt.Errorf("result %d of %+v: %+v", j, items[j], x)
+						return
+					}
+				}
+				mu.Lock()
+				sent[fmt.Sprint(p)] = append(sent[fmt.Sprint(p)], items...)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	total := producers * pushes * batch
+	perOwner := make([]int64, len(nodes))
+	for _, items := range sent {
+		for _, it := range items {
+			perOwner[ownerOf[it.Queue]]++
+		}
+	}
+	var forwarded, received int64
+	for i, nd := range nodes {
+		st := statusOf(t, nd)
+		if st.Requests.Pushed != perOwner[i] {
+			t.Errorf("node %d stored %d items, but owns queues with %d", i, st.Requests.Pushed, perOwner[i])
+		}
+		if st.Forward.Owners != 3 || st.Forward.Failures != 0 || st.Forward.Fallback != 0 {
+			t.Errorf("node %d forward figures %+v", i, st.Forward)
+		}
+		forwarded += st.Forward.Items
+		received += st.Forward.Received
+	}
+	if forwarded == 0 || received == 0 {
+		t.Fatalf("nothing was forwarded (%d items, %d pushes received)", forwarded, received)
+	}
+
+	// A retry of items with transaction ids, through another node than
+	// before, finds them: duplicate, stored nowhere again.
+	retry := []item{}
+	for _, it := range sent["0"] {
+		if it.TxID != "" && len(retry) < 40 {
+			retry = append(retry, it)
+		}
+	}
+	r := nodes[1].Do(t, "POST", "/api/v1/push", map[string]any{"items": retry})
+	if r.Status != 201 {
+		t.Fatalf("retry: %d %s", r.Status, r.Body)
+	}
+	for _, x := range r.Arr(t) {
+		if x["status"] != "duplicate" {
+			t.Fatalf("retried item answered %v", x)
+		}
+	}
+
+	// One group reads everything back once, in order per producer and
+	// partition.
+	type key struct {
+		producer  int
+		queue     string
+		partition string
+	}
+	last := map[key]int{}
+	got := 0
+	for qi, q := range queues {
+		for empty := 0; empty < 2; {
+			via := nodes[(qi+empty)%len(nodes)]
+			r := via.Do(t, "GET", "/api/v1/pop/queue/"+url.PathEscape(q)+"?batch=100&wait=false&consumerGroup=check", nil)
+			if r.Status == 204 {
+				empty++
+				continue
+			}
+			if r.Status != 200 {
+				t.Fatalf("pop: %d %s", r.Status, r.Body)
+			}
+			var pr struct {
+				Messages []struct {
+					TxID      string          `json:"transactionId"`
+					Partition string          `json:"partitionId"`
+					Lease     string          `json:"leaseId"`
+					Data      json.RawMessage `json:"data"`
+					Name      string          `json:"partition"`
+				} `json:"messages"`
+			}
+			r.JSON(t, &pr)
+			var acks []map[string]any
+			for _, m := range pr.Messages {
+				var d struct{ Producer, Seq int }
+				if err := json.Unmarshal(m.Data, &d); err != nil {
+					t.Fatalf("payload %s: %v", m.Data, err)
+				}
+				k := key{d.Producer, q, m.Name}
+				if prev, ok := last[k]; ok && d.Seq <= prev {
+					t.Fatalf("producer %d, %s/%s: seq %d after %d", d.Producer, q, m.Name, d.Seq, prev)
+				}
+				last[k] = d.Seq
+				got++
+				acks = append(acks, map[string]any{"transactionId": m.TxID, "partitionId": m.Partition, "leaseId": m.Lease, "status": "completed", "consumerGroup": "check"})
+			}
+			if a := via.Do(t, "POST", "/api/v1/ack/batch", map[string]any{"acknowledgments": acks}); a.Status != 200 {
+				t.Fatalf("ack: %d %s", a.Status, a.Body)
+			}
+		}
+	}
+	if got != total {
+		t.Fatalf("read %d messages back, pushed %d", got, total)
+	}
+}
+
+// A push that a peer forwarded is stored where it arrives, whatever that
+// node thinks its owner is: a forward is never forwarded again.
+func TestForwardedPushIsStoredWhereItArrives(t *testing.T) {
+	nodes, owned := ownedCluster(t, 2, 1)
+	q := owned[1][0] // node 1's
+	before := statusOf(t, nodes[0])
+	r := nodes[0].DoHeader(t, map[string]string{"X-Queen-Forwarded": "elsewhere"}, "POST", "/api/v1/push",
+		map[string]any{"items": []map[string]any{{"queue": q, "payload": map[string]int{"n": 1}}}})
+	if r.Status != 201 {
+		t.Fatalf("push: %d %s", r.Status, r.Body)
+	}
+	after := statusOf(t, nodes[0])
+	if after.Requests.Pushed != before.Requests.Pushed+1 || after.Forward.Requests != before.Forward.Requests ||
+		after.Forward.Received != before.Forward.Received+1 {
+		t.Fatalf("node 0 before %+v, after %+v: want the item stored there, nothing forwarded", before, after)
+	}
+	// Without the mark the same push goes to node 1.
+	r = nodes[0].Do(t, "POST", "/api/v1/push", map[string]any{"items": []map[string]any{{"queue": q, "payload": map[string]int{"n": 2}}}})
+	if r.Status != 201 {
+		t.Fatalf("push: %d %s", r.Status, r.Body)
+	}
+	if st := statusOf(t, nodes[0]); st.Forward.Requests != after.Forward.Requests+1 || st.Requests.Pushed != after.Requests.Pushed {
+		t.Fatalf("node 0 after an unmarked push %+v: want it forwarded", st)
+	}
+}
