@@ -9,7 +9,7 @@ import (
 )
 
 // SetPushForwarder makes POST /api/v1/push store each item on the node that
-// owns its partition (docs/api.md, "Push ownership"); /status and /metrics
+// owns its queue (docs/api.md, "Push ownership"); /status and /metrics
 // then report its counters (the forward.* rows of table.go). Call it before
 // or after the server serves (the node sets it once the mesh runs); without
 // it every push is stored here.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"queen-node/internal/nodetest"
+	"queen-node/node"
 )
 
 // nodeStatus is the part of /status these tests read.
@@ -44,12 +45,16 @@ func statusOf(t *testing.T, n *nodetest.Node) nodeStatus {
 	return st
 }
 
-// ownedCluster starts n meshed nodes and waits until each one's owner table
-// holds all of them; it returns the nodes and, by node index, queue names
-// each node owns.
+// meshKey seals a test cluster's mesh: pushes are forwarded only between
+// authenticated members.
+var meshKey = []byte("0123456789abcdef0123456789abcdef")
+
+// ownedCluster starts n nodes on a sealed mesh and waits until each one's
+// owner table holds all of them; it returns the nodes and, by node index,
+// queue names each node owns.
 func ownedCluster(t *testing.T, n, perNode int) ([]*nodetest.Node, [][]string) {
 	t.Helper()
-	nodes := nodetest.StartCluster(t, n)
+	nodes := nodetest.StartClusterConfig(t, n, func(c *node.Config) { c.Mesh.Secret = meshKey })
 	deadline := time.Now().Add(10 * time.Second)
 	for _, nd := range nodes {
 		for nd.Mesh.Owners().Len() != n {
@@ -276,5 +281,21 @@ func TestForwardedPushIsStoredWhereItArrives(t *testing.T) {
 	}
 	if st := statusOf(t, nodes[0]); st.Forward.Requests != after.Forward.Requests+1 || st.Requests.Pushed != after.Requests.Pushed {
 		t.Fatalf("node 0 after an unmarked push %+v: want it forwarded", st)
+	}
+}
+
+// On an open mesh (no secret) nothing is forwarded: anyone who reaches the
+// mesh port could advertise an address and be handed pushes and tokens.
+func TestOpenMeshForwardsNothing(t *testing.T) {
+	nodes := nodetest.StartCluster(t, 2)
+	for i := 0; i < 20; i++ {
+		r := nodes[0].Do(t, "POST", "/api/v1/push", map[string]any{"items": []map[string]any{{"queue": fmt.Sprintf("open-%d", i), "payload": map[string]int{"n": i}}}})
+		if r.Status != 201 {
+			t.Fatalf("push: %d %s", r.Status, r.Body)
+		}
+	}
+	st := statusOf(t, nodes[0])
+	if st.Requests.Pushed != 20 || st.Forward.Requests != 0 || st.Forward.Owners != 0 {
+		t.Fatalf("node 0 on an open mesh: %+v, want all 20 stored there and no forwarder", st)
 	}
 }

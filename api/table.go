@@ -454,12 +454,12 @@ var Table = []Row{
 		Help: "Messages the last retention pass this node ran deleted.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Retention.LastDeleted })},
 
 	// forward: push ownership (docs/api.md, "Push ownership"): items this
-	// node stored because it owns their partitions, items it forwarded to
+	// node stored because it owns their queues, items it forwarded to
 	// their owners, and forwards that failed and were stored here.
 	{Status: "forward.owners", Metric: "queen_push_forward_owners", Kind: Gauge,
-		Help: "Members that own partitions' pushes in this node's view, itself included (1: no forwarding).", Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.OwnersKnown })},
+		Help: "Members that own queues' pushes in this node's view, itself included (1: no forwarding).", Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.OwnersKnown })},
 	{Status: "forward.requests", Metric: "queen_push_forward_requests_total", Kind: Counter,
-		Help: "Pushes this node forwarded to the owners of their partitions (one per owner per client push).", Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.Requests })},
+		Help: "Pushes this node forwarded to the owners of their queues (one per owner per client push).", Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.Requests })},
 	{Status: "forward.items", Metric: "queen_push_forward_items_total", Kind: Counter,
 		Help: "Items in the pushes this node forwarded.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.Items })},
 	{Status: "forward.failures", Metric: "queen_push_forward_failures_total", Kind: Counter,
@@ -467,7 +467,7 @@ var Table = []Row{
 	{Status: "forward.fallback_items", Metric: "queen_push_forward_fallback_items_total", Kind: Counter,
 		Help: "Items of failed forwards that this node stored itself.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.FallbackItems })},
 	{Status: "forward.local_items", Metric: "queen_push_forward_local_items_total", Kind: Counter,
-		Help: "Pushed items this node stored because it owns their partitions (or is alone).", Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.LocalItems })},
+		Help: "Pushed items this node stored because it owns their queues (or is alone).", Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.LocalItems })},
 	{Status: "forward.received", Metric: "queen_push_forward_received_total", Kind: Counter,
 		Help: "Pushes peers forwarded to this node, which stored them.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.ForwardedInbox })},
 

@@ -509,6 +509,12 @@ type Status struct {
 			Dropped uint64 `json:"dropped"`
 		} `json:"coalescer"`
 	} `json:"mesh"`
+	Forward struct {
+		Owners   int64 `json:"owners"`
+		Requests int64 `json:"requests"`
+		Failures int64 `json:"failures"`
+		Fallback int64 `json:"fallback_items"`
+	} `json:"forward"`
 	Retention struct {
 		Runs    int64 `json:"runs"`
 		Skipped int64 `json:"skipped"`

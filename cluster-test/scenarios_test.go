@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	mrand "math/rand/v2"
 	"net/url"
@@ -13,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"queen-node/owner"
 )
 
 // 1. A push on node A wakes a consumer parked on node B through a mesh
@@ -217,10 +220,13 @@ func TestSoak(t *testing.T) {
 
 // 4. Node loss: consumers hold leases through node C, C is killed -9; the
 // other nodes deliver everything, the held batches only after their
-// leases expired, and C leaves the others' membership.
+// leases expired, and C leaves the others' membership. A push to a queue C
+// owned, right after the kill, is stored by the node it reached.
 func TestNodeLoss(t *testing.T) {
 	const lease = 3
-	c := startCluster(t, 3, nil)
+	// A sealed mesh: pushes go to their queue's owner (docs/api.md, "Push
+	// ownership"), and one owner is about to die.
+	c := startCluster(t, 3, map[string]string{"QUEEN_MESH_SECRET": base64.StdEncoding.EncodeToString([]byte("node-loss-test-key-0123456789abc"))})
 	const A, B, C = 0, 1, 2
 	w := startWorkload(t, c, WorkloadSpec{
 		Messages: 6000, Rate: 1500, Partitions: 30, Producers: 3, PushBatch: [2]int{1, 20},
@@ -242,8 +248,14 @@ func TestNodeLoss(t *testing.T) {
 	if held == 0 {
 		t.Fatal("the holders got no messages through C")
 	}
+	// C owns some queues' pushes (docs/api.md, "Push ownership"); the push
+	// right after the kill finds C unreachable before memberlist declares
+	// it dead, and A stores the items itself.
+	ownedByC := queueOwnedBy(c, C)
+	before := c.MustStatus(A)
 	c.Kill(C)
 	t.Logf("killed %s -9 holding %d leased messages", c.Node(C).Name, held)
+	pushAfterKill(t, c, A, C, ownedByC, before)
 	gone := waitUntil(t, 10*time.Second, "the others to see C dead", func() bool {
 		for _, i := range []int{A, B} {
 			st, err := c.Status(i)
@@ -557,4 +569,71 @@ func TestWrongSecret(t *testing.T) {
 		}
 	}
 	checkRecorder(t, c, rec, "wrong secret: pushes via outsider and member, consumed on a member", []string{"m1"}, 30*time.Second, time.Since(start), CheckOptions{})
+}
+
+// queueOwnedBy names a queue whose pushes node i owns in a cluster of all
+// of c's nodes (the owner package's rule, which every node applies).
+func queueOwnedBy(c *Cluster, i int) string {
+	var members []owner.Node
+	for _, nd := range c.Nodes() {
+		members = append(members, owner.Node{Name: nd.Name})
+	}
+	tb := owner.New(members)
+	for k := 0; ; k++ {
+		q := fmt.Sprintf("owned-%d", k)
+		if tb.Node(tb.Owner("default", q)).Name == c.Node(i).Name {
+			return q
+		}
+	}
+}
+
+// pushAfterKill pushes 50 items through node a to queue q, whose owner
+// (node dead) was just killed: every item is stored (201, queued), and
+// when a still listed the owner alive before the kill, through a's own
+// fallback (a failed forward). A pop then reads all 50 back.
+func pushAfterKill(t *testing.T, c *Cluster, a, dead int, q string, before *Status) {
+	t.Helper()
+	items := make([]map[string]any, 50)
+	for i := range items {
+		items[i] = map[string]any{"queue": q, "partition": fmt.Sprintf("p%d", i%5), "transactionId": fmt.Sprintf("after-kill-%d", i), "payload": map[string]int{"i": i}}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	alive := before.memberState(c.Node(dead).Name) == "alive" && before.Forward.Owners == int64(len(c.Nodes()))
+	code, body, err := c.do(ctx, a, "POST", "/api/v1/push", map[string]any{"items": items})
+	if err != nil || code != 201 {
+		t.Fatalf("push through %s after the kill: %d %s %v", c.Node(a).Name, code, body, err)
+	}
+	var res []struct{ Status string }
+	if err := json.Unmarshal(body, &res); err != nil || len(res) != len(items) {
+		t.Fatalf("push answer %s: %v", body, err)
+	}
+	for i, r := range res {
+		if r.Status != "queued" {
+			t.Fatalf("item %d after the kill: %s", i, r.Status)
+		}
+	}
+	after := c.MustStatus(a)
+	if alive && (after.Forward.Failures <= before.Forward.Failures || after.Forward.Fallback < before.Forward.Fallback+int64(len(items))) {
+		t.Fatalf("%s forwarded to the killed owner without falling back: before %+v, after %+v", c.Node(a).Name, before.Forward, after.Forward)
+	}
+	t.Logf("push to %s's queue through %s after the kill: stored; forward failures %d -> %d", c.Node(dead).Name, c.Node(a).Name, before.Forward.Failures, after.Forward.Failures)
+	got := 0
+	for tries := 0; got < len(items) && tries < 50; tries++ {
+		code, body, err := c.do(ctx, a, "GET", "/api/v1/pop/queue/"+q+"?batch=100&wait=false&autoAck=true", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code == 204 {
+			continue
+		}
+		var pr struct{ Messages []json.RawMessage }
+		if err := json.Unmarshal(body, &pr); err != nil {
+			t.Fatalf("pop %d %s: %v", code, body, err)
+		}
+		got += len(pr.Messages)
+	}
+	if got != len(items) {
+		t.Fatalf("read %d of the %d items pushed after the kill", got, len(items))
+	}
 }

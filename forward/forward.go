@@ -1,8 +1,9 @@
 // Package forward sends each item of a push to the node that owns its queue
 // (package owner) and stores the rest on this node, so that a queue has one
-// writer in the cluster (docs/architecture.md, "Push ownership"). A forwarded push goes to the owner's public push endpoint
-// with the client's Authorization header and the Header mark; the owner
-// stores it and never forwards it again.
+// writer in the cluster (docs/api.md, "Push ownership"). A forwarded push
+// goes to the owner's public push endpoint with the client's Authorization
+// header and the Header mark; the owner stores it and never forwards it
+// again.
 //
 // Nothing depends on the forward succeeding: when a peer cannot be reached,
 // refuses or answers badly, its items are stored here instead. Every

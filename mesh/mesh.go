@@ -594,7 +594,7 @@ func (m *Mesh) upsert(n *memberlist.Node, state protocol.MemberState) {
 			live++
 		}
 		// A member about to leave owns nothing already: pushes for its
-		// partitions move to their next owner before it stops answering.
+		// queues move to their next owner before it stops answering.
 		if mb.State == protocol.MemberAlive && !mb.leaving && mb.HTTPAddr != "" {
 			owners = append(owners, owner.Node{Name: mb.Name, Addr: mb.HTTPAddr, Self: mb.Self})
 		}
@@ -603,9 +603,9 @@ func (m *Mesh) upsert(n *memberlist.Node, state protocol.MemberState) {
 	m.owners.Store(owner.New(owners))
 }
 
-// Owners returns the members that own partitions' pushes: the live ones
+// Owners returns the members that own queues' pushes: the live ones
 // with an HTTP address, this node included, leaving ones excluded
-// (docs/architecture.md, "Push ownership"). Never nil; it holds only this
+// (docs/api.md, "Push ownership"). Never nil; it holds only this
 // node until memberlist has reported it.
 func (m *Mesh) Owners() *owner.Table { return m.owners.Load() }
 

@@ -49,9 +49,10 @@ type Config struct {
 	Auth   auth.Config   // default auth.DefaultConfig() (authentication off)
 	Broker broker.Config // default broker.DefaultConfig(); NodeName is required
 	Mesh   MeshConfig    // default enabled with mesh.DefaultConfig()
-	// Forward stores each pushed item on the node that owns its partition
+	// Forward stores each pushed item on the node that owns its queue
 	// (docs/api.md, "Push ownership"); default forward.DefaultConfig(), on.
-	// It needs the mesh: with the mesh off every push is stored here.
+	// It needs a sealed mesh (Mesh.Secret): with the mesh off or open every
+	// push is stored where it arrives.
 	Forward forward.Config
 	Stats   stats.Config // default stats.DefaultConfig() (sampler on, 10 s); Interval 0 = off
 

@@ -157,7 +157,15 @@ func Start(ctx context.Context, cfg Config, logger hclog.Logger) (*Node, error) 
 		}
 		b.SetMesh(m)
 		n.mesh = m
-		if cfg.Forward.Enabled {
+		switch {
+		case !cfg.Forward.Enabled:
+		case len(mc.Secret) == 0:
+			// A forwarded push hands the client's data and token to the
+			// address a member advertises; on an open mesh anyone who
+			// reaches the mesh port can advertise one (docs/api.md, "Push
+			// ownership").
+			logger.Warn("push ownership is off: the mesh is open (QUEEN_MESH_SECRET is not set), and pushes are only forwarded to authenticated members; every push is stored where it arrives")
+		default:
 			n.fwd = forward.New(cfg.Forward, cfg.Broker.NodeName, m.Owners, logger.Named("forward"))
 			srv.SetPushForwarder(n.fwd)
 		}

@@ -4,7 +4,7 @@
 // a member that joins or leaves moves only the queues it wins or held.
 // One writer per queue lets a push commit without waiting for another
 // node's transaction on its partitions' rows, and lets one node's combiner
-// merge all of the queue's pushes into few flushes (docs/architecture.md,
+// merge all of the queue's pushes into few flushes (docs/api.md,
 // "Push ownership").
 //
 // The package is pure: a Table is an immutable snapshot built from a member
@@ -13,7 +13,7 @@ package owner
 
 import "sort"
 
-// Node is one member that can own partitions.
+// Node is one member that can own queues.
 type Node struct {
 	Name string // memberlist name, unique in the cluster: the hash's seed
 	Addr string // HTTP host:port peers forward pushes to

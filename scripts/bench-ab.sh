@@ -9,6 +9,7 @@
 # (start one with the production settings of internal/suite/pgserver.go, ProductionSettings, e.g. `go run ./cmd/pgtemp -port 55432 -set fsync=on ... -- sleep infinity`).
 # NODES is the node count of each run (1..5); nodes listen on 127.0.0.1.
 # QUEEN_BENCH (default bin/queen-bench) is the load generator.
+# QUEEN_MESH_SECRET (default: a random key per invocation) seals the nodes' mesh.
 # PRODUCER_NODES=N puts the producers on the first N nodes only (consumers on all).
 # CONSUMER_FROM=K puts the consumers on nodes K.. only (with PRODUCER_NODES: cross-node wake).
 set -euo pipefail
@@ -20,6 +21,9 @@ A=$1 B=$2 OUT=$3 PAIRS=$4 NODES=$5
 shift 6
 : "${PG_URL:?set PG_URL to the server URL}"
 BENCH=${QUEEN_BENCH:-bin/queen-bench}
+# A sealed mesh, as in production (push ownership needs one: docs/api.md);
+# QUEEN_MESH_SECRET="" runs an open one.
+SECRET=${QUEEN_MESH_SECRET-$(head -c 32 /dev/urandom | base64)}
 PSQL=${PSQL:-/usr/lib/postgresql/15/bin/psql}
 mkdir -p "$OUT"
 base=${PG_URL%%\?*}
@@ -43,7 +47,7 @@ run_one() { # bin label
 	for i in $(seq 1 "$NODES"); do
 		local hp=$((16700 + i * 2)) mp=$((16701 + i * 2))
 		QUEEN_PG_URL=$url QUEEN_HTTP_ADDR=127.0.0.1:$hp QUEEN_MESH_BIND=127.0.0.1:$mp \
-			QUEEN_NODE_NAME=ab$i QUEEN_MESH_JOIN=$join QUEEN_LOG_LEVEL=warn \
+			QUEEN_NODE_NAME=ab$i QUEEN_MESH_JOIN=$join QUEEN_LOG_LEVEL=warn QUEEN_MESH_SECRET=$SECRET \
 			"$bin" >"$OUT/$label.node$i.log" 2>&1 &
 		pids+=($!)
 		join=127.0.0.1:$((16701 + 2))

@@ -315,7 +315,7 @@ func settings() []setting {
 		{env: "QUEEN_MESH", flag: "mesh", def: boolDef(d.Mesh.Enabled), isBool: true, usage: "membership and hints (0 = off)",
 			apply: func(c *Config, v string) error { return boolean(v, &c.Node.Mesh.Enabled) }},
 		{env: "QUEEN_PUSH_FORWARD", flag: "push-forward", def: boolDef(d.Forward.Enabled), isBool: true,
-			usage: "store each pushed item on the node that owns its partition (needs the mesh; 0 = store every push where it arrives)",
+			usage: "store each pushed item on the node that owns its queue (needs the mesh; 0 = store every push where it arrives)",
 			apply: func(c *Config, v string) error { return boolean(v, &c.Node.Forward.Enabled) }},
 		{env: "QUEEN_PUSH_FORWARD_TIMEOUT_MS", flag: "push-forward-timeout-ms", def: ms(d.Forward.Timeout),
 			usage: "bound of one forwarded push; past it the items are stored on this node",

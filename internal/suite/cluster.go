@@ -2,6 +2,8 @@ package suite
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -76,6 +78,11 @@ func (c *cluster) EnvLine() string {
 func startCluster(ctx context.Context, log hclog.Logger, bin, pgURL, logDir string, n int, env map[string]string, tag string) (*cluster, error) {
 	c := &cluster{log: log, env: env}
 	var seed string
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, fmt.Errorf("mesh key: %w", err)
+	}
+	secret := base64.StdEncoding.EncodeToString(key)
 	for i := range n {
 		httpPort, err := localnet.FreePort("127.0.0.1", false)
 		if err != nil {
@@ -94,11 +101,12 @@ func startCluster(ctx context.Context, log hclog.Logger, bin, pgURL, logDir stri
 			logPath: filepath.Join(logDir, fmt.Sprintf("%s-n%d.log", tag, i+1)),
 		}
 		vars := map[string]string{
-			"QUEEN_PG_URL":    pgURL,
-			"QUEEN_HTTP_ADDR": "127.0.0.1:" + strconv.Itoa(httpPort),
-			"QUEEN_MESH_BIND": nd.mesh,
-			"QUEEN_NODE_NAME": nd.name,
-			"QUEEN_MESH_JOIN": seed,
+			"QUEEN_PG_URL":      pgURL,
+			"QUEEN_HTTP_ADDR":   "127.0.0.1:" + strconv.Itoa(httpPort),
+			"QUEEN_MESH_BIND":   nd.mesh,
+			"QUEEN_NODE_NAME":   nd.name,
+			"QUEEN_MESH_JOIN":   seed,
+			"QUEEN_MESH_SECRET": secret, // sealed, as in production: push ownership needs it (docs/api.md)
 		}
 		for k, v := range env {
 			vars[k] = v

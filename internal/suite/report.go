@@ -66,8 +66,8 @@ func renderSettings(w writer, r *Report) {
 		w("| `%s` | %s |\n", s.Name, s.Value)
 	}
 	w("\n### Nodes\n\n`queen-node` processes built from this commit (`go build ./cmd/queen-node`), on 127.0.0.1,\n")
-	w("each with `QUEEN_PG_URL`, `QUEEN_HTTP_ADDR`, `QUEEN_MESH_BIND`, `QUEEN_NODE_NAME` and (after the\n")
-	w("first) `QUEEN_MESH_JOIN`; every other setting at its default except:\n\n| nodes | settings | runs |\n| --- | --- | --- |\n")
+	w("each with `QUEEN_PG_URL`, `QUEEN_HTTP_ADDR`, `QUEEN_MESH_BIND`, `QUEEN_NODE_NAME`, a random `QUEEN_MESH_SECRET`\n")
+	w("(a sealed mesh, so pushes go to their queue's owner) and (after the first) `QUEEN_MESH_JOIN`; every other setting at its default except:\n\n| nodes | settings | runs |\n| --- | --- | --- |\n")
 	for _, c := range r.Clusters {
 		env := c.Env
 		if env == "" {
