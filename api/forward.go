@@ -38,5 +38,11 @@ func (s *Server) push(r *http.Request, c caller, items []broker.PushItem) ([]bro
 		f.Received()
 		return local(r.Context(), items)
 	}
+	if s.b.PushBuffering() {
+		// Buffered pushes keep their order behind this node's buffer only
+		// (docs/api.md, "Maintenance modes"); nothing reaches PostgreSQL
+		// meanwhile, so ownership would gain nothing.
+		return local(r.Context(), items)
+	}
 	return f.Push(r.Context(), c.tenant, r.Header.Get("Authorization"), items, local)
 }

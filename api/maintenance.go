@@ -16,6 +16,7 @@ type MaintenanceBroker interface {
 	SetPopMaintenance(ctx context.Context, on bool) error
 	BufferStats() broker.BufferStats    // this node's buffer, every tenant
 	TenantBuffered(tenant string) int64 // this node's buffered records of one tenant
+	PushBuffering() bool                // pushes go to this node's buffer now (on, or still replaying)
 }
 
 // maintenanceBodyLimit bounds a toggle's body: it is {"enabled": bool}.

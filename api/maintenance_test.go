@@ -42,6 +42,8 @@ func (f *fakeBroker) BufferStats() broker.BufferStats {
 	return broker.BufferStats{Healthy: true, MaxBytes: 1 << 20, Pending: 99}
 }
 
+func (f *fakeBroker) PushBuffering() bool { return false }
+
 func (f *fakeBroker) TenantBuffered(tenant string) int64 {
 	if tenant == "t1" {
 		return 7

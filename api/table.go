@@ -457,7 +457,7 @@ var Table = []Row{
 	// node stored because it owns their queues, items it forwarded to
 	// their owners, and forwards that failed and were stored here.
 	{Status: "forward.owners", Metric: "queen_push_forward_owners", Kind: Gauge,
-		Help: "Members that own queues' pushes in this node's view, itself included (1: no forwarding).", Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.OwnersKnown })},
+		Help: "Members that own queues' pushes in this node's view, itself included (0: no forwarder: the mesh is off or open, or QUEEN_PUSH_FORWARD=0; 1: alone).", Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.OwnersKnown })},
 	{Status: "forward.requests", Metric: "queen_push_forward_requests_total", Kind: Counter,
 		Help: "Pushes this node forwarded to the owners of their queues (one per owner per client push).", Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.Requests })},
 	{Status: "forward.items", Metric: "queen_push_forward_items_total", Kind: Counter,
@@ -465,7 +465,7 @@ var Table = []Row{
 	{Status: "forward.failures", Metric: "queen_push_forward_failures_total", Kind: Counter,
 		Help: "Forwarded pushes that failed (owner unreachable, refusing, slow or answering badly); their items were stored here.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.Failures })},
 	{Status: "forward.fallback_items", Metric: "queen_push_forward_fallback_items_total", Kind: Counter,
-		Help: "Items of failed forwards that this node stored itself.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.FallbackItems })},
+		Help: "Items this node stored because their owner failed: in a failed forward, or while the owner cools down after one.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.FallbackItems })},
 	{Status: "forward.local_items", Metric: "queen_push_forward_local_items_total", Kind: Counter,
 		Help: "Pushed items this node stored because it owns their queues (or is alone).", Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.LocalItems })},
 	{Status: "forward.received", Metric: "queen_push_forward_received_total", Kind: Counter,

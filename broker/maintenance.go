@@ -810,6 +810,13 @@ func (b *Broker) MaintenanceView() MaintenanceState {
 	return MaintenanceState{Push: b.maint.push.Load(), Pop: pop}
 }
 
+// PushBuffering reports whether this node's pushes go to its buffer now:
+// push maintenance is on, or its buffer is still being replayed. The HTTP
+// layer then stores pushes here rather than forward them (docs/api.md,
+// "Push ownership"): their order behind this node's buffer is kept only
+// here.
+func (b *Broker) PushBuffering() bool { return b.maint.buffering() }
+
 // BufferStats returns this node's push buffer figures, every tenant's.
 func (b *Broker) BufferStats() BufferStats {
 	m := b.maint

@@ -547,11 +547,18 @@ func TestWrongSecret(t *testing.T) {
 		t.Errorf("the outsider sent %d hints", ost.Mesh.HintsSent)
 	}
 	// Control: the same pushes through a member do mark the other members.
+	// Through the queue's owner, which stores them and hints the others
+	// (a push to another member is forwarded to it: docs/api.md, "Push
+	// ownership").
+	own := ownerAmong(c, []int{0, 1, 2}, rec.queue)
 	for s := 21; s <= 40; s++ {
-		pushKeys(t, c, rec, 0, key{0, s})
+		pushKeys(t, c, rec, own, key{0, s})
 	}
 	waitUntil(t, 5*time.Second, "hints from a member to mark the others", func() bool {
-		for _, i := range []int{1, 2} {
+		for _, i := range []int{0, 1, 2} {
+			if i == own {
+				continue
+			}
 			st, err := c.Status(i)
 			if err != nil || st.Hotlist.MarksRemote == before[i].Hotlist.MarksRemote {
 				return false
@@ -574,17 +581,33 @@ func TestWrongSecret(t *testing.T) {
 // queueOwnedBy names a queue whose pushes node i owns in a cluster of all
 // of c's nodes (the owner package's rule, which every node applies).
 func queueOwnedBy(c *Cluster, i int) string {
-	var members []owner.Node
-	for _, nd := range c.Nodes() {
-		members = append(members, owner.Node{Name: nd.Name})
+	all := make([]int, len(c.Nodes()))
+	for j := range all {
+		all[j] = j
 	}
-	tb := owner.New(members)
 	for k := 0; ; k++ {
 		q := fmt.Sprintf("owned-%d", k)
-		if tb.Node(tb.Owner("default", q)).Name == c.Node(i).Name {
+		if ownerAmong(c, all, q) == i {
 			return q
 		}
 	}
+}
+
+// ownerAmong is the index of the node that owns queue's pushes when the
+// nodes members (indexes into c's nodes) form the mesh.
+func ownerAmong(c *Cluster, members []int, queue string) int {
+	var ns []owner.Node
+	for _, i := range members {
+		ns = append(ns, owner.Node{Name: c.Node(i).Name})
+	}
+	tb := owner.New(ns)
+	name := tb.Node(tb.Owner("default", queue)).Name
+	for _, i := range members {
+		if c.Node(i).Name == name {
+			return i
+		}
+	}
+	return -1
 }
 
 // pushAfterKill pushes 50 items through node a to queue q, whose owner

@@ -33,16 +33,21 @@ import (
 	"queen-node/protocol"
 )
 
-// Header marks a forwarded push; its value is the forwarding node's name.
-// A push that carries it is stored where it arrives.
+// Header marks a forwarded push (value "1"). A push that carries it is
+// stored where it arrives.
 const Header = "X-Queen-Forwarded"
 
 // Defaults of Config.
 const (
-	DefaultTimeout        = 5 * time.Second
-	DefaultIdleConns      = 64
+	DefaultTimeout        = 11 * time.Second
+	DefaultCooldown       = 5 * time.Second
+	DefaultConns          = 64
 	DefaultMaxAnswerBytes = 32 << 20
+	DefaultMaxBodyBytes   = broker.DefaultMaxPushBytes
 )
+
+// maxErrorBytes bounds what is read of a refusal, for the log.
+const maxErrorBytes = 4 << 10
 
 // Config tunes push forwarding.
 type Config struct {
@@ -51,19 +56,34 @@ type Config struct {
 	// the same partition wait for each other's transactions.
 	Enabled bool
 	// Timeout bounds one forwarded request; past it the items are stored
-	// here. Default 5 s: a healthy owner answers in milliseconds, and a
-	// frozen one is declared dead by memberlist within seconds.
+	// here. Default 11 s: longer than the owner's own bound on a push's
+	// database work (10 s), so a slow database is not written twice, once
+	// by the owner and once by the fallback. A peer that cannot be reached
+	// fails at once.
 	Timeout time.Duration
-	// IdleConns is the keep-alive connections kept per peer; default 64.
-	IdleConns int
+	// Cooldown is how long after a failed forward a peer's queues are
+	// stored here without trying it; default 5 s. So a hung owner costs
+	// the pushes that were in flight to it, not every push until
+	// memberlist declares it dead.
+	Cooldown time.Duration
+	// Conns bounds the connections to one peer (and the idle ones kept);
+	// default 64. Peers cap the connections of one address
+	// (api.Config.MaxConnsPerAddr), which forwards share with clients on
+	// the same host.
+	Conns int
 	// MaxAnswerBytes bounds a peer's answer; default 32 MiB (a push of
 	// 10,000 items answers about 3 MiB).
 	MaxAnswerBytes int64
+	// MaxBodyBytes is the largest body a peer takes (its
+	// api.Config.MaxBodyBytes; the node sets its own); default 10 MiB. A
+	// forward whose body would pass it is stored here instead.
+	MaxBodyBytes int64
 }
 
 // DefaultConfig returns a Config with every default filled in.
 func DefaultConfig() Config {
-	return Config{Enabled: true, Timeout: DefaultTimeout, IdleConns: DefaultIdleConns, MaxAnswerBytes: DefaultMaxAnswerBytes}
+	return Config{Enabled: true, Timeout: DefaultTimeout, Cooldown: DefaultCooldown, Conns: DefaultConns,
+		MaxAnswerBytes: DefaultMaxAnswerBytes, MaxBodyBytes: DefaultMaxBodyBytes}
 }
 
 // Stats are the forwarder's counters since start.
@@ -71,8 +91,8 @@ type Stats struct {
 	Requests       int64 // forwarded push requests sent
 	Items          int64 // items in them
 	Failures       int64 // forwarded requests that failed (unreachable, refused, timed out, a bad answer)
-	FallbackItems  int64 // items of failed forwards stored on this node instead
-	LocalItems     int64 // items this node owned and stored
+	FallbackItems  int64 // items stored here because their owner failed: in a failed forward, or while its owner cools down after one
+	LocalItems     int64 // items this node owned and stored, and forwards too large for the owner's body limit
 	OwnersKnown    int64 // members in the owner table now, this node included
 	ForwardedInbox int64 // forwarded pushes this node received and stored
 }
@@ -84,6 +104,10 @@ type Forwarder struct {
 	owners func() *owner.Table
 	client *http.Client
 	log    hclog.Logger
+	now    func() time.Time // time.Now; tests move it
+
+	downMu sync.Mutex
+	down   map[string]time.Time // peer name -> end of its cool-down
 
 	requests, items, failures, fallback, local, inbox atomic.Int64
 }
@@ -96,22 +120,34 @@ func New(cfg Config, self string, owners func() *owner.Table, log hclog.Logger) 
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = d.Timeout
 	}
-	if cfg.IdleConns <= 0 {
-		cfg.IdleConns = d.IdleConns
+	if cfg.Cooldown <= 0 {
+		cfg.Cooldown = d.Cooldown
+	}
+	if cfg.Conns <= 0 {
+		cfg.Conns = d.Conns
 	}
 	if cfg.MaxAnswerBytes <= 0 {
 		cfg.MaxAnswerBytes = d.MaxAnswerBytes
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = d.MaxBodyBytes
 	}
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
 	tr := &http.Transport{
 		DialContext:         (&net.Dialer{Timeout: cfg.Timeout, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:        cfg.IdleConns * 8,
-		MaxIdleConnsPerHost: cfg.IdleConns,
+		MaxIdleConns:        cfg.Conns * 8,
+		MaxIdleConnsPerHost: cfg.Conns,
+		MaxConnsPerHost:     cfg.Conns,
 		IdleConnTimeout:     90 * time.Second,
 	}
-	return &Forwarder{cfg: cfg, self: self, owners: owners, client: &http.Client{Transport: tr}, log: log}
+	client := &http.Client{Transport: tr,
+		// A peer's redirect is an answer that cannot be used, never a
+		// reason to send the body and token elsewhere.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	return &Forwarder{cfg: cfg, self: self, owners: owners, client: client, log: log, now: time.Now,
+		down: map[string]time.Time{}}
 }
 
 // Close drops the idle connections to peers.
@@ -141,19 +177,26 @@ type group struct {
 }
 
 // plan splits a push's items by owner; the first group is this node's
-// (possibly empty). Items keep their order within a group, so a queue's
-// items reach its owner in the order they were pushed.
-func (f *Forwarder) plan(tenant string, items []broker.PushItem) []group {
+// (possibly empty), with the items of owners cooling down after a failure
+// (cooled counts those). Items keep their order within a group, so a
+// queue's items reach its owner in the order they were pushed.
+func (f *Forwarder) plan(tenant string, items []broker.PushItem) (groups []group, cooled int) {
 	t := f.table()
 	if t.Len() < 2 {
-		return nil // alone: everything is ours
+		return nil, 0 // alone: everything is ours
 	}
-	groups := []group{{}}
-	at := make(map[int]int, t.Len()) // owner index -> group index
+	groups = []group{{}}
+	at := make(map[int]int, t.Len()) // owner index -> group index; -1: cooling down
 	for i, it := range items {
 		o := t.Owner(tenant, it.Queue)
 		if o < 0 || t.IsSelf(o) {
 			groups[0].idx = append(groups[0].idx, i)
+			continue
+		}
+		if g, ok := at[o]; ok && g < 0 || !ok && f.coolingDown(t.Node(o).Name) {
+			at[o] = -1
+			groups[0].idx = append(groups[0].idx, i)
+			cooled++
 			continue
 		}
 		g, ok := at[o]
@@ -165,7 +208,32 @@ func (f *Forwarder) plan(tenant string, items []broker.PushItem) []group {
 		}
 		groups[g].idx = append(groups[g].idx, i)
 	}
-	return groups
+	return groups, cooled
+}
+
+// coolingDown reports whether peer failed a forward less than Cooldown ago.
+func (f *Forwarder) coolingDown(peer string) bool {
+	f.downMu.Lock()
+	defer f.downMu.Unlock()
+	until, ok := f.down[peer]
+	if ok && !f.now().Before(until) {
+		delete(f.down, peer)
+		return false
+	}
+	return ok
+}
+
+// failed starts peer's cool-down; worked ends it.
+func (f *Forwarder) failed(peer string) {
+	f.downMu.Lock()
+	f.down[peer] = f.now().Add(f.cfg.Cooldown)
+	f.downMu.Unlock()
+}
+
+func (f *Forwarder) worked(peer string) {
+	f.downMu.Lock()
+	delete(f.down, peer)
+	f.downMu.Unlock()
 }
 
 // Push stores items where their queues' owners are: the peers' items
@@ -175,56 +243,73 @@ func (f *Forwarder) plan(tenant string, items []broker.PushItem) []group {
 // that succeeded meanwhile stay stored (docs/api.md, "a push's
 // transactions").
 func (f *Forwarder) Push(ctx context.Context, tenant, authorization string, items []broker.PushItem, local Store) ([]broker.PushResult, error) {
-	groups := f.plan(tenant, items)
+	groups, cooled := f.plan(tenant, items)
 	if len(groups) <= 1 {
-		f.local.Add(int64(len(items)))
+		f.local.Add(int64(len(items) - cooled))
+		f.fallback.Add(int64(cooled))
 		return local(ctx, items)
 	}
-	type answer struct {
-		res []broker.PushResult
-		err error
-	}
+	// Every id is fixed, and every body encoded, before anything is sent:
+	// an error here must not leave forwards in flight.
 	remote := groups[1:]
-	answers := make([]answer, len(remote))
-	var wg sync.WaitGroup
+	bodies := make([][]byte, len(remote))
 	for gi := range remote {
 		g := &remote[gi]
 		sub := make([]broker.PushItem, len(g.idx))
 		for j, i := range g.idx {
-			it := items[i]
-			if it.TransactionID == "" {
+			if items[i].TransactionID == "" {
 				// Fixed before the first attempt: a fallback after an
 				// answer that was lost is then a duplicate, not a copy.
 				id, err := uuid.NewV7()
 				if err != nil {
 					return nil, fmt.Errorf("transaction id: %w", err)
 				}
-				it.TransactionID = id.String()
-				items[i].TransactionID = it.TransactionID
+				items[i].TransactionID = id.String()
 			}
-			sub[j] = it
+			sub[j] = items[i]
 		}
+		bodies[gi] = EncodeBody(sub)
+		if int64(len(bodies[gi])) > f.cfg.MaxBodyBytes {
+			// The owner would answer 413: store it here at once.
+			f.log.Debug("push forward larger than the body limit; storing the items here", "peer", g.peer, "bytes", len(bodies[gi]))
+			groups[0].idx = append(groups[0].idx, g.idx...)
+			g.idx, bodies[gi] = nil, nil
+		}
+	}
+	type answer struct {
+		res []broker.PushResult
+		err error
+	}
+	answers := make([]answer, len(remote))
+	var wg sync.WaitGroup
+	for gi := range remote {
+		if bodies[gi] == nil {
+			continue
+		}
+		g := &remote[gi]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res, err := f.send(ctx, g.addr, authorization, sub)
+			res, err := f.send(ctx, g.addr, authorization, bodies[gi], items, g.idx)
 			answers[gi] = answer{res, err}
 		}()
 	}
 	out := make([]broker.PushResult, len(items))
 	var lerr error
 	if own := groups[0].idx; len(own) > 0 {
-		f.local.Add(int64(len(own)))
+		f.local.Add(int64(len(own) - cooled))
+		f.fallback.Add(int64(cooled))
 		lerr = storeAt(ctx, local, items, own, out)
 	}
 	wg.Wait()
-	if lerr != nil {
-		return nil, lerr
-	}
 	var again []int
 	for gi, a := range answers {
 		g := remote[gi]
+		if bodies[gi] == nil {
+			continue
+		}
 		if a.err == nil {
+			f.worked(g.peer)
 			for j, r := range a.res {
 				r.Index = g.idx[j]
 				out[g.idx[j]] = r
@@ -233,10 +318,18 @@ func (f *Forwarder) Push(ctx context.Context, tenant, authorization string, item
 		}
 		f.failures.Add(1)
 		if ctx.Err() != nil {
-			return nil, ctx.Err() // the client left: store nothing more
+			continue // the client left: not the peer's failure, and nothing more is stored
 		}
-		f.log.Warn("push forward failed; storing the items here", "peer", g.peer, "addr", g.addr, "items", len(g.idx), "error", a.err)
+		f.failed(g.peer)
+		f.log.Warn("push forward failed; storing the items here", "peer", g.peer, "addr", g.addr, "items", len(g.idx),
+			"cooldown", f.cfg.Cooldown, "error", a.err)
 		again = append(again, g.idx...)
+	}
+	if lerr != nil {
+		return nil, lerr
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
 	if len(again) > 0 {
 		f.fallback.Add(int64(len(again)))
@@ -275,18 +368,19 @@ func (f *Forwarder) Received() { f.inbox.Add(1) }
 // errAnswer is a peer's answer that cannot be used.
 var errAnswer = errors.New("unusable answer")
 
-// send posts items to the peer at addr and reads its per-item results.
-func (f *Forwarder) send(ctx context.Context, addr, authorization string, items []broker.PushItem) ([]broker.PushResult, error) {
+// send posts body (the items items[idx...]) to the peer at addr and reads
+// its per-item results.
+func (f *Forwarder) send(ctx context.Context, addr, authorization string, body []byte, items []broker.PushItem, idx []int) ([]broker.PushResult, error) {
 	f.requests.Add(1)
-	f.items.Add(int64(len(items)))
+	f.items.Add(int64(len(idx)))
 	ctx, cancel := context.WithTimeout(ctx, f.cfg.Timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/api/v1/push", bytes.NewReader(encodeBody(items)))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/api/v1/push", bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(Header, f.self)
+	req.Header.Set(Header, "1")
 	if authorization != "" {
 		req.Header.Set("Authorization", authorization)
 	}
@@ -295,17 +389,22 @@ func (f *Forwarder) send(ctx context.Context, addr, authorization string, items 
 		return nil, err
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, f.cfg.MaxAnswerBytes+1))
+	if resp.StatusCode != http.StatusCreated {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBytes))
+		return nil, fmt.Errorf("%w: status %d: %.200s", errAnswer, resp.StatusCode, msg)
+	}
+	answer, err := io.ReadAll(io.LimitReader(resp.Body, f.cfg.MaxAnswerBytes+1))
 	if err != nil {
 		return nil, err
 	}
-	if resp.StatusCode != http.StatusCreated {
-		return nil, fmt.Errorf("%w: status %d: %.200s", errAnswer, resp.StatusCode, body)
-	}
-	if int64(len(body)) > f.cfg.MaxAnswerBytes {
+	if int64(len(answer)) > f.cfg.MaxAnswerBytes {
 		return nil, fmt.Errorf("%w: more than %d bytes", errAnswer, f.cfg.MaxAnswerBytes)
 	}
-	return decodeAnswer(body, items)
+	sent := make([]broker.PushItem, len(idx))
+	for j, i := range idx {
+		sent[j] = items[i]
+	}
+	return decodeAnswer(answer, sent)
 }
 
 // peerResult is what the push endpoint answers per item (docs/api.md).
@@ -360,10 +459,10 @@ func decodeAnswer(body []byte, items []broker.PushItem) ([]broker.PushResult, er
 	return out, nil
 }
 
-// encodeBody writes the public push body for items. Names and ids are
+// EncodeBody writes the public push body for items, as a forward sends it. Names and ids are
 // JSON strings; payloads are compact JSON already (the API layer decoded
 // them) and are copied as they are.
-func encodeBody(items []broker.PushItem) []byte {
+func EncodeBody(items []broker.PushItem) []byte {
 	n := 16
 	for _, it := range items {
 		n += 96 + len(it.Queue) + len(it.Partition) + len(it.TransactionID) + len(it.Payload)
@@ -387,7 +486,7 @@ func encodeBody(items []broker.PushItem) []byte {
 			b = appendString(b, *it.TraceID)
 		}
 		b = append(b, `,"payload":`...)
-		if it.Payload == nil {
+		if len(it.Payload) == 0 { // as the broker stores it
 			b = append(b, "{}"...)
 		} else {
 			b = append(b, it.Payload...)
@@ -399,7 +498,8 @@ func encodeBody(items []broker.PushItem) []byte {
 
 // appendString appends s as a JSON string. s is valid UTF-8 (the API layer
 // checked it); only quotes, backslashes and control characters need
-// escaping.
+// escaping, with the short escapes where JSON has one (a name of tabs
+// stays as long as the client sent it).
 func appendString(b []byte, s string) []byte {
 	const hex = "0123456789abcdef"
 	b = append(b, '"')
@@ -408,6 +508,16 @@ func appendString(b []byte, s string) []byte {
 		switch {
 		case c == '"' || c == '\\':
 			b = append(b, '\\', c)
+		case c == '\b':
+			b = append(b, '\\', 'b')
+		case c == '\f':
+			b = append(b, '\\', 'f')
+		case c == '\n':
+			b = append(b, '\\', 'n')
+		case c == '\r':
+			b = append(b, '\\', 'r')
+		case c == '\t':
+			b = append(b, '\\', 't')
 		case c < 0x20:
 			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
 		default:

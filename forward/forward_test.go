@@ -211,7 +211,7 @@ func TestItemsGoToTheirOwners(t *testing.T) {
 	}
 	for _, p := range []*peer{a, b} {
 		for _, h := range p.hdrs {
-			if h.Get(Header) != "self" || h.Get("Authorization") != "Bearer tok" {
+			if h.Get(Header) != "1" || h.Get("Authorization") != "Bearer tok" {
 				t.Fatalf("forwarded headers %v", h)
 			}
 		}
@@ -281,6 +281,7 @@ func TestAFailedForwardIsStoredHere(t *testing.T) {
 			cfg := DefaultConfig()
 			cfg.Timeout = 100 * time.Millisecond
 			f := New(cfg, "self", owners, nil)
+			f.now = func() time.Time { return time.Unix(1000, 0) }
 			items := spread(120)
 			res, err := f.Push(context.Background(), "default", "", items, l.store)
 			if err != nil {
@@ -381,8 +382,8 @@ func TestEncodeBodyRoundTrips(t *testing.T) {
 		{Queue: "q", Partition: "p", TransactionID: "t"},
 	}
 	var b sentBody
-	if err := json.Unmarshal(encodeBody(items), &b); err != nil {
-		t.Fatalf("%v: %s", err, encodeBody(items))
+	if err := json.Unmarshal(EncodeBody(items), &b); err != nil {
+		t.Fatalf("%v: %s", err, EncodeBody(items))
 	}
 	if len(b.Items) != 3 {
 		t.Fatalf("%d items", len(b.Items))
@@ -399,5 +400,138 @@ func TestEncodeBodyRoundTrips(t *testing.T) {
 		if (g.TraceID == nil) != (it.TraceID == nil) || (g.TraceID != nil && *g.TraceID != *it.TraceID) {
 			t.Fatalf("item %d trace %v", i, g.TraceID)
 		}
+	}
+}
+
+// A peer answering its results out of order is read by index.
+func TestResultsAreReadByIndex(t *testing.T) {
+	rev := newPeer(t, func(it []sentItem) (int, any) {
+		c, v := queuedAnswer(it)
+		l := v.([]map[string]any)
+		for i, j := 0, len(l)-1; i < j; i, j = i+1, j-1 {
+			l[i], l[j] = l[j], l[i]
+		}
+		return c, l
+	})
+	owners := table(rev.addr(), rev.addr())
+	var l localStore
+	f := New(DefaultConfig(), "self", owners, nil)
+	items := spread(100)
+	res, err := f.Push(context.Background(), "default", "", items, l.store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range res {
+		if r.Index != i || r.TransactionID != items[i].TransactionID || r.Queue != items[i].Queue {
+			t.Fatalf("result %d = %+v for item %+v", i, r, items[i])
+		}
+	}
+	if f.Stats().Failures != 0 {
+		t.Fatalf("stats %+v", f.Stats())
+	}
+}
+
+// After a failed forward, the peer's queues are stored here without asking
+// it until its cool-down ends; then it is asked again.
+func TestAFailedPeerCoolsDown(t *testing.T) {
+	var fail sync.Mutex
+	failing := true
+	p := newPeer(t, func(it []sentItem) (int, any) {
+		fail.Lock()
+		defer fail.Unlock()
+		if failing {
+			return 503, map[string]string{"error": "starting"}
+		}
+		return queuedAnswer(it)
+	})
+	owners := table(p.addr(), p.addr())
+	cfg := DefaultConfig()
+	cfg.Cooldown = time.Minute
+	f := New(cfg, "self", owners, nil)
+	now := time.Unix(1000, 0)
+	f.now = func() time.Time { return now }
+	var l localStore
+	push := func() {
+		t.Helper()
+		if _, err := f.Push(context.Background(), "default", "", spread(60), l.store); err != nil {
+			t.Fatal(err)
+		}
+	}
+	push() // fails, falls back, cools down
+	asked := len(p.items())
+	if asked == 0 || f.Stats().Failures != 2 { // both peers share the address
+		t.Fatalf("first push: %d items reached the peer, stats %+v", asked, f.Stats())
+	}
+	fail.Lock()
+	failing = false
+	fail.Unlock()
+	now = now.Add(59 * time.Second)
+	push() // cooling down: nothing sent
+	if got := len(p.items()); got != asked {
+		t.Fatalf("%d more items sent to a peer cooling down", got-asked)
+	}
+	if st := f.Stats(); st.FallbackItems != 120-int64(st.LocalItems) || st.Requests != 2 {
+		t.Fatalf("stats while cooling down %+v", st)
+	}
+	now = now.Add(2 * time.Second)
+	push() // cooled down: asked again, and it answers
+	if got := len(p.items()); got == asked {
+		t.Fatal("the peer was not asked again after its cool-down")
+	}
+	if st := f.Stats(); st.Failures != 2 || st.Requests != 4 {
+		t.Fatalf("stats after the cool-down %+v", st)
+	}
+}
+
+// A forward whose body would pass the owner's limit is stored here at once.
+func TestAForwardTooLargeIsStoredHere(t *testing.T) {
+	p := newPeer(t, queuedAnswer)
+	cfg := DefaultConfig()
+	cfg.MaxBodyBytes = 200
+	f := New(cfg, "self", table(p.addr(), p.addr()), nil)
+	var l localStore
+	items := spread(60)
+	res, err := f.Push(context.Background(), "default", "", items, l.store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.items()) != 0 || len(l.items) != len(items) {
+		t.Fatalf("%d items sent, %d stored here", len(p.items()), len(l.items))
+	}
+	for i, r := range res {
+		if r.Index != i || r.Status != protocol.PushQueued {
+			t.Fatalf("result %d = %+v", i, r)
+		}
+	}
+	if st := f.Stats(); st.Requests != 0 || st.Failures != 0 || st.LocalItems != 60 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// A redirect is an answer that cannot be used: the body and the token are
+// never sent where it points.
+func TestARedirectIsNotFollowed(t *testing.T) {
+	elsewhere := newPeer(t, queuedAnswer)
+	var asked sync.Mutex
+	redirects := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked.Lock()
+		redirects++
+		asked.Unlock()
+		http.Redirect(w, r, elsewhere.srv.URL+"/api/v1/push", http.StatusTemporaryRedirect)
+	}))
+	t.Cleanup(srv.Close)
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	var l localStore
+	f := New(DefaultConfig(), "self", table(addr, addr), nil)
+	items := spread(60)
+	if _, err := f.Push(context.Background(), "default", "Bearer secret", items, l.store); err != nil {
+		t.Fatal(err)
+	}
+	if redirects == 0 || len(elsewhere.items()) != 0 {
+		t.Fatalf("%d redirects answered, %d items reached the redirect's target", redirects, len(elsewhere.items()))
+	}
+	if len(l.items) != len(items) {
+		t.Fatalf("%d of %d items stored here", len(l.items), len(items))
 	}
 }

@@ -588,19 +588,26 @@ func (m *Mesh) upsert(n *memberlist.Node, state protocol.MemberState) {
 	m.members[n.Name] = &Member{Name: n.Name, Addr: n.Address(), HTTPAddr: md.HTTP, State: state,
 		Version: md.Version, Self: n.Name == m.cfg.Name, hint: md.Hint, inc: md.Inc, leaving: md.Leaving}
 	live := 0
-	owners := make([]owner.Node, 0, len(m.members))
 	for _, mb := range m.members {
 		if !mb.Self && mb.State == protocol.MemberAlive {
 			live++
 		}
-		// A member about to leave owns nothing already: pushes for its
-		// queues move to their next owner before it stops answering.
-		if mb.State == protocol.MemberAlive && !mb.leaving && mb.HTTPAddr != "" {
-			owners = append(owners, owner.Node{Name: mb.Name, Addr: mb.HTTPAddr, Self: mb.Self})
-		}
 	}
 	m.live.Store(int32(live))
-	m.owners.Store(owner.New(owners))
+	m.owners.Store(ownerTable(m.members))
+}
+
+// ownerTable is the owner table of members: the live ones with an HTTP
+// address. A member about to leave owns nothing already: pushes for its
+// queues move to their next owner before it stops answering.
+func ownerTable(members map[string]*Member) *owner.Table {
+	nodes := make([]owner.Node, 0, len(members))
+	for _, mb := range members {
+		if mb.State == protocol.MemberAlive && !mb.leaving && mb.HTTPAddr != "" {
+			nodes = append(nodes, owner.Node{Name: mb.Name, Addr: mb.HTTPAddr, Self: mb.Self})
+		}
+	}
+	return owner.New(nodes)
 }
 
 // Owners returns the members that own queues' pushes: the live ones

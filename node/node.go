@@ -166,7 +166,11 @@ func Start(ctx context.Context, cfg Config, logger hclog.Logger) (*Node, error) 
 			// ownership").
 			logger.Warn("push ownership is off: the mesh is open (QUEEN_MESH_SECRET is not set), and pushes are only forwarded to authenticated members; every push is stored where it arrives")
 		default:
-			n.fwd = forward.New(cfg.Forward, cfg.Broker.NodeName, m.Owners, logger.Named("forward"))
+			fc := cfg.Forward
+			if acfg.MaxBodyBytes > 0 {
+				fc.MaxBodyBytes = acfg.MaxBodyBytes // the peers' limit: every node of a cluster has the same settings
+			}
+			n.fwd = forward.New(fc, cfg.Broker.NodeName, m.Owners, logger.Named("forward"))
 			srv.SetPushForwarder(n.fwd)
 		}
 	}

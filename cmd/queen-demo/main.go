@@ -9,6 +9,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -91,6 +93,16 @@ func run(log hclog.Logger, configDir string, messages, partitions int, exitAfter
 			_, _ = n.proc.Stop(syscall.SIGTERM, 15*time.Second)
 		}
 	}()
+	// One key for the three nodes, unless the caller set one: a sealed mesh,
+	// so pushes go to their queue's owner (docs/api.md, "Push ownership").
+	secret := os.Getenv("QUEEN_MESH_SECRET")
+	if secret == "" {
+		key := make([]byte, 32)
+		if _, err := rand.Read(key); err != nil {
+			return fmt.Errorf("mesh key: %w", err)
+		}
+		secret = base64.StdEncoding.EncodeToString(key)
+	}
 	for i := 1; i <= 3; i++ {
 		env, err := readEnvFile(filepath.Join(configDir, fmt.Sprintf("node%d.env", i)))
 		if err != nil {
@@ -98,6 +110,9 @@ func run(log hclog.Logger, configDir string, messages, partitions int, exitAfter
 		}
 		n := &node{name: env["QUEEN_NODE_NAME"], httpAddr: env["QUEEN_HTTP_ADDR"]}
 		env["QUEEN_PG_URL"] = pgURL
+		if _, ok := env["QUEEN_MESH_SECRET"]; !ok {
+			env["QUEEN_MESH_SECRET"] = secret
+		}
 		// The caller's environment passes through (a QUEEN_* there applies
 		// unless the node's file sets it), as with a shell running the files.
 		n.proc, err = nodeproc.Start(nodeproc.Options{Bin: bin, Env: nodeproc.Env(env),
