@@ -189,7 +189,8 @@ func casOnly(outs []pg.AckOutcome, done []bool) []pg.AckOutcome {
 
 // ackCombiner merges the CAS pairs of concurrent ack requests into one
 // pg.AckCAS statement per flush, like pushCombiner does for pushes: a
-// request that arrives while ackMaxInFlight flushes run waits and goes with
+// request that arrives while ackMaxInFlight flushes run (one with live
+// peers: Broker.flushesInFlight) waits and goes with
 // the next one; an idle node flushes at once (no timer). A request is
 // answered only once the flush carrying it committed; one whose client left
 // before its pairs were sent is skipped. A flush that fails wrote nothing:
@@ -198,6 +199,9 @@ type ackCombiner struct {
 	db       *pg.DB
 	maxPairs int
 	flushes  *atomic.Int64
+	// maxInflight is how many flushes may run at once now
+	// (Broker.flushesInFlight); nil means ackMaxInFlight.
+	maxInflight func() int
 
 	mu       sync.Mutex
 	pending  []*casReq
@@ -235,7 +239,7 @@ func (c *ackCombiner) submit(ctx context.Context, pairs []pg.CASPair) ([]pg.CASR
 	r := &casReq{ctx: ctx, pairs: pairs, done: make(chan struct{})}
 	c.mu.Lock()
 	c.pending = append(c.pending, r)
-	if c.inflight < ackMaxInFlight {
+	if c.inflight < boundOf(c.maxInflight, ackMaxInFlight) {
 		c.inflight++
 		go c.run()
 	}

@@ -144,9 +144,11 @@ func New(ctx context.Context, cfg Config, log hclog.Logger) (*Broker, error) {
 	b.prov = newProvisioned()
 	if cfg.PopCombine {
 		b.popc = newPopCombiner(db, b.claimAlone, b.dropLease, &b.stats.PopFlushes)
+		b.popc.maxInflight = b.flushesInFlight
 	}
 	if cfg.AckCAS {
 		b.acks = newAckCombiner(db, maxCASPairs, &b.stats.AckCASFlushes)
+		b.acks.maxInflight = b.flushesInFlight
 		b.leases = newLeaseMemory(defaultLeaseMemLeases, defaultLeaseMemBytes)
 	}
 	if cfg.Hotlist.Enabled {

@@ -13,7 +13,8 @@ import (
 // popCombiner merges claims that reach the claim core while others are
 // being run into one transaction (pg.DB.PopMany: one pipelined round trip,
 // one commit), the pop side of the push combiner (combine.go). Up to
-// popMaxInflight flushes run at once; a claim that arrives while all are
+// popMaxInflight flushes run at once (one with live peers:
+// Broker.flushesInFlight); a claim that arrives while all are
 // running waits for the next flush, and each flush takes every claim waiting
 // (up to popMaxJobs). There is no timer: an idle node flushes at once.
 //
@@ -39,6 +40,9 @@ type popCombiner struct {
 	alone   func(context.Context, pg.PopArgs) (*pg.PopOutcome, error)
 	drop    func(leaseID string)
 	flushes *atomic.Int64 // Stats.PopFlushes
+	// maxInflight is how many flushes may run at once now
+	// (Broker.flushesInFlight); nil means popMaxInflight.
+	maxInflight func() int
 
 	mu       sync.Mutex
 	pending  []*popJob
@@ -83,7 +87,7 @@ func (c *popCombiner) claim(ctx context.Context, args pg.PopArgs) (*pg.PopOutcom
 	j := &popJob{ctx: ctx, args: args, done: make(chan struct{})}
 	c.mu.Lock()
 	c.pending = append(c.pending, j)
-	if c.inflight < popMaxInflight {
+	if c.inflight < boundOf(c.maxInflight, popMaxInflight) {
 		c.inflight++
 		go c.run()
 	}
@@ -205,4 +209,26 @@ func (c *popCombiner) deliver(j *popJob, out *pg.PopOutcome, err error) {
 	j.state, j.out, j.err = jobDone, out, err
 	c.mu.Unlock()
 	close(j.done)
+}
+
+// flushesInFlight bounds the claim and CAS-ack flushes this node runs at
+// once: two when it is alone, so that both of a small PostgreSQL's cores
+// work, and one when it has live peers. Every node runs its own flushes,
+// so with two each three nodes kept six of each kind in flight and each
+// merged fewer requests: more commits per message (at 0.45 ms of server
+// CPU each) for no more parallelism. Measured: docs/benchmarks.md,
+// "2026-12-02, fifth session".
+func (b *Broker) flushesInFlight() int {
+	if ref := b.mesh.Load(); ref != nil && ref.h.HasPeers() {
+		return 1
+	}
+	return popMaxInflight // = ackMaxInFlight
+}
+
+// boundOf is bound() when set, else def.
+func boundOf(bound func() int, def int) int {
+	if bound == nil {
+		return def
+	}
+	return bound()
 }
