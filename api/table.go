@@ -463,11 +463,11 @@ var Table = []Row{
 	{Status: "forward.items", Metric: "queen_push_forward_items_total", Kind: Counter,
 		Help: "Items in the pushes this node forwarded.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.Items })},
 	{Status: "forward.failures", Metric: "queen_push_forward_failures_total", Kind: Counter,
-		Help: "Forwarded pushes that failed (owner unreachable, refusing, slow or answering badly); their items were stored here.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.Failures })},
+		Help: "Forwarded pushes that failed (owner unreachable, refusing, slow or answering badly) and whose items this node then stored itself.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.Failures })},
 	{Status: "forward.fallback_items", Metric: "queen_push_forward_fallback_items_total", Kind: Counter,
 		Help: "Items this node stored because their owner failed: in a failed forward, or while the owner cools down after one.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.FallbackItems })},
 	{Status: "forward.local_items", Metric: "queen_push_forward_local_items_total", Kind: Counter,
-		Help: "Pushed items this node stored because it owns their queues (or is alone).", Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.LocalItems })},
+		Help: "Pushed items this node stored because it owns their queues, is alone, or the forward's body would pass the owner's body limit.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.LocalItems })},
 	{Status: "forward.received", Metric: "queen_push_forward_received_total", Kind: Counter,
 		Help: "Pushes peers forwarded to this node, which stored them.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.ForwardedInbox })},
 

@@ -208,7 +208,11 @@ type ackCombiner struct {
 	inflight int
 }
 
-const ackMaxInFlight = 2
+// flushesAlone is the claim and CAS-ack flushes a node alone runs at once
+// (Broker.flushesInFlight).
+const flushesAlone = 2
+
+const ackMaxInFlight = flushesAlone
 
 // maxCASPairs bounds the (partition, group) pairs of one CAS flush; a
 // larger request flushes alone.
@@ -263,6 +267,12 @@ func (c *ackCombiner) submit(ctx context.Context, pairs []pg.CASPair) ([]pg.CASR
 func (c *ackCombiner) run() {
 	for {
 		c.mu.Lock()
+		if c.inflight > boundOf(c.maxInflight, ackMaxInFlight) {
+			// The bound dropped (a peer came): another runner goes on.
+			c.inflight--
+			c.mu.Unlock()
+			return
+		}
 		if len(c.pending) == 0 {
 			c.inflight--
 			c.mu.Unlock()

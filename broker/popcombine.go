@@ -51,7 +51,7 @@ type popCombiner struct {
 
 // Bounds of the pop combiner.
 const (
-	popMaxInflight  = 2
+	popMaxInflight  = flushesAlone
 	popMaxJobs      = 64
 	popFlushTimeout = 2 * time.Second // a flush runs under no single client's context
 )
@@ -113,6 +113,12 @@ func (c *popCombiner) claim(ctx context.Context, args pg.PopArgs) (*pg.PopOutcom
 func (c *popCombiner) run() {
 	for {
 		c.mu.Lock()
+		if c.inflight > boundOf(c.maxInflight, popMaxInflight) {
+			// The bound dropped (a peer came): another runner goes on.
+			c.inflight--
+			c.mu.Unlock()
+			return
+		}
 		var batch []*popJob
 		n := 0
 		for n < len(c.pending) && len(batch) < popMaxJobs {
@@ -212,17 +218,17 @@ func (c *popCombiner) deliver(j *popJob, out *pg.PopOutcome, err error) {
 }
 
 // flushesInFlight bounds the claim and CAS-ack flushes this node runs at
-// once: two when it is alone, so that both of a small PostgreSQL's cores
-// work, and one when it has live peers. Every node runs its own flushes,
-// so with two each three nodes kept six of each kind in flight and each
-// merged fewer requests: more commits per message (at 0.45 ms of server
-// CPU each) for no more parallelism. Measured: docs/benchmarks.md,
-// "2026-12-02, fifth session".
+// once: flushesAlone when it is alone, so that both of a small
+// PostgreSQL's cores work, and one when it has live peers. Every node runs
+// its own flushes, so with two each three nodes kept six of each kind in
+// flight and each merged fewer requests: more transactions per message
+// (each with its commit) for no more parallelism. Measured:
+// docs/benchmarks.md, "2026-12-02, fifth session".
 func (b *Broker) flushesInFlight() int {
 	if ref := b.mesh.Load(); ref != nil && ref.h.HasPeers() {
 		return 1
 	}
-	return popMaxInflight // = ackMaxInFlight
+	return flushesAlone
 }
 
 // boundOf is bound() when set, else def.

@@ -57,14 +57,14 @@ type Config struct {
 	Enabled bool
 	// Timeout bounds one forwarded request; past it the items are stored
 	// here. Default 11 s: longer than the owner's own bound on a push's
-	// database work (10 s), so a slow database is not written twice, once
-	// by the owner and once by the fallback. A peer that cannot be reached
-	// fails at once.
+	// database work (10 s), so a slow owner answers (503) before the
+	// forward is given up, rather than being abandoned while it may still
+	// write. A peer that cannot be reached fails at once.
 	Timeout time.Duration
 	// Cooldown is how long after a failed forward a peer's queues are
-	// stored here without trying it; default 5 s. So a hung owner costs
-	// the pushes that were in flight to it, not every push until
-	// memberlist declares it dead.
+	// stored here without trying it; default 5 s. Then one push tries it
+	// (coolingDown). So a hung owner stalls one push per cool-down, not
+	// every push until memberlist declares it dead.
 	Cooldown time.Duration
 	// Conns bounds the connections to one peer (and the idle ones kept);
 	// default 64. Peers cap the connections of one address
@@ -107,7 +107,7 @@ type Forwarder struct {
 	now    func() time.Time // time.Now; tests move it
 
 	downMu sync.Mutex
-	down   map[string]time.Time // peer name -> end of its cool-down
+	down   map[string]*cooling // peers that failed, by name
 
 	requests, items, failures, fallback, local, inbox atomic.Int64
 }
@@ -147,7 +147,7 @@ func New(cfg Config, self string, owners func() *owner.Table, log hclog.Logger) 
 		// reason to send the body and token elsewhere.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	return &Forwarder{cfg: cfg, self: self, owners: owners, client: client, log: log, now: time.Now,
-		down: map[string]time.Time{}}
+		down: map[string]*cooling{}}
 }
 
 // Close drops the idle connections to peers.
@@ -211,29 +211,78 @@ func (f *Forwarder) plan(tenant string, items []broker.PushItem) (groups []group
 	return groups, cooled
 }
 
-// coolingDown reports whether peer failed a forward less than Cooldown ago.
+// cooling is a peer's state after a failed forward.
+type cooling struct {
+	at      time.Time // when the failure was recorded
+	until   time.Time // end of the cool-down
+	probing bool      // the cool-down ended and one push went to try the peer
+}
+
+// coolingDown reports whether peer's items must be stored here: it failed
+// a forward less than Cooldown ago, or since then one push is trying it
+// (half-open: a hung peer stalls that push, not every push that comes
+// while it hangs). The push that finds the cool-down over becomes that
+// probe (false).
 func (f *Forwarder) coolingDown(peer string) bool {
 	f.downMu.Lock()
 	defer f.downMu.Unlock()
-	until, ok := f.down[peer]
-	if ok && !f.now().Before(until) {
-		delete(f.down, peer)
+	c, ok := f.down[peer]
+	if !ok {
 		return false
 	}
-	return ok
+	if c.probing || f.now().Before(c.until) {
+		return true
+	}
+	c.probing = true
+	return false
 }
 
-// failed starts peer's cool-down; worked ends it.
+// failed starts or restarts peer's cool-down. Entries of peers that are
+// cold again long since are dropped here, so departed members do not
+// accumulate.
 func (f *Forwarder) failed(peer string) {
 	f.downMu.Lock()
-	f.down[peer] = f.now().Add(f.cfg.Cooldown)
-	f.downMu.Unlock()
+	defer f.downMu.Unlock()
+	now := f.now()
+	for name, c := range f.down {
+		if !c.probing && now.Sub(c.until) > time.Hour {
+			delete(f.down, name)
+		}
+	}
+	f.down[peer] = &cooling{at: now, until: now.Add(f.cfg.Cooldown)}
 }
 
-func (f *Forwarder) worked(peer string) {
+// unprobe ends a probe whose request was refused for reasons of its own
+// (blamesPeer false): the next push may try the peer again.
+func (f *Forwarder) unprobe(peer string) {
 	f.downMu.Lock()
-	delete(f.down, peer)
-	f.downMu.Unlock()
+	defer f.downMu.Unlock()
+	if c, ok := f.down[peer]; ok {
+		c.probing = false
+	}
+}
+
+// worked ends peer's cool-down when the forward that worked was sent after
+// the failure that started it (an older, slower forward says nothing about
+// the peer now).
+func (f *Forwarder) worked(peer string, sent time.Time) {
+	f.downMu.Lock()
+	defer f.downMu.Unlock()
+	if c, ok := f.down[peer]; ok && !sent.Before(c.at) {
+		delete(f.down, peer)
+	}
+}
+
+// blamesPeer tells whether a failed forward says the peer cannot take
+// pushes now (unreachable, slow, 5xx, a bad answer, 408, 429), as against
+// a refusal of this request (another 4xx: a body or token another node
+// judges differently), which falls back without a cool-down.
+func blamesPeer(err error) bool {
+	var r *refusal
+	if errors.As(err, &r) {
+		return r.status >= 500 || r.status == http.StatusRequestTimeout || r.status == http.StatusTooManyRequests || r.status < 400
+	}
+	return true
 }
 
 // Push stores items where their queues' owners are: the peers' items
@@ -290,8 +339,20 @@ func (f *Forwarder) Push(ctx context.Context, tenant, authorization string, item
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			sent := f.now()
 			res, err := f.send(ctx, g.addr, authorization, bodies[gi], items, g.idx)
 			answers[gi] = answer{res, err}
+			// At once, not after the whole push: concurrent pushes learn
+			// of a failing peer as soon as it fails.
+			switch {
+			case err == nil:
+				f.worked(g.peer, sent)
+			case ctx.Err() != nil: // the client left: says nothing of the peer
+			case blamesPeer(err):
+				f.failed(g.peer)
+			default:
+				f.unprobe(g.peer)
+			}
 		}()
 	}
 	out := make([]broker.PushResult, len(items))
@@ -309,20 +370,22 @@ func (f *Forwarder) Push(ctx context.Context, tenant, authorization string, item
 			continue
 		}
 		if a.err == nil {
-			f.worked(g.peer)
 			for j, r := range a.res {
 				r.Index = g.idx[j]
 				out[g.idx[j]] = r
 			}
 			continue
 		}
-		f.failures.Add(1)
-		if ctx.Err() != nil {
-			continue // the client left: not the peer's failure, and nothing more is stored
+		if ctx.Err() != nil || lerr != nil {
+			continue // the client left, or the push failed here: nothing more is stored
 		}
-		f.failed(g.peer)
+		f.failures.Add(1)
+		cool := time.Duration(0)
+		if blamesPeer(a.err) {
+			cool = f.cfg.Cooldown
+		}
 		f.log.Warn("push forward failed; storing the items here", "peer", g.peer, "addr", g.addr, "items", len(g.idx),
-			"cooldown", f.cfg.Cooldown, "error", a.err)
+			"cooldown", cool, "error", a.err)
 		again = append(again, g.idx...)
 	}
 	if lerr != nil {
@@ -368,6 +431,16 @@ func (f *Forwarder) Received() { f.inbox.Add(1) }
 // errAnswer is a peer's answer that cannot be used.
 var errAnswer = errors.New("unusable answer")
 
+// refusal is a peer's answer other than 201.
+type refusal struct {
+	status int
+	msg    string
+}
+
+func (r *refusal) Error() string {
+	return fmt.Sprintf("%v: status %d: %.200s", errAnswer, r.status, r.msg)
+}
+
 // send posts body (the items items[idx...]) to the peer at addr and reads
 // its per-item results.
 func (f *Forwarder) send(ctx context.Context, addr, authorization string, body []byte, items []broker.PushItem, idx []int) ([]broker.PushResult, error) {
@@ -391,7 +464,7 @@ func (f *Forwarder) send(ctx context.Context, addr, authorization string, body [
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusCreated {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBytes))
-		return nil, fmt.Errorf("%w: status %d: %.200s", errAnswer, resp.StatusCode, msg)
+		return nil, &refusal{status: resp.StatusCode, msg: string(msg)}
 	}
 	answer, err := io.ReadAll(io.LimitReader(resp.Body, f.cfg.MaxAnswerBytes+1))
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -263,7 +264,7 @@ func TestAFailedForwardIsStoredHere(t *testing.T) {
 			v.([]map[string]any)[0]["status"] = "maybe"
 			return c, v
 		}, nil},
-		{"too slow", func(it []sentItem) (int, any) { time.Sleep(300 * time.Millisecond); return queuedAnswer(it) }, nil},
+		{"too slow", func(it []sentItem) (int, any) { time.Sleep(3 * time.Second); return queuedAnswer(it) }, nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -279,7 +280,7 @@ func TestAFailedForwardIsStoredHere(t *testing.T) {
 			owners := table(good.addr(), addr)
 			var l localStore
 			cfg := DefaultConfig()
-			cfg.Timeout = 100 * time.Millisecond
+			cfg.Timeout = time.Second // the good peer answers well within it, even on a loaded machine
 			f := New(cfg, "self", owners, nil)
 			f.now = func() time.Time { return time.Unix(1000, 0) }
 			items := spread(120)
@@ -528,10 +529,103 @@ func TestARedirectIsNotFollowed(t *testing.T) {
 	if _, err := f.Push(context.Background(), "default", "Bearer secret", items, l.store); err != nil {
 		t.Fatal(err)
 	}
-	if redirects == 0 || len(elsewhere.items()) != 0 {
-		t.Fatalf("%d redirects answered, %d items reached the redirect's target", redirects, len(elsewhere.items()))
+	asked.Lock()
+	n := redirects
+	asked.Unlock()
+	if n == 0 || len(elsewhere.items()) != 0 {
+		t.Fatalf("%d redirects answered, %d items reached the redirect's target", n, len(elsewhere.items()))
 	}
 	if len(l.items) != len(items) {
 		t.Fatalf("%d of %d items stored here", len(l.items), len(items))
+	}
+}
+
+// When a cool-down ends, one push tries the peer; while it waits, other
+// pushes keep storing the peer's items here (a hung peer stalls one push
+// per cool-down, not every push).
+func TestOneProbeAfterTheCoolDown(t *testing.T) {
+	release := make(chan struct{})
+	var arrived atomic.Int32
+	hung := newPeer(t, func(it []sentItem) (int, any) {
+		arrived.Add(1)
+		<-release
+		return queuedAnswer(it)
+	})
+	owners := table(hung.addr(), hung.addr())
+	f := New(DefaultConfig(), "self", owners, nil)
+	now := time.Unix(1000, 0)
+	var clock sync.Mutex
+	f.now = func() time.Time { clock.Lock(); defer clock.Unlock(); return now }
+	for _, n := range owners().Nodes() {
+		if !n.Self {
+			f.failed(n.Name)
+		}
+	}
+	clock.Lock()
+	now = now.Add(time.Hour) // both cool-downs over
+	clock.Unlock()
+	var l localStore
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.Push(context.Background(), "default", "", spread(60), l.store)
+		done <- err
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for arrived.Load() < 2 { // the probe of each peer
+		if time.Now().After(deadline) {
+			t.Fatalf("%d probes reached the peers", arrived.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	before := f.Stats().Requests
+	if _, err := f.Push(context.Background(), "default", "", spread(60), l.store); err != nil {
+		t.Fatal(err)
+	}
+	if st := f.Stats(); st.Requests != before || arrived.Load() != 2 {
+		t.Fatalf("a push during the probes sent %d requests (%d arrived)", st.Requests-before, arrived.Load())
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if f.coolingDown("peer0") || f.coolingDown("peer1") {
+		t.Fatal("a probe that worked left its peer cooling down")
+	}
+}
+
+// A forward sent before a failure says nothing of the peer after it.
+func TestAnOlderSuccessKeepsTheCoolDown(t *testing.T) {
+	f := New(DefaultConfig(), "self", table(), nil)
+	now := time.Unix(1000, 0)
+	f.now = func() time.Time { return now }
+	f.failed("p")
+	f.worked("p", now.Add(-time.Second))
+	if !f.coolingDown("p") {
+		t.Fatal("an older success ended the cool-down")
+	}
+	f.worked("p", now)
+	if f.coolingDown("p") {
+		t.Fatal("a success sent after the failure did not end it")
+	}
+}
+
+// A refusal of the request itself (a 4xx other than 408 and 429) falls
+// back without cooling the peer down: the next push tries it again.
+func TestARefusalDoesNotCoolThePeer(t *testing.T) {
+	p := newPeer(t, func([]sentItem) (int, any) { return 401, map[string]string{"error": "token expired"} })
+	f := New(DefaultConfig(), "self", table(p.addr(), p.addr()), nil)
+	var l localStore
+	for i := 0; i < 2; i++ {
+		if _, err := f.Push(context.Background(), "default", "", spread(60), l.store); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := f.Stats(); st.Requests != 4 || st.Failures != 4 {
+		t.Fatalf("stats %+v: want both pushes to ask both peers", st)
+	}
+	for _, code := range []int{408, 429, 500, 503} {
+		if !blamesPeer(&refusal{status: code}) {
+			t.Fatalf("%d does not cool the peer down", code)
+		}
 	}
 }

@@ -319,7 +319,7 @@ func settings() []setting {
 			apply: func(c *Config, v string) error { return boolean(v, &c.Node.Forward.Enabled) }},
 		{env: "QUEEN_PUSH_FORWARD_TIMEOUT_MS", flag: "push-forward-timeout-ms", def: ms(d.Forward.Timeout),
 			usage: "bound of one forwarded push; past it the items are stored on this node",
-			apply: func(c *Config, v string) error { return durationMS(v, &c.Node.Forward.Timeout, 1, 600000) }},
+			apply: func(c *Config, v string) error { return durationMS(v, &c.Node.Forward.Timeout, 1, 50000) }}, // below the 60 s write timeout, fallback included
 		{env: "QUEEN_PUSH_FORWARD_COOLDOWN_MS", flag: "push-forward-cooldown-ms", def: ms(d.Forward.Cooldown),
 			usage: "after a failed forward, how long the owner's queues are stored on this node without asking it",
 			apply: func(c *Config, v string) error { return durationMS(v, &c.Node.Forward.Cooldown, 1, 600000) }},
