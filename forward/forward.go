@@ -252,8 +252,9 @@ func (f *Forwarder) failed(peer string) {
 	f.down[peer] = &cooling{at: now, until: now.Add(f.cfg.Cooldown)}
 }
 
-// unprobe ends a probe whose request was refused for reasons of its own
-// (blamesPeer false): the next push may try the peer again.
+// unprobe ends a probe that says nothing of the peer (its request was
+// refused for reasons of its own, its client left, or it was not sent):
+// the next push may try the peer again. Without a probe, nothing changes.
 func (f *Forwarder) unprobe(peer string) {
 	f.downMu.Lock()
 	defer f.downMu.Unlock()
@@ -311,6 +312,9 @@ func (f *Forwarder) Push(ctx context.Context, tenant, authorization string, item
 				// answer that was lost is then a duplicate, not a copy.
 				id, err := uuid.NewV7()
 				if err != nil {
+					for _, g := range remote {
+						f.unprobe(g.peer) // nothing is sent
+					}
 					return nil, fmt.Errorf("transaction id: %w", err)
 				}
 				items[i].TransactionID = id.String()
@@ -323,6 +327,7 @@ func (f *Forwarder) Push(ctx context.Context, tenant, authorization string, item
 			f.log.Debug("push forward larger than the body limit; storing the items here", "peer", g.peer, "bytes", len(bodies[gi]))
 			groups[0].idx = append(groups[0].idx, g.idx...)
 			g.idx, bodies[gi] = nil, nil
+			f.unprobe(g.peer) // not sent: the next push may try the peer
 		}
 	}
 	type answer struct {
@@ -348,6 +353,7 @@ func (f *Forwarder) Push(ctx context.Context, tenant, authorization string, item
 			case err == nil:
 				f.worked(g.peer, sent)
 			case ctx.Err() != nil: // the client left: says nothing of the peer
+				f.unprobe(g.peer)
 			case blamesPeer(err):
 				f.failed(g.peer)
 			default:

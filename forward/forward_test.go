@@ -629,3 +629,58 @@ func TestARefusalDoesNotCoolThePeer(t *testing.T) {
 		}
 	}
 }
+
+// A probe whose client leaves does not leave its peer cooled for good: the
+// next push tries the peer.
+func TestAProbeWhoseClientLeavesEndsTheProbe(t *testing.T) {
+	var hang atomic.Bool
+	hang.Store(true)
+	release := make(chan struct{})
+	defer close(release)
+	var arrived atomic.Int32
+	p := newPeer(t, func(it []sentItem) (int, any) {
+		arrived.Add(1)
+		if hang.Load() {
+			<-release
+		}
+		return queuedAnswer(it)
+	})
+	owners := table(p.addr(), p.addr())
+	f := New(DefaultConfig(), "self", owners, nil)
+	now := time.Unix(1000, 0)
+	var clock sync.Mutex
+	f.now = func() time.Time { clock.Lock(); defer clock.Unlock(); return now }
+	for _, n := range owners().Nodes() {
+		if !n.Self {
+			f.failed(n.Name)
+		}
+	}
+	clock.Lock()
+	now = now.Add(time.Hour)
+	clock.Unlock()
+	var l localStore
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.Push(ctx, "default", "", spread(60), l.store)
+		done <- err
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for arrived.Load() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the probes never reached the peers")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v", err)
+	}
+	hang.Store(false)
+	if _, err := f.Push(context.Background(), "default", "", spread(60), l.store); err != nil {
+		t.Fatal(err)
+	}
+	if arrived.Load() != 4 {
+		t.Fatalf("%d requests reached the peers, want the next push to try both again", arrived.Load())
+	}
+}
