@@ -375,7 +375,7 @@ func TestLostAnswerIsADuplicate(t *testing.T) {
 	self := nodes[0].Node.Broker().NodeName()
 	tb := owner.New([]owner.Node{{Name: self, Addr: "unused:1", Self: true},
 		{Name: nodes[1].Node.Broker().NodeName(), Addr: strings.TrimPrefix(proxy.URL, "http://")}})
-	f := forward.New(forward.DefaultConfig(), self, func() *owner.Table { return tb }, nil)
+	f := forward.New(forward.DefaultConfig(), func() *owner.Table { return tb }, nil)
 	defer f.Close()
 	items := make([]broker.PushItem, 10)
 	for i := range items {
@@ -411,5 +411,31 @@ func TestLostAnswerIsADuplicate(t *testing.T) {
 	}
 	if got != len(items) {
 		t.Fatalf("the queue held %d messages, %d were pushed once", got, len(items))
+	}
+}
+
+// While a node buffers pushes (push maintenance), it stores every push in
+// its own buffer, forwarding nothing: buffered pushes keep their order
+// behind that buffer only (docs/api.md, "Push ownership").
+func TestNoForwardWhileBuffering(t *testing.T) {
+	nodes, owned := ownedCluster(t, 2, 1)
+	q := owned[1][0] // node 1's
+	if r := nodes[0].Do(t, "POST", "/api/v1/system/maintenance", map[string]any{"enabled": true}); r.Status != 200 {
+		t.Fatalf("maintenance on: %d %s", r.Status, r.Body)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !nodes[0].Broker.PushBuffering() {
+		if time.Now().After(deadline) {
+			t.Fatal("node 0 never started buffering")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	before := statusOf(t, nodes[0])
+	r := nodes[0].Do(t, "POST", "/api/v1/push", map[string]any{"items": []map[string]any{{"queue": q, "payload": map[string]int{"n": 1}}}})
+	if r.Status != 201 || r.Arr(t)[0]["status"] != "buffered" {
+		t.Fatalf("push: %d %s, want it buffered here", r.Status, r.Body)
+	}
+	if after := statusOf(t, nodes[0]); after.Forward.Requests != before.Forward.Requests {
+		t.Fatalf("node 0 forwarded while buffering: %+v -> %+v", before.Forward, after.Forward)
 	}
 }

@@ -100,7 +100,6 @@ type Stats struct {
 // Forwarder routes pushes by queue owner.
 type Forwarder struct {
 	cfg    Config
-	self   string
 	owners func() *owner.Table
 	client *http.Client
 	log    hclog.Logger
@@ -112,10 +111,10 @@ type Forwarder struct {
 	requests, items, failures, fallback, local, inbox atomic.Int64
 }
 
-// New returns a forwarder for the node named self; owners returns the
+// New returns a forwarder; owners returns the
 // current owner table (mesh.Mesh.Owners), nil or empty meaning "store
 // everything here".
-func New(cfg Config, self string, owners func() *owner.Table, log hclog.Logger) *Forwarder {
+func New(cfg Config, owners func() *owner.Table, log hclog.Logger) *Forwarder {
 	d := DefaultConfig()
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = d.Timeout
@@ -146,7 +145,7 @@ func New(cfg Config, self string, owners func() *owner.Table, log hclog.Logger) 
 		// A peer's redirect is an answer that cannot be used, never a
 		// reason to send the body and token elsewhere.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	return &Forwarder{cfg: cfg, self: self, owners: owners, client: client, log: log, now: time.Now,
+	return &Forwarder{cfg: cfg, owners: owners, client: client, log: log, now: time.Now,
 		down: map[string]*cooling{}}
 }
 

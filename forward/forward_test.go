@@ -147,7 +147,7 @@ func ownerOf(owners func() *owner.Table, it broker.PushItem) owner.Node {
 
 func TestAloneStoresEverythingHere(t *testing.T) {
 	var l localStore
-	f := New(DefaultConfig(), "self", table(), nil)
+	f := New(DefaultConfig(), table(), nil)
 	items := spread(50)
 	res, err := f.Push(context.Background(), "default", "", items, l.store)
 	if err != nil || len(res) != 50 || len(l.items) != 50 {
@@ -168,7 +168,7 @@ func TestItemsGoToTheirOwners(t *testing.T) {
 	a, b := newPeer(t, queuedAnswer), newPeer(t, queuedAnswer)
 	owners := table(a.addr(), b.addr())
 	var l localStore
-	f := New(DefaultConfig(), "self", owners, nil)
+	f := New(DefaultConfig(), owners, nil)
 	items := spread(300)
 	orig := append([]broker.PushItem(nil), items...)
 	res, err := f.Push(context.Background(), "default", "Bearer tok", items, l.store)
@@ -281,7 +281,7 @@ func TestAFailedForwardIsStoredHere(t *testing.T) {
 			var l localStore
 			cfg := DefaultConfig()
 			cfg.Timeout = time.Second // the good peer answers well within it, even on a loaded machine
-			f := New(cfg, "self", owners, nil)
+			f := New(cfg, owners, nil)
 			f.now = func() time.Time { return time.Unix(1000, 0) }
 			items := spread(120)
 			res, err := f.Push(context.Background(), "default", "", items, l.store)
@@ -335,7 +335,7 @@ func TestALeavingClientStoresNoFallback(t *testing.T) {
 	defer close(release)
 	owners := table(slow.addr(), slow.addr())
 	var l localStore
-	f := New(DefaultConfig(), "self", owners, nil)
+	f := New(DefaultConfig(), owners, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	items := spread(90)
@@ -367,7 +367,7 @@ func TestALeavingClientStoresNoFallback(t *testing.T) {
 func TestALocalErrorFailsThePush(t *testing.T) {
 	a := newPeer(t, queuedAnswer)
 	l := localStore{err: errors.New("database unavailable")}
-	f := New(DefaultConfig(), "self", table(a.addr(), a.addr()), nil)
+	f := New(DefaultConfig(), table(a.addr(), a.addr()), nil)
 	if _, err := f.Push(context.Background(), "default", "", spread(60), l.store); err == nil || err.Error() != "database unavailable" {
 		t.Fatalf("err = %v", err)
 	}
@@ -416,7 +416,7 @@ func TestResultsAreReadByIndex(t *testing.T) {
 	})
 	owners := table(rev.addr(), rev.addr())
 	var l localStore
-	f := New(DefaultConfig(), "self", owners, nil)
+	f := New(DefaultConfig(), owners, nil)
 	items := spread(100)
 	res, err := f.Push(context.Background(), "default", "", items, l.store)
 	if err != nil {
@@ -448,7 +448,7 @@ func TestAFailedPeerCoolsDown(t *testing.T) {
 	owners := table(p.addr(), p.addr())
 	cfg := DefaultConfig()
 	cfg.Cooldown = time.Minute
-	f := New(cfg, "self", owners, nil)
+	f := New(cfg, owners, nil)
 	now := time.Unix(1000, 0)
 	f.now = func() time.Time { return now }
 	var l localStore
@@ -489,7 +489,7 @@ func TestAForwardTooLargeIsStoredHere(t *testing.T) {
 	p := newPeer(t, queuedAnswer)
 	cfg := DefaultConfig()
 	cfg.MaxBodyBytes = 200
-	f := New(cfg, "self", table(p.addr(), p.addr()), nil)
+	f := New(cfg, table(p.addr(), p.addr()), nil)
 	var l localStore
 	items := spread(60)
 	res, err := f.Push(context.Background(), "default", "", items, l.store)
@@ -524,7 +524,7 @@ func TestARedirectIsNotFollowed(t *testing.T) {
 	t.Cleanup(srv.Close)
 	addr := strings.TrimPrefix(srv.URL, "http://")
 	var l localStore
-	f := New(DefaultConfig(), "self", table(addr, addr), nil)
+	f := New(DefaultConfig(), table(addr, addr), nil)
 	items := spread(60)
 	if _, err := f.Push(context.Background(), "default", "Bearer secret", items, l.store); err != nil {
 		t.Fatal(err)
@@ -552,18 +552,7 @@ func TestOneProbeAfterTheCoolDown(t *testing.T) {
 		return queuedAnswer(it)
 	})
 	owners := table(hung.addr(), hung.addr())
-	f := New(DefaultConfig(), "self", owners, nil)
-	now := time.Unix(1000, 0)
-	var clock sync.Mutex
-	f.now = func() time.Time { clock.Lock(); defer clock.Unlock(); return now }
-	for _, n := range owners().Nodes() {
-		if !n.Self {
-			f.failed(n.Name)
-		}
-	}
-	clock.Lock()
-	now = now.Add(time.Hour) // both cool-downs over
-	clock.Unlock()
+	f := cooledOver(owners)
 	var l localStore
 	done := make(chan error, 1)
 	go func() {
@@ -595,7 +584,7 @@ func TestOneProbeAfterTheCoolDown(t *testing.T) {
 
 // A forward sent before a failure says nothing of the peer after it.
 func TestAnOlderSuccessKeepsTheCoolDown(t *testing.T) {
-	f := New(DefaultConfig(), "self", table(), nil)
+	f := New(DefaultConfig(), table(), nil)
 	now := time.Unix(1000, 0)
 	f.now = func() time.Time { return now }
 	f.failed("p")
@@ -613,7 +602,7 @@ func TestAnOlderSuccessKeepsTheCoolDown(t *testing.T) {
 // back without cooling the peer down: the next push tries it again.
 func TestARefusalDoesNotCoolThePeer(t *testing.T) {
 	p := newPeer(t, func([]sentItem) (int, any) { return 401, map[string]string{"error": "token expired"} })
-	f := New(DefaultConfig(), "self", table(p.addr(), p.addr()), nil)
+	f := New(DefaultConfig(), table(p.addr(), p.addr()), nil)
 	var l localStore
 	for i := 0; i < 2; i++ {
 		if _, err := f.Push(context.Background(), "default", "", spread(60), l.store); err != nil {
@@ -646,18 +635,7 @@ func TestAProbeWhoseClientLeavesEndsTheProbe(t *testing.T) {
 		return queuedAnswer(it)
 	})
 	owners := table(p.addr(), p.addr())
-	f := New(DefaultConfig(), "self", owners, nil)
-	now := time.Unix(1000, 0)
-	var clock sync.Mutex
-	f.now = func() time.Time { clock.Lock(); defer clock.Unlock(); return now }
-	for _, n := range owners().Nodes() {
-		if !n.Self {
-			f.failed(n.Name)
-		}
-	}
-	clock.Lock()
-	now = now.Add(time.Hour)
-	clock.Unlock()
+	f := cooledOver(owners)
 	var l localStore
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -683,4 +661,19 @@ func TestAProbeWhoseClientLeavesEndsTheProbe(t *testing.T) {
 	if arrived.Load() != 4 {
 		t.Fatalf("%d requests reached the peers, want the next push to try both again", arrived.Load())
 	}
+}
+
+// cooledOver is a forwarder whose every peer failed an hour ago on its
+// clock: their cool-downs are over, and the next push probes them.
+func cooledOver(owners func() *owner.Table) *Forwarder {
+	f := New(DefaultConfig(), owners, nil)
+	failedAt := time.Unix(1000, 0)
+	f.now = func() time.Time { return failedAt }
+	for _, n := range owners().Nodes() {
+		if !n.Self {
+			f.failed(n.Name)
+		}
+	}
+	f.now = func() time.Time { return failedAt.Add(time.Hour) }
+	return f
 }

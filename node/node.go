@@ -170,7 +170,7 @@ func Start(ctx context.Context, cfg Config, logger hclog.Logger) (*Node, error) 
 			if acfg.MaxBodyBytes > 0 {
 				fc.MaxBodyBytes = acfg.MaxBodyBytes // the peers' limit: every node of a cluster has the same settings
 			}
-			n.fwd = forward.New(fc, cfg.Broker.NodeName, m.Owners, logger.Named("forward"))
+			n.fwd = forward.New(fc, m.Owners, logger.Named("forward"))
 			srv.SetPushForwarder(n.fwd)
 		}
 	}
