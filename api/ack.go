@@ -93,7 +93,7 @@ func (s *Server) handleAck(w http.ResponseWriter, r *http.Request, c caller) {
 		writeReqError(w, err)
 		return
 	}
-	res, err := s.b.Ack(r.Context(), c.tenant, []broker.AckItem{item})
+	res, err := s.ack(r, c, []broker.AckItem{item})
 	if err != nil {
 		s.brokerError(w, r, "ack", err)
 		return
@@ -240,7 +240,7 @@ func (s *Server) handleAckBatch(w http.ResponseWriter, r *http.Request, c caller
 		writeReqError(w, err)
 		return
 	}
-	s.ackItems(w, r, c.tenant, items)
+	s.ackItems(w, r, c, items)
 }
 
 // decodeAckBatch decodes a batch ack body: the fast path when
@@ -287,10 +287,10 @@ func slowAckItems(raw []byte, maxItems int) ([]broker.AckItem, error) {
 	return items, nil
 }
 
-func (s *Server) ackItems(w http.ResponseWriter, r *http.Request, tenant string, items []broker.AckItem) {
+func (s *Server) ackItems(w http.ResponseWriter, r *http.Request, c caller, items []broker.AckItem) {
 	out := []ackResult{}
 	if len(items) > 0 {
-		res, err := s.b.Ack(r.Context(), tenant, items)
+		res, err := s.ack(r, c, items)
 		if err != nil {
 			s.brokerError(w, r, "ack batch", err)
 			return

@@ -1,8 +1,12 @@
 package api
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"io"
 	"net/http"
+	"time"
 
 	"queen-node/broker"
 	"queen-node/forward"
@@ -31,7 +35,7 @@ func (s *Server) push(r *http.Request, c caller, items []broker.PushItem) ([]bro
 		return s.b.Push(ctx, c.tenant, c.sub, items)
 	}
 	f := s.fwd.Load()
-	if f == nil {
+	if f == nil || !f.Pushes() {
 		return local(r.Context(), items)
 	}
 	if r.Header.Get(forward.Header) != "" {
@@ -45,4 +49,140 @@ func (s *Server) push(r *http.Request, c caller, items []broker.PushItem) ([]bro
 		return local(r.Context(), items)
 	}
 	return f.Push(r.Context(), c.tenant, r.Header.Get("Authorization"), items, local)
+}
+
+// forwardPop sends a pop to its queue's owner and copies the answer to the
+// client (docs/api.md, "Queue ownership"); false means the pop is served
+// here, with req.Timeout lowered to what is left of its wait. A forwarded
+// pop and an autoAck pop are always served here: an autoAck answer lost on
+// the way would be messages lost, where a leased one is redelivered.
+func (s *Server) forwardPop(w http.ResponseWriter, r *http.Request, c caller, req *broker.PopRequest) bool {
+	f := s.fwd.Load()
+	if f == nil {
+		return false
+	}
+	if r.Header.Get(forward.Header) != "" {
+		f.ReceivedConsume()
+		return false
+	}
+	if req.AutoAck {
+		return false
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	stop := context.AfterFunc(s.drainCtx, cancel)
+	defer stop()
+	start := time.Now()
+	a := f.Pop(ctx, c.tenant, req.Queue, r.URL.RequestURI(), r.Header.Get("Authorization"), req.Timeout)
+	if a == nil {
+		switch {
+		case r.Context().Err() != nil:
+			return true // the client left
+		case s.drainCtx.Err() != nil:
+			w.WriteHeader(http.StatusNoContent)
+			return true
+		}
+		req.Timeout = max(0, req.Timeout-time.Since(start))
+		return false
+	}
+	defer a.Close()
+	// The whole answer is read before any of it is written, so the client
+	// gets it in one write and flush, as from servePop: a client may leave
+	// as soon as it has decoded the body, and only a failure of that last
+	// write says it did not arrive. Either way the lease is released, by
+	// its id in the answer's head (any node can).
+	body, err := io.ReadAll(io.LimitReader(a.Body, maxForwardedPopBytes+1))
+	release := func(why string) {
+		if a.Status != http.StatusOK {
+			return
+		}
+		if id := leaseOfAnswer(body[:min(len(body), maxAnswerHead)]); id != "" {
+			s.log.Debug("releasing lease of undelivered forwarded pop", "lease", id, "why", why)
+			s.b.ReleaseUndelivered(&broker.PopResult{LeaseID: id})
+		}
+	}
+	switch {
+	case err != nil || len(body) > maxForwardedPopBytes:
+		// The owner's answer broke off (it died while answering) or is
+		// more than any pop gives: hand its lease back and serve the pop
+		// here.
+		s.log.Warn("forwarded pop answer unusable; serving the pop here", "queue", req.Queue, "bytes", len(body), "error", err)
+		release("answer unusable")
+		if r.Context().Err() != nil {
+			return true
+		}
+		req.Timeout = max(0, req.Timeout-time.Since(start))
+		return false
+	case r.Context().Err() != nil:
+		release("client left")
+		return true
+	}
+	if a.ContentType != "" {
+		w.Header().Set("Content-Type", a.ContentType)
+	}
+	w.WriteHeader(a.Status)
+	// WriteTimeout plus a second per PopMinReadRate bytes, as in servePop.
+	rc := http.NewResponseController(w)
+	_ = rc.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout + time.Duration(float64(len(body))/float64(s.cfg.PopMinReadRate)*float64(time.Second))))
+	if _, err := w.Write(body); err != nil {
+		release("write failed")
+		return true
+	}
+	if err := rc.Flush(); err != nil {
+		release("write failed")
+	}
+	return true
+}
+
+// maxForwardedPopBytes bounds a forwarded pop's answer: far above the
+// largest a peer gives under the default QUEEN_POP_MAX_BYTES (16 MiB of
+// payloads plus their envelopes).
+const maxForwardedPopBytes = 256 << 20
+
+// maxAnswerHead bounds what of a forwarded pop answer is kept to find its
+// lease: the head's names are at most a few hundred bytes.
+const maxAnswerHead = 4 << 10
+
+// leaseOfAnswer reads the leaseId of a pop answer's head (writePop's
+// popHead, whose fields come before the messages); "" when it has none.
+func leaseOfAnswer(head []byte) string {
+	dec := json.NewDecoder(bytes.NewReader(head))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return ""
+	}
+	for dec.More() {
+		k, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		if k == "messages" {
+			return ""
+		}
+		v, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		if k == "leaseId" {
+			id, _ := v.(string)
+			return id
+		}
+	}
+	return ""
+}
+
+// ack applies acks: through the forwarder, at their queues' owners, unless
+// the request was forwarded here by a peer.
+func (s *Server) ack(r *http.Request, c caller, items []broker.AckItem) ([]broker.AckResult, error) {
+	local := func(ctx context.Context, items []broker.AckItem) ([]broker.AckResult, error) {
+		return s.b.Ack(ctx, c.tenant, items)
+	}
+	f := s.fwd.Load()
+	if f == nil {
+		return local(r.Context(), items)
+	}
+	if r.Header.Get(forward.Header) != "" {
+		f.ReceivedConsume()
+		return local(r.Context(), items)
+	}
+	return f.Ack(r.Context(), c.tenant, r.Header.Get("Authorization"), items, local)
 }

@@ -87,6 +87,9 @@ func (s *Server) handlePop(w http.ResponseWriter, r *http.Request, c caller) {
 		writeReqError(w, err)
 		return
 	}
+	if s.forwardPop(w, r, c, &req) {
+		return
+	}
 	s.servePop(w, r, func(ctx context.Context) (*broker.PopResult, error) {
 		return s.b.Pop(ctx, c.tenant, req)
 	})

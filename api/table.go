@@ -470,6 +470,28 @@ var Table = []Row{
 		Help: "Pushed items this node stored because it owns their queues, is alone, or the forward's body would pass the owner's body limit.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.LocalItems })},
 	{Status: "forward.received", Metric: "queen_push_forward_received_total", Kind: Counter,
 		Help: "Pushes peers forwarded to this node, which stored them.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.ForwardedInbox })},
+	// The consumer side of queue ownership (docs/api.md, "Queue
+	// ownership"): pops and acks sent to their queue's owner.
+	{Status: "forward.pops", Metric: "queen_consume_forward_pops_total", Kind: Counter,
+		Help: "Pops this node forwarded to the owners of their queues.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.Pops })},
+	{Status: "forward.pop_failures", Metric: "queen_consume_forward_pop_failures_total", Kind: Counter,
+		Help: "Forwarded pops that failed (owner unreachable, 5xx, 408, 429, slower than the wait plus QUEEN_PUSH_FORWARD_TIMEOUT_MS) and were served here.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.PopFailures })},
+	{Status: "forward.pops_busy", Metric: "queen_consume_forward_pops_busy_total", Kind: Counter,
+		Help: "Pops served here because 256 pops of this node were already waiting at their queue's owner.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.PopsBusy })},
+	{Status: "forward.acks", Metric: "queen_consume_forward_acks_total", Kind: Counter,
+		Help: "Ack requests this node forwarded to the owners of their queues (one per owner per client request).", Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.Acks })},
+	{Status: "forward.ack_items", Metric: "queen_consume_forward_ack_items_total", Kind: Counter,
+		Help: "Items in the acks this node forwarded.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.AckItems })},
+	{Status: "forward.ack_failures", Metric: "queen_consume_forward_ack_failures_total", Kind: Counter,
+		Help: "Forwarded ack requests that failed; their items were applied here.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.AckFailures })},
+	{Status: "forward.ack_fallback_items", Metric: "queen_consume_forward_ack_fallback_items_total", Kind: Counter,
+		Help: "Ack items of failed forwards, applied here.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.AckFallbackItems })},
+	{Status: "forward.ack_local_items", Metric: "queen_consume_forward_ack_local_items_total", Kind: Counter,
+		Help: "Ack items applied here: this node owns their queue, does not yet know their partition's queue, or the owner cools down.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.AckLocalItems })},
+	{Status: "forward.routes", Metric: "queen_consume_forward_routes", Kind: Gauge,
+		Help: "Partitions whose queue this node remembers, to send their acks to the queue's owner.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.Routes })},
+	{Status: "forward.consume_received", Metric: "queen_consume_forward_received_total", Kind: Counter,
+		Help: "Pops and acks peers forwarded to this node, which served them.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.ConsumeInbox })},
 
 	// http: the HTTP layer's connection counters (conn.go). /status keeps
 	// the short names of its "http" section; /metrics says connections.

@@ -74,6 +74,21 @@ type Config struct {
 	// MaxAnswerBytes bounds a peer's answer; default 32 MiB (a push of
 	// 10,000 items answers about 3 MiB).
 	MaxAnswerBytes int64
+	// Consume sends a queue's pops and acks to its owner too
+	// (QUEEN_CONSUME_FORWARD; docs/api.md, "Queue ownership"); default
+	// true. Off, each node's consumers are served where they connect, and
+	// each node's combiners merge only its own consumers' requests.
+	Consume bool
+	// PopConns bounds the pops this node has forwarded to one peer at a
+	// time (each may wait there for its long-poll); default 256. Past it a
+	// pop is served here. Peers cap the connections of one address
+	// (api.Config.MaxConnsPerAddr, default 1,024), shared with pushes
+	// (Conns) and clients on the same host.
+	PopConns int
+	// Routes bounds the partitions whose queue this node remembers for
+	// routing acks; default 100,000 (about 10 MB). An ack of a partition
+	// it does not remember is applied here and teaches it.
+	Routes int
 	// MaxBodyBytes is the largest body a peer takes (its
 	// api.Config.MaxBodyBytes; the node sets its own); default 10 MiB. A
 	// forward whose body would pass it is stored here instead.
@@ -83,6 +98,7 @@ type Config struct {
 // DefaultConfig returns a Config with every default filled in.
 func DefaultConfig() Config {
 	return Config{Enabled: true, Timeout: DefaultTimeout, Cooldown: DefaultCooldown, Conns: DefaultConns,
+		Consume: true, PopConns: DefaultPopConns, Routes: DefaultRoutes,
 		MaxAnswerBytes: DefaultMaxAnswerBytes, MaxBodyBytes: DefaultMaxBodyBytes}
 }
 
@@ -95,6 +111,17 @@ type Stats struct {
 	LocalItems     int64 // items this node owned and stored, and forwards too large for the owner's body limit
 	OwnersKnown    int64 // members in the owner table now, this node included
 	ForwardedInbox int64 // forwarded pushes this node received and stored
+
+	Pops             int64 // pops forwarded to the owners of their queues
+	PopFailures      int64 // forwarded pops that failed and were served here
+	PopsBusy         int64 // pops served here because PopConns of them were in flight to their owner
+	Acks             int64 // ack requests forwarded to owners
+	AckItems         int64 // items in them
+	AckFailures      int64 // forwarded ack requests that failed
+	AckFallbackItems int64 // items of failed ack forwards, applied here
+	AckLocalItems    int64 // ack items applied here: this node owns their queue, does not know it, or the owner cools down
+	Routes           int64 // partitions whose queue this node remembers for acks
+	ConsumeInbox     int64 // pops and acks peers forwarded to this node
 }
 
 // Forwarder routes pushes by queue owner.
@@ -108,7 +135,13 @@ type Forwarder struct {
 	downMu sync.Mutex
 	down   map[string]*cooling // peers that failed, by name
 
-	requests, items, failures, fallback, local, inbox atomic.Int64
+	popClient *http.Client // forwarded pops: their own bound of connections (PopConns)
+	popMu     sync.Mutex
+	popsOut   map[string]int // forwarded pops in flight, by peer
+	routes    routes
+
+	requests, items, failures, fallback, local, inbox                                             atomic.Int64
+	pops, popFailures, popsBusy, acks, ackItems, ackFailures, ackFallback, ackLocal, consumeInbox atomic.Int64
 }
 
 // New returns a forwarder; owners returns the
@@ -131,6 +164,12 @@ func New(cfg Config, owners func() *owner.Table, log hclog.Logger) *Forwarder {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = d.MaxBodyBytes
 	}
+	if cfg.PopConns <= 0 {
+		cfg.PopConns = d.PopConns
+	}
+	if cfg.Routes <= 0 {
+		cfg.Routes = d.Routes
+	}
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
@@ -145,18 +184,35 @@ func New(cfg Config, owners func() *owner.Table, log hclog.Logger) *Forwarder {
 		// A peer's redirect is an answer that cannot be used, never a
 		// reason to send the body and token elsewhere.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	popTr := tr.Clone()
+	popTr.MaxIdleConnsPerHost, popTr.MaxConnsPerHost = cfg.PopConns, cfg.PopConns
+	popClient := &http.Client{Transport: popTr, CheckRedirect: client.CheckRedirect}
 	return &Forwarder{cfg: cfg, owners: owners, client: client, log: log, now: time.Now,
-		down: map[string]*cooling{}}
+		down: map[string]*cooling{}, popClient: popClient, popsOut: map[string]int{},
+		routes: routes{max: cfg.Routes, m: map[routeKey]string{}}}
 }
 
 // Close drops the idle connections to peers.
-func (f *Forwarder) Close() { f.client.CloseIdleConnections() }
+func (f *Forwarder) Close() {
+	f.client.CloseIdleConnections()
+	f.popClient.CloseIdleConnections()
+}
+
+// Pushes reports whether pushes are forwarded (Config.Enabled).
+func (f *Forwarder) Pushes() bool { return f.cfg.Enabled }
+
+// ReceivedConsume counts a pop or an ack a peer forwarded here.
+func (f *Forwarder) ReceivedConsume() { f.consumeInbox.Add(1) }
 
 // Stats reads the counters.
 func (f *Forwarder) Stats() Stats {
 	return Stats{Requests: f.requests.Load(), Items: f.items.Load(), Failures: f.failures.Load(),
 		FallbackItems: f.fallback.Load(), LocalItems: f.local.Load(), OwnersKnown: int64(f.table().Len()),
-		ForwardedInbox: f.inbox.Load()}
+		ForwardedInbox: f.inbox.Load(),
+		Pops:           f.pops.Load(), PopFailures: f.popFailures.Load(), PopsBusy: f.popsBusy.Load(),
+		Acks: f.acks.Load(), AckItems: f.ackItems.Load(), AckFailures: f.ackFailures.Load(),
+		AckFallbackItems: f.ackFallback.Load(), AckLocalItems: f.ackLocal.Load(), Routes: int64(f.routes.len()),
+		ConsumeInbox: f.consumeInbox.Load()}
 }
 
 func (f *Forwarder) table() *owner.Table {

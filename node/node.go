@@ -158,13 +158,13 @@ func Start(ctx context.Context, cfg Config, logger hclog.Logger) (*Node, error) 
 		b.SetMesh(m)
 		n.mesh = m
 		switch {
-		case !cfg.Forward.Enabled:
+		case !cfg.Forward.Enabled && !cfg.Forward.Consume:
 		case len(mc.Secret) == 0:
 			// A forwarded push hands the client's data and token to the
 			// address a member advertises; on an open mesh anyone who
 			// reaches the mesh port can advertise one (docs/api.md, "Push
 			// ownership").
-			logger.Warn("push ownership is off: the mesh is open (QUEEN_MESH_SECRET is not set), and pushes are only forwarded to authenticated members; every push is stored where it arrives")
+			logger.Warn("queue ownership is off: the mesh is open (QUEEN_MESH_SECRET is not set), and requests are only forwarded to authenticated members; every push, pop and ack is served where it arrives")
 		default:
 			fc := cfg.Forward
 			if acfg.MaxBodyBytes > 0 {
@@ -182,7 +182,8 @@ func Start(ctx context.Context, cfg Config, logger hclog.Logger) (*Node, error) 
 		"version", cfg.Version,
 		"hotlist", onOff(cfg.Broker.Hotlist.Enabled),
 		"mesh", onOff(cfg.Mesh.Enabled),
-		"push_forward", onOff(n.fwd != nil),
+		"push_forward", onOff(n.fwd != nil && cfg.Forward.Enabled),
+		"consume_forward", onOff(n.fwd != nil && cfg.Forward.Consume),
 		"auth", onOff(cfg.Auth.Enabled),
 		"retention_interval", cfg.Retention.Interval,
 	)

@@ -1,0 +1,498 @@
+package forward
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"queen-node/broker"
+)
+
+// A queue's pops and acks go to its owner too (docs/api.md, "Queue
+// ownership"): every node runs its own pop and ack combiners, so with
+// consumers spread over three nodes each flush merged a third of the
+// requests, and PostgreSQL paid a flush's fixed cost three times as
+// often. At the owner, one combiner merges every consumer of the queue,
+// as on a node alone.
+//
+// As for pushes, nothing depends on a forward: a pop or an ack the owner
+// did not answer is served here, and PostgreSQL decides claims, leases and
+// cursors wherever a request runs.
+
+// Defaults of the consumer side of Config.
+const (
+	DefaultPopConns = 256
+	DefaultRoutes   = 100_000
+)
+
+// PopAnswer is an owner's answer to a forwarded pop: the caller copies it
+// to its client and then closes it.
+type PopAnswer struct {
+	Status      int
+	ContentType string
+	Body        io.Reader
+	close       func()
+}
+
+// Close releases the answer's connection and its slot.
+func (a *PopAnswer) Close() { a.close() }
+
+// popSlot takes one of peer's PopConns slots; false when they are all
+// taken (the pop is then served here rather than queued behind them).
+func (f *Forwarder) popSlot(peer string) bool {
+	f.popMu.Lock()
+	defer f.popMu.Unlock()
+	if f.popsOut[peer] >= f.cfg.PopConns {
+		return false
+	}
+	f.popsOut[peer]++
+	return true
+}
+
+func (f *Forwarder) popUnslot(peer string) {
+	f.popMu.Lock()
+	defer f.popMu.Unlock()
+	if f.popsOut[peer]--; f.popsOut[peer] <= 0 {
+		delete(f.popsOut, peer)
+	}
+}
+
+// consumePeer returns the owner of (tenant, queue) when pops and acks of
+// it go there: consume forwarding is on, the owner is a live peer and is
+// not cooling down. A true answer may have made the caller the probe of a
+// cool-down (coolingDown), which it must settle.
+func (f *Forwarder) consumePeer(tenant, queue string) (peer, addr string, ok bool) {
+	if !f.cfg.Consume {
+		return "", "", false
+	}
+	t := f.table()
+	if t.Len() < 2 {
+		return "", "", false
+	}
+	o := t.Owner(tenant, queue)
+	if o < 0 || t.IsSelf(o) {
+		return "", "", false
+	}
+	n := t.Node(o)
+	if f.coolingDown(n.Name) {
+		return "", "", false
+	}
+	return n.Name, n.Addr, true
+}
+
+// settle records what a forward said of its peer (Push's rules): a
+// success sent after a failure ends the cool-down, a failure that blames
+// the peer starts one, anything else ends a probe.
+func (f *Forwarder) settle(ctx context.Context, peer string, sent time.Time, err error) {
+	switch {
+	case err == nil:
+		f.worked(peer, sent)
+	case ctx.Err() != nil:
+		f.unprobe(peer)
+	case blamesPeer(err):
+		f.failed(peer)
+	default:
+		f.unprobe(peer)
+	}
+}
+
+// Pop sends a pop of (tenant, queue) to the queue's owner: uri is the
+// request's path and query as the client sent them, wait its long-poll.
+// A nil answer means "serve it here": the queue is this node's, the owner
+// is cooling down or has PopConns pops of this node in flight, or it
+// failed (unreachable, 5xx, 408, 429, slower than wait plus Timeout).
+// Any other answer (messages, 204, a 4xx refusal) is the client's.
+//
+// Once the answer has begun, the client leaving no longer cancels it: the
+// caller reads its lease id and releases the lease (any node can). An
+// owner that claimed messages and then failed to answer keeps them leased
+// until the lease expires, as for a client that vanishes.
+func (f *Forwarder) Pop(ctx context.Context, tenant, queue, uri, authorization string, wait time.Duration) *PopAnswer {
+	peer, addr, ok := f.consumePeer(tenant, queue)
+	if !ok {
+		return nil
+	}
+	if !f.popSlot(peer) {
+		f.unprobe(peer)
+		f.popsBusy.Add(1)
+		return nil
+	}
+	f.pops.Add(1)
+	sent := f.now()
+	// The client leaving cancels the request while the owner waits, but
+	// not the reading of an answer that has begun: the caller needs its
+	// lease id to hand back what its client will not take.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait+f.cfg.Timeout)
+	stop := context.AfterFunc(ctx, cancel)
+	done := func() { stop(); cancel(); f.popUnslot(peer) }
+	resp, err := f.get(rctx, addr, uri, authorization)
+	// A client that leaves between the answer's arrival and this stop
+	// cancels its reading too; its lease then waits for its expiry (a
+	// window of microseconds, as for a direct client that dies just
+	// after its answer was sent).
+	stop()
+	if err == nil && (resp.StatusCode < 200 || resp.StatusCode >= 300 && resp.StatusCode < 400 || resp.StatusCode >= 500 ||
+		resp.StatusCode == http.StatusRequestTimeout || resp.StatusCode == http.StatusTooManyRequests) {
+		// A redirect is an answer that cannot be used (it is not
+		// followed), as are the statuses that blame the peer.
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBytes))
+		resp.Body.Close()
+		err = &refusal{status: resp.StatusCode, msg: string(msg)}
+	}
+	f.settle(ctx, peer, sent, err)
+	if err != nil {
+		done()
+		if ctx.Err() == nil {
+			f.popFailures.Add(1)
+			f.log.Warn("pop forward failed; serving it here", "peer", peer, "addr", addr, "error", err)
+		}
+		return nil
+	}
+	var once sync.Once
+	return &PopAnswer{Status: resp.StatusCode, ContentType: resp.Header.Get("Content-Type"), Body: resp.Body,
+		close: func() { once.Do(func() { resp.Body.Close(); done() }) }}
+}
+
+// get sends a forwarded GET to the peer at addr.
+func (f *Forwarder) get(ctx context.Context, addr, uri, authorization string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+uri, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set(Header, "1")
+	if authorization != "" {
+		req.Header.Set("Authorization", authorization)
+	}
+	return f.popClient.Do(req)
+}
+
+// routes remembers the queue of each partition this node has acked, per
+// tenant, so later acks of it can go to the queue's owner: an ack names
+// its partition, not its queue, and a partition never changes queue.
+// Bounded: past max entries an arbitrary one is forgotten (its next ack
+// is served here and teaches it again).
+type routes struct {
+	mu  sync.Mutex
+	max int
+	m   map[routeKey]string
+}
+
+type routeKey struct{ tenant, partitionID string }
+
+func (r *routes) get(tenant, pid string) (string, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	q, ok := r.m[routeKey{tenant, pid}]
+	return q, ok
+}
+
+func (r *routes) len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.m)
+}
+
+// learn records the queues of the items that res reports (res[j] answers
+// items[res[j].Index]).
+func (r *routes) learn(tenant string, items []broker.AckItem, res []broker.AckResult) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, a := range res {
+		if a.QueueName == "" || a.Index < 0 || a.Index >= len(items) {
+			continue
+		}
+		k := routeKey{tenant, items[a.Index].PartitionID}
+		if _, ok := r.m[k]; ok {
+			continue
+		}
+		if len(r.m) >= r.max {
+			for old := range r.m {
+				delete(r.m, old)
+				break
+			}
+		}
+		r.m[k] = a.QueueName
+	}
+}
+
+// AckStore applies acks on this node.
+type AckStore func(ctx context.Context, items []broker.AckItem) ([]broker.AckResult, error)
+
+// Ack applies acks where their queues' owners are: the items of
+// partitions whose queue this node knows (routes) and whose owner is a
+// peer are forwarded to it, one request per owner, the others applied
+// here, and so are a failed forward's items. All items of a partition
+// take the same path, in their order, so the per-partition rules of
+// docs/api.md ("Acks") hold. Replaying here an ack the owner applied
+// before its answer was lost changes nothing (the message is resolved, or
+// the retry already decided); its answer may then say the lease is gone.
+// Results are in the items' order.
+func (f *Forwarder) Ack(ctx context.Context, tenant, authorization string, items []broker.AckItem, local AckStore) ([]broker.AckResult, error) {
+	type part struct {
+		peer, addr string
+		idx        []int
+	}
+	var own []int
+	var parts []part
+	at := map[string]int{} // peer -> index in parts
+	skip := map[string]bool{}
+	t := f.table()
+	alone := !f.cfg.Consume || t.Len() < 2
+	for i, it := range items {
+		q, ok := f.routes.get(tenant, it.PartitionID)
+		if !ok || alone {
+			own = append(own, i)
+			continue
+		}
+		o := t.Owner(tenant, q)
+		if o < 0 || t.IsSelf(o) {
+			own = append(own, i)
+			continue
+		}
+		n := t.Node(o)
+		if skip[n.Name] {
+			own = append(own, i)
+			continue
+		}
+		p, ok := at[n.Name]
+		if !ok {
+			if f.coolingDown(n.Name) {
+				skip[n.Name] = true
+				own = append(own, i)
+				continue
+			}
+			p = len(parts)
+			at[n.Name] = p
+			parts = append(parts, part{peer: n.Name, addr: n.Addr})
+		}
+		parts[p].idx = append(parts[p].idx, i)
+	}
+	out := make([]broker.AckResult, len(items))
+	applyHere := func(idx []int) error {
+		if len(idx) == 0 {
+			return nil
+		}
+		sub := make([]broker.AckItem, len(idx))
+		for j, i := range idx {
+			sub[j] = items[i]
+		}
+		res, err := local(ctx, sub)
+		if err != nil {
+			return err
+		}
+		if len(res) != len(idx) {
+			return fmt.Errorf("ack: %d results for %d items", len(res), len(idx))
+		}
+		f.routes.learn(tenant, sub, res)
+		for j, r := range res {
+			r.Index = idx[j]
+			out[idx[j]] = r
+		}
+		return nil
+	}
+	if len(parts) == 0 {
+		f.ackLocal.Add(int64(len(items)))
+		if err := applyHere(own); err != nil {
+			return nil, err
+		}
+		return out, nil
+	}
+	type answer struct {
+		res []broker.AckResult
+		err error
+	}
+	bodies := make([][]byte, len(parts))
+	for pi := range parts {
+		p := &parts[pi]
+		sub := make([]broker.AckItem, len(p.idx))
+		for j, i := range p.idx {
+			sub[j] = items[i]
+		}
+		bodies[pi] = EncodeAcks(sub)
+		if int64(len(bodies[pi])) > f.cfg.MaxBodyBytes {
+			// Naming each item's group can make a part larger than the
+			// client's body; the owner would answer 413.
+			own = append(own, p.idx...)
+			p.idx, bodies[pi] = nil, nil
+			f.unprobe(p.peer)
+		}
+	}
+	answers := make([]answer, len(parts))
+	var wg sync.WaitGroup
+	for pi := range parts {
+		p := &parts[pi]
+		if bodies[pi] == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sent := f.now()
+			res, err := f.sendAcks(ctx, p.addr, authorization, bodies[pi], items, p.idx)
+			answers[pi] = answer{res, err}
+			f.settle(ctx, p.peer, sent, err)
+		}()
+	}
+	f.ackLocal.Add(int64(len(own)))
+	lerr := applyHere(own)
+	wg.Wait()
+	if lerr != nil {
+		return nil, lerr
+	}
+	var again []int
+	for pi, a := range answers {
+		p := parts[pi]
+		if bodies[pi] == nil {
+			continue
+		}
+		if a.err == nil {
+			for j, r := range a.res {
+				r.Index = p.idx[j]
+				out[p.idx[j]] = r
+			}
+			continue
+		}
+		if ctx.Err() != nil {
+			continue
+		}
+		f.ackFailures.Add(1)
+		f.log.Warn("ack forward failed; applying the acks here", "peer", p.peer, "addr", p.addr, "items", len(p.idx), "error", a.err)
+		again = append(again, p.idx...)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	f.ackFallback.Add(int64(len(again)))
+	if err := applyHere(again); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// sendAcks posts body (items[idx...], EncodeAcks) to the peer's batch ack
+// endpoint and reads its per-item results.
+func (f *Forwarder) sendAcks(ctx context.Context, addr, authorization string, body []byte, items []broker.AckItem, idx []int) ([]broker.AckResult, error) {
+	f.acks.Add(1)
+	f.ackItems.Add(int64(len(idx)))
+	sent := make([]broker.AckItem, len(idx))
+	for j, i := range idx {
+		sent[j] = items[i]
+	}
+	ctx, cancel := context.WithTimeout(ctx, f.cfg.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/api/v1/ack/batch", bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(Header, "1")
+	if authorization != "" {
+		req.Header.Set("Authorization", authorization)
+	}
+	resp, err := f.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBytes))
+		return nil, &refusal{status: resp.StatusCode, msg: string(msg)}
+	}
+	answer, err := io.ReadAll(io.LimitReader(resp.Body, f.cfg.MaxAnswerBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(answer)) > f.cfg.MaxAnswerBytes {
+		return nil, fmt.Errorf("%w: more than %d bytes", errAnswer, f.cfg.MaxAnswerBytes)
+	}
+	return decodeAcks(answer, sent)
+}
+
+// peerAck is what the ack endpoints answer per item (docs/api.md, "Acks").
+type peerAck struct {
+	Index         *int    `json:"index"`
+	TransactionID string  `json:"transactionId"`
+	Success       bool    `json:"success"`
+	Error         *string `json:"error"`
+	QueueName     string  `json:"queueName"`
+	PartitionName string  `json:"partitionName"`
+	LeaseReleased bool    `json:"leaseReleased"`
+	DLQ           bool    `json:"dlq"`
+}
+
+// decodeAcks checks that the answer names every sent item once, with its
+// own transaction id, and returns the results in the items' order.
+func decodeAcks(body []byte, items []broker.AckItem) ([]broker.AckResult, error) {
+	var pas []peerAck
+	if err := json.Unmarshal(body, &pas); err != nil {
+		return nil, fmt.Errorf("%w: %v", errAnswer, err)
+	}
+	if len(pas) != len(items) {
+		return nil, fmt.Errorf("%w: %d results for %d acks", errAnswer, len(pas), len(items))
+	}
+	out := make([]broker.AckResult, len(items))
+	seen := make([]bool, len(items))
+	for _, p := range pas {
+		if p.Index == nil || *p.Index < 0 || *p.Index >= len(items) || seen[*p.Index] {
+			return nil, fmt.Errorf("%w: bad or repeated index", errAnswer)
+		}
+		i := *p.Index
+		seen[i] = true
+		if p.TransactionID != items[i].TransactionID {
+			return nil, fmt.Errorf("%w: ack %d: transaction id %q, sent %q", errAnswer, i, p.TransactionID, items[i].TransactionID)
+		}
+		r := broker.AckResult{Index: i, TransactionID: p.TransactionID, Success: p.Success, QueueName: p.QueueName,
+			PartitionName: p.PartitionName, LeaseReleased: p.LeaseReleased, DLQ: p.DLQ}
+		if p.Error != nil {
+			r.Error = *p.Error
+		}
+		out[i] = r
+	}
+	return out, nil
+}
+
+// EncodeAcks writes the public batch ack body for items, as a forward
+// sends it: every item names its own consumer group, and a status, lease
+// or error only when it has one (absent means the same to the endpoint).
+func EncodeAcks(items []broker.AckItem) []byte {
+	n := 24
+	for _, it := range items {
+		n += 96 + len(it.TransactionID) + len(it.PartitionID) + len(it.Status) + len(it.Group) + len(it.LeaseID) + len(it.Error)
+	}
+	b := make([]byte, 0, n)
+	b = append(b, `{"acknowledgments":[`...)
+	for i, it := range items {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"transactionId":`...)
+		b = appendString(b, it.TransactionID)
+		b = append(b, `,"partitionId":`...)
+		b = appendString(b, it.PartitionID)
+		if it.Status != "" {
+			b = append(b, `,"status":`...)
+			b = appendString(b, string(it.Status))
+		}
+		group := it.Group
+		if group == "" {
+			group = broker.QueueMode
+		}
+		b = append(b, `,"consumerGroup":`...)
+		b = appendString(b, group)
+		if it.LeaseID != "" {
+			b = append(b, `,"leaseId":`...)
+			b = appendString(b, it.LeaseID)
+		}
+		if it.Error != "" {
+			b = append(b, `,"error":`...)
+			b = appendString(b, it.Error)
+		}
+		b = append(b, '}')
+	}
+	return append(b, "]}"...)
+}
