@@ -96,7 +96,7 @@ func (s *Server) forwardPop(w http.ResponseWriter, r *http.Request, c caller, re
 		if a.Status != http.StatusOK {
 			return
 		}
-		if id := leaseOfAnswer(body[:min(len(body), maxAnswerHead)]); id != "" {
+		if id, _, _ := answerHead(body[:min(len(body), maxAnswerHead)]); id != "" {
 			s.log.Debug("releasing lease of undelivered forwarded pop", "lease", id, "why", why)
 			s.b.ReleaseUndelivered(&broker.PopResult{LeaseID: id})
 		}
@@ -116,6 +116,13 @@ func (s *Server) forwardPop(w http.ResponseWriter, r *http.Request, c caller, re
 	case r.Context().Err() != nil:
 		release("client left")
 		return true
+	}
+	if a.Status == http.StatusOK {
+		// The answer names its partition's queue: the client's acks of it
+		// can go to the owner from the first (forward.Forwarder.Ack).
+		if _, queue, pid := answerHead(body[:min(len(body), maxAnswerHead)]); queue != "" && pid != "" {
+			f.LearnRoute(c.tenant, pid, queue)
+		}
 	}
 	if a.ContentType != "" {
 		w.Header().Set("Content-Type", a.ContentType)
@@ -143,31 +150,34 @@ const maxForwardedPopBytes = 256 << 20
 // lease: the head's names are at most a few hundred bytes.
 const maxAnswerHead = 4 << 10
 
-// leaseOfAnswer reads the leaseId of a pop answer's head (writePop's
-// popHead, whose fields come before the messages); "" when it has none.
-func leaseOfAnswer(head []byte) string {
+// answerHead reads the head of a pop answer (writePop's popHead, whose
+// fields come before the messages): its lease, queue and first partition,
+// "" for what it does not name.
+func answerHead(head []byte) (leaseID, queue, partitionID string) {
 	dec := json.NewDecoder(bytes.NewReader(head))
 	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return ""
+		return "", "", ""
 	}
 	for dec.More() {
 		k, err := dec.Token()
-		if err != nil {
-			return ""
-		}
-		if k == "messages" {
-			return ""
+		if err != nil || k == "messages" {
+			return
 		}
 		v, err := dec.Token()
 		if err != nil {
-			return ""
+			return
 		}
-		if k == "leaseId" {
-			id, _ := v.(string)
-			return id
+		str, _ := v.(string)
+		switch k {
+		case "leaseId":
+			leaseID = str
+		case "queue":
+			queue = str
+		case "partitionId":
+			partitionID = str
 		}
 	}
-	return ""
+	return
 }
 
 // ack applies acks: through the forwarder, at their queues' owners, unless

@@ -9,9 +9,10 @@ import (
 	"queen-node/broker"
 )
 
-// leaseOfAnswer finds the lease in the head of the answer writePop writes,
-// whatever the names before it hold, and nothing in an answer without one.
-func TestLeaseOfAnswer(t *testing.T) {
+// answerHead finds the lease, queue and partition in the head of the
+// answer writePop writes, whatever the names hold, and no lease in an
+// answer without one.
+func TestAnswerHead(t *testing.T) {
 	cases := []struct {
 		name                   string
 		queue, partition, want string
@@ -35,14 +36,15 @@ func TestLeaseOfAnswer(t *testing.T) {
 				t.Fatal(err)
 			}
 			body := rec.Body.Bytes()
-			if got := leaseOfAnswer(body[:min(len(body), maxAnswerHead)]); got != c.want {
-				t.Fatalf("lease %q, want %q (answer %.200s)", got, c.want, body)
+			lease, queue, pid := answerHead(body[:min(len(body), maxAnswerHead)])
+			if lease != c.want || queue != c.queue || pid != "pid" {
+				t.Fatalf("head (%q, %q, %q), want (%q, %q, pid) (answer %.200s)", lease, queue, pid, c.want, c.queue, body)
 			}
 		})
 	}
 	for _, bad := range []string{"", "[", `{"success":true`, `{"messages":[{"leaseId":"inner"}],"leaseId":"late"}`, `{"error":"x"}`} {
-		if got := leaseOfAnswer([]byte(bad)); got != "" {
-			t.Fatalf("leaseOfAnswer(%q) = %q, want none", bad, got)
+		if got, _, _ := answerHead([]byte(bad)); got != "" {
+			t.Fatalf("answerHead(%q) gives lease %q, want none", bad, got)
 		}
 	}
 }

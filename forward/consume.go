@@ -171,9 +171,10 @@ func (f *Forwarder) get(ctx context.Context, addr, uri, authorization string) (*
 	return f.popClient.Do(req)
 }
 
-// routes remembers the queue of each partition this node has acked, per
-// tenant, so later acks of it can go to the queue's owner: an ack names
-// its partition, not its queue, and a partition never changes queue.
+// routes remembers the queue of each partition this node has acked or
+// forwarded a pop answer of, per tenant, so later acks of it can go to the
+// queue's owner: an ack names its partition, not its queue, and a
+// partition never changes queue.
 // Bounded: past max entries an arbitrary one is forgotten (its next ack
 // is served here and teaches it again).
 type routes struct {
@@ -206,18 +207,35 @@ func (r *routes) learn(tenant string, items []broker.AckItem, res []broker.AckRe
 		if a.QueueName == "" || a.Index < 0 || a.Index >= len(items) {
 			continue
 		}
-		k := routeKey{tenant, items[a.Index].PartitionID}
-		if _, ok := r.m[k]; ok {
-			continue
-		}
-		if len(r.m) >= r.max {
-			for old := range r.m {
-				delete(r.m, old)
-				break
-			}
-		}
-		r.m[k] = a.QueueName
+		r.addLocked(routeKey{tenant, items[a.Index].PartitionID}, a.QueueName)
 	}
+}
+
+// LearnRoute records that partitionID belongs to queue (a forwarded pop's
+// answer names them), so acks of it go to the queue's owner from the first.
+func (f *Forwarder) LearnRoute(tenant, partitionID, queue string) {
+	f.routes.add(tenant, partitionID, queue)
+}
+
+func (r *routes) add(tenant, pid, queue string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.addLocked(routeKey{tenant, pid}, queue)
+}
+
+// addLocked records k unless known, forgetting an arbitrary entry when
+// full.
+func (r *routes) addLocked(k routeKey, queue string) {
+	if _, ok := r.m[k]; ok {
+		return
+	}
+	if len(r.m) >= r.max {
+		for old := range r.m {
+			delete(r.m, old)
+			break
+		}
+	}
+	r.m[k] = queue
 }
 
 // AckStore applies acks on this node.

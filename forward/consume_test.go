@@ -1029,3 +1029,31 @@ func TestEncodeAcksEscapes(t *testing.T) {
 		t.Fatalf("no acks: %s", b)
 	}
 }
+
+// A route learned from a forwarded pop's answer sends the first ack of
+// that partition to the owner; routes are per tenant.
+func TestALearnedRouteSendsTheFirstAck(t *testing.T) {
+	a := newOwnerNode(t, ackOwner(t, ackedBy("peer0")))
+	b := newOwnerNode(t, ackOwner(t, ackedBy("peer1")))
+	owners := table(a.addr(), b.addr())
+	qA := queueOwnedBy(t, owners, "peer0")
+	local := &ackStore{queues: map[string]string{"pA": qA}}
+	f := New(DefaultConfig(), owners, nil)
+	defer f.Close()
+	f.LearnRoute("default", "pA", qA)
+	items := []broker.AckItem{{TransactionID: "t0", PartitionID: "pA"}}
+	res, err := f.Ack(context.Background(), "default", "", items, local.apply)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkResults(t, res, items, []string{"peer0"})
+	if local.ncalls() != 0 || a.count() != 1 {
+		t.Fatalf("applied here %d times, forwarded %d, want the first ack forwarded", local.ncalls(), a.count())
+	}
+	// Another tenant's partition of the same id is not known.
+	res, err = f.Ack(context.Background(), "other", "", items, local.apply)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkResults(t, res, items, []string{"local"})
+}
