@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"time"
 
@@ -65,7 +64,8 @@ func (s *Server) forwardPop(w http.ResponseWriter, r *http.Request, c caller, re
 		f.ReceivedConsume()
 		return false
 	}
-	if req.AutoAck {
+	if req.AutoAck || s.b.PopsPaused() {
+		// (pop maintenance here: the owner may learn of it a moment later)
 		return false
 	}
 	ctx, cancel := context.WithCancel(r.Context())
@@ -85,13 +85,13 @@ func (s *Server) forwardPop(w http.ResponseWriter, r *http.Request, c caller, re
 		req.Timeout = max(0, req.Timeout-time.Since(start))
 		return false
 	}
-	defer a.Close()
 	// The whole answer is read before any of it is written, so the client
 	// gets it in one write and flush, as from servePop: a client may leave
 	// as soon as it has decoded the body, and only a failure of that last
 	// write says it did not arrive. Either way the lease is released, by
-	// its id in the answer's head (any node can).
-	body, err := io.ReadAll(io.LimitReader(a.Body, maxForwardedPopBytes+1))
+	// its id in the answer's head (any node can). Reading it first also
+	// frees the connection to the owner before a slow client reads.
+	body, err := a.ReadAll(s.maxForwardedPop())
 	release := func(why string) {
 		if a.Status != http.StatusOK {
 			return
@@ -102,7 +102,7 @@ func (s *Server) forwardPop(w http.ResponseWriter, r *http.Request, c caller, re
 		}
 	}
 	switch {
-	case err != nil || len(body) > maxForwardedPopBytes:
+	case err != nil:
 		// The owner's answer broke off (it died while answering) or is
 		// more than any pop gives: hand its lease back and serve the pop
 		// here.
@@ -141,10 +141,16 @@ func (s *Server) forwardPop(w http.ResponseWriter, r *http.Request, c caller, re
 	return true
 }
 
-// maxForwardedPopBytes bounds a forwarded pop's answer: far above the
-// largest a peer gives under the default QUEEN_POP_MAX_BYTES (16 MiB of
-// payloads plus their envelopes).
-const maxForwardedPopBytes = 256 << 20
+// maxForwardedPop bounds a forwarded pop's answer: twice the payload
+// bytes of a pop (QUEEN_POP_MAX_BYTES; every node of a cluster has the
+// same) plus 64 MiB for the envelopes of up to 10,000 messages; 4 GiB when
+// pops are unbounded.
+func (s *Server) maxForwardedPop() int64 {
+	if m := s.b.MaxPopBytes(); m > 0 {
+		return 2*m + 64<<20
+	}
+	return 4 << 30
+}
 
 // maxAnswerHead bounds what of a forwarded pop answer is kept to find its
 // lease: the head's names are at most a few hundred bytes.

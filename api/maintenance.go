@@ -17,6 +17,8 @@ type MaintenanceBroker interface {
 	BufferStats() broker.BufferStats    // this node's buffer, every tenant
 	TenantBuffered(tenant string) int64 // this node's buffered records of one tenant
 	PushBuffering() bool                // pushes go to this node's buffer now (on, or still replaying)
+	PopsPaused() bool                   // pop maintenance is on here (forwarded pops are served here then)
+	MaxPopBytes() int64                 // bound of a pop's payload bytes, 0 none (bounds a forwarded pop's answer)
 }
 
 // maintenanceBodyLimit bounds a toggle's body: it is {"enabled": bool}.

@@ -43,6 +43,8 @@ func (f *fakeBroker) BufferStats() broker.BufferStats {
 }
 
 func (f *fakeBroker) PushBuffering() bool { return false }
+func (f *fakeBroker) PopsPaused() bool    { return false }
+func (f *fakeBroker) MaxPopBytes() int64  { return 0 }
 
 func (f *fakeBroker) TenantBuffered(tenant string) int64 {
 	if tenant == "t1" {

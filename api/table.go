@@ -457,7 +457,7 @@ var Table = []Row{
 	// node stored because it owns their queues, items it forwarded to
 	// their owners, and forwards that failed and were stored here.
 	{Status: "forward.owners", Metric: "queen_push_forward_owners", Kind: Gauge,
-		Help: "Members that own queues' pushes in this node's view, itself included (0: no forwarder: the mesh is off or open, or QUEEN_PUSH_FORWARD=0; 1: alone).", Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.OwnersKnown })},
+		Help: "Members that own queues' pushes in this node's view, itself included (0: no forwarder: the mesh is off or open, or both QUEEN_PUSH_FORWARD=0 and QUEEN_CONSUME_FORWARD=0; 1: alone).", Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.OwnersKnown })},
 	{Status: "forward.requests", Metric: "queen_push_forward_requests_total", Kind: Counter,
 		Help: "Pushes this node forwarded to the owners of their queues (one per owner per client push).", Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.Requests })},
 	{Status: "forward.items", Metric: "queen_push_forward_items_total", Kind: Counter,
@@ -485,7 +485,9 @@ var Table = []Row{
 	{Status: "forward.ack_failures", Metric: "queen_consume_forward_ack_failures_total", Kind: Counter,
 		Help: "Forwarded ack requests that failed; their items were applied here.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.AckFailures })},
 	{Status: "forward.ack_fallback_items", Metric: "queen_consume_forward_ack_fallback_items_total", Kind: Counter,
-		Help: "Ack items of failed forwards, applied here.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.AckFallbackItems })},
+		Help: "Ack items of failed forwards applied here: all of them when the owner certainly applied nothing (no connection, or a 4xx), else the completions only.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.AckFallbackItems })},
+	{Status: "forward.ack_unknown_items", Metric: "queen_consume_forward_ack_unknown_items_total", Kind: Counter,
+		Help: "Ack items of failed forwards the owner may have applied and that are not completions: not applied here (a failed ack applied twice could decide a second retry), answered \"Outcome unknown\".", Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.AckUnknownItems })},
 	{Status: "forward.ack_local_items", Metric: "queen_consume_forward_ack_local_items_total", Kind: Counter,
 		Help: "Ack items applied here: this node owns their queue, does not yet know their partition's queue, or the owner cools down.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.AckLocalItems })},
 	{Status: "forward.routes", Metric: "queen_consume_forward_routes", Kind: Gauge,

@@ -854,3 +854,11 @@ func (b *Broker) maintenanceSnapshot() MaintenanceSnapshot {
 	v := b.MaintenanceView()
 	return MaintenanceSnapshot{PushMaintenance: v.Push, PopMaintenance: v.Pop, BufferStats: b.BufferStats()}
 }
+
+// PopsPaused reports whether pop maintenance is on here: a node that
+// forwards pops serves them itself then, so the switch takes effect at once
+// on every node that has seen it (docs/api.md, "Queue ownership").
+func (b *Broker) PopsPaused() bool {
+	_, paused := b.popGate()
+	return paused
+}

@@ -73,3 +73,7 @@ func (b *Broker) TrimSamples(ctx context.Context, before time.Time, batch, round
 	n, err := b.db.TrimSamples(ctx, before, batch, rounds)
 	return n, wrap(err)
 }
+
+// MaxPopBytes is the bound of one pop response's payload bytes
+// (Config.MaxPopBytes; 0: none).
+func (b *Broker) MaxPopBytes() int64 { return b.cfg.MaxPopBytes }

@@ -4,13 +4,18 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
+
 	"queen-node/broker"
+	"queen-node/protocol"
 )
 
 // A queue's pops and acks go to its owner too (docs/api.md, "Queue
@@ -30,16 +35,31 @@ const (
 	DefaultRoutes   = 100_000
 )
 
-// PopAnswer is an owner's answer to a forwarded pop: the caller copies it
-// to its client and then closes it.
+// PopAnswer is an owner's answer to a forwarded pop: the caller reads it
+// with ReadAll, which also releases its connection and its slot.
 type PopAnswer struct {
 	Status      int
 	ContentType string
-	Body        io.Reader
+	body        io.Reader
 	close       func()
+	settle      func(err error) // records the forward's outcome once the body is read
 }
 
-// Close releases the answer's connection and its slot.
+// ReadAll reads the answer's body, at most max bytes (a longer one is an
+// error), and releases the answer. An error (the owner broke off, or
+// answered more than any pop gives) is the owner's failure: it cools
+// down, and the caller serves the pop here.
+func (a *PopAnswer) ReadAll(max int64) ([]byte, error) {
+	defer a.close()
+	body, err := io.ReadAll(io.LimitReader(a.body, max+1))
+	if err == nil && int64(len(body)) > max {
+		err = fmt.Errorf("%w: more than %d bytes", errAnswer, max)
+	}
+	a.settle(err)
+	return body, err
+}
+
+// Close releases the answer without reading it.
 func (a *PopAnswer) Close() { a.close() }
 
 // popSlot takes one of peer's PopConns slots; false when they are all
@@ -65,8 +85,9 @@ func (f *Forwarder) popUnslot(peer string) {
 // consumePeer returns the owner of (tenant, queue) when pops and acks of
 // it go there: consume forwarding is on, the owner is a live peer and is
 // not cooling down. A true answer may have made the caller the probe of a
-// cool-down (coolingDown), which it must settle.
-func (f *Forwarder) consumePeer(tenant, queue string) (peer, addr string, ok bool) {
+// cool-down (coolingDown), which it must settle; with mayProbe false (a
+// long-poll) any cool-down entry keeps the request here instead.
+func (f *Forwarder) consumePeer(tenant, queue string, mayProbe bool) (peer, addr string, ok bool) {
 	if !f.cfg.Consume {
 		return "", "", false
 	}
@@ -79,7 +100,7 @@ func (f *Forwarder) consumePeer(tenant, queue string) (peer, addr string, ok boo
 		return "", "", false
 	}
 	n := t.Node(o)
-	if f.coolingDown(n.Name) {
+	if !mayProbe && f.anyCooling(n.Name) || f.coolingDown(n.Name) {
 		return "", "", false
 	}
 	return n.Name, n.Addr, true
@@ -113,7 +134,7 @@ func (f *Forwarder) settle(ctx context.Context, peer string, sent time.Time, err
 // owner that claimed messages and then failed to answer keeps them leased
 // until the lease expires, as for a client that vanishes.
 func (f *Forwarder) Pop(ctx context.Context, tenant, queue, uri, authorization string, wait time.Duration) *PopAnswer {
-	peer, addr, ok := f.consumePeer(tenant, queue)
+	peer, addr, ok := f.consumePeer(tenant, queue, wait <= 0)
 	if !ok {
 		return nil
 	}
@@ -144,18 +165,28 @@ func (f *Forwarder) Pop(ctx context.Context, tenant, queue, uri, authorization s
 		resp.Body.Close()
 		err = &refusal{status: resp.StatusCode, msg: string(msg)}
 	}
-	f.settle(ctx, peer, sent, err)
-	if err != nil {
-		done()
+	failed := func(err error) {
+		f.settle(ctx, peer, sent, err)
 		if ctx.Err() == nil {
 			f.popFailures.Add(1)
 			f.log.Warn("pop forward failed; serving it here", "peer", peer, "addr", addr, "error", err)
 		}
+	}
+	if err != nil {
+		failed(err)
+		done()
 		return nil
 	}
 	var once sync.Once
-	return &PopAnswer{Status: resp.StatusCode, ContentType: resp.Header.Get("Content-Type"), Body: resp.Body,
-		close: func() { once.Do(func() { resp.Body.Close(); done() }) }}
+	return &PopAnswer{Status: resp.StatusCode, ContentType: resp.Header.Get("Content-Type"), body: resp.Body,
+		close: func() { once.Do(func() { resp.Body.Close(); done() }) },
+		settle: func(err error) {
+			if err != nil {
+				failed(err)
+				return
+			}
+			f.settle(ctx, peer, sent, nil)
+		}}
 }
 
 // get sends a forwarded GET to the peer at addr.
@@ -185,10 +216,20 @@ type routes struct {
 
 type routeKey struct{ tenant, partitionID string }
 
+// keyOf spells a partition id as the broker does (a UUID in its canonical
+// form), so every spelling of one partition takes the same path.
+func keyOf(tenant, pid string) routeKey {
+	if u, err := uuid.Parse(pid); err == nil {
+		pid = u.String()
+	}
+	return routeKey{tenant, pid}
+}
+
 func (r *routes) get(tenant, pid string) (string, bool) {
+	k := keyOf(tenant, pid)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	q, ok := r.m[routeKey{tenant, pid}]
+	q, ok := r.m[k]
 	return q, ok
 }
 
@@ -207,7 +248,7 @@ func (r *routes) learn(tenant string, items []broker.AckItem, res []broker.AckRe
 		if a.QueueName == "" || a.Index < 0 || a.Index >= len(items) {
 			continue
 		}
-		r.addLocked(routeKey{tenant, items[a.Index].PartitionID}, a.QueueName)
+		r.addLocked(keyOf(tenant, items[a.Index].PartitionID), a.QueueName)
 	}
 }
 
@@ -220,7 +261,7 @@ func (f *Forwarder) LearnRoute(tenant, partitionID, queue string) {
 func (r *routes) add(tenant, pid, queue string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.addLocked(routeKey{tenant, pid}, queue)
+	r.addLocked(keyOf(tenant, pid), queue)
 }
 
 // addLocked records k unless known, forgetting an arbitrary entry when
@@ -379,8 +420,26 @@ func (f *Forwarder) Ack(ctx context.Context, tenant, authorization string, items
 			continue
 		}
 		f.ackFailures.Add(1)
-		f.log.Warn("ack forward failed; applying the acks here", "peer", p.peer, "addr", p.addr, "items", len(p.idx), "error", a.err)
-		again = append(again, p.idx...)
+		if notApplied(a.err) {
+			f.log.Warn("ack forward failed; applying the acks here", "peer", p.peer, "addr", p.addr, "items", len(p.idx), "error", a.err)
+			again = append(again, p.idx...)
+			continue
+		}
+		// The owner may have applied them. A completed ack applied twice
+		// is answered success and changes nothing; a failed one may take
+		// a second retry decision on a redelivery, so it is not replayed.
+		unknown := 0
+		for _, i := range p.idx {
+			if completes(items[i].Status) {
+				again = append(again, i)
+				continue
+			}
+			out[i] = broker.AckResult{Index: i, TransactionID: items[i].TransactionID, Error: ErrOutcomeUnknown}
+			unknown++
+		}
+		f.ackUnknown.Add(int64(unknown))
+		f.log.Warn("ack forward failed after it may have been applied; completed acks applied here, the others answered with an error",
+			"peer", p.peer, "addr", p.addr, "items", len(p.idx), "not_replayed", unknown, "error", a.err)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -390,6 +449,30 @@ func (f *Forwarder) Ack(ctx context.Context, tenant, authorization string, items
 		return nil, err
 	}
 	return out, nil
+}
+
+// ErrOutcomeUnknown answers an ack item that was sent to its queue's owner
+// whose answer never came, and that is not replayed here (docs/api.md,
+// "Queue ownership").
+const ErrOutcomeUnknown = "Outcome unknown: the queue's owner did not answer; the ack may have been applied"
+
+// completes reports whether an ack status completes its message ("" is
+// completed): such an ack applied twice is answered success and changes
+// nothing.
+func completes(st protocol.AckStatus) bool {
+	return st == "" || st == protocol.AckCompleted || st == protocol.AckSuccess
+}
+
+// notApplied reports whether a failed forward certainly did nothing at the
+// owner: the connection was never made, or the owner refused the request
+// (4xx: before any ack is applied).
+func notApplied(err error) bool {
+	var r *refusal
+	if errors.As(err, &r) {
+		return r.status >= 400 && r.status < 500
+	}
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }
 
 // sendAcks posts body (items[idx...], EncodeAcks) to the peer's batch ack

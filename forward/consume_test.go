@@ -191,8 +191,7 @@ func popURI(queue string) string {
 // readAnswer reads and closes a forwarded pop's answer.
 func readAnswer(t *testing.T, a *PopAnswer) string {
 	t.Helper()
-	defer a.Close()
-	b, err := io.ReadAll(a.Body)
+	b, err := a.ReadAll(1 << 20)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -329,8 +328,9 @@ func TestAFailedPopOwnerCoolsDown(t *testing.T) {
 			defer f.Close()
 			clk := setClock(f)
 			q := queueOwnedBy(t, m.owners, "peer0")
+			// Pops that do not wait: only those may probe.
 			pop := func() *PopAnswer {
-				return f.Pop(context.Background(), "default", q, popURI(q), "", time.Second)
+				return f.Pop(context.Background(), "default", q, popURI(q), "", 0)
 			}
 			if a := pop(); a != nil {
 				readAnswer(t, a)
@@ -354,6 +354,15 @@ func TestAFailedPopOwnerCoolsDown(t *testing.T) {
 			p.setHandler(holding(arrived, release.ch, nil))
 			m.set(p.addr())
 			clk.add(2 * time.Second)
+			// A long-poll is never the probe: it could hold the owner's
+			// queues here for its whole wait.
+			if a := f.Pop(context.Background(), "default", q, popURI(q), "", time.Minute); a != nil {
+				readAnswer(t, a)
+				t.Fatal("a long-poll probed the owner")
+			}
+			if p.count() != sent {
+				t.Fatal("a long-poll was sent to an owner whose cool-down awaits its probe")
+			}
 			probe := make(chan *PopAnswer, 1)
 			go func() { probe <- pop() }()
 			within(t, arrived, "the probe")
@@ -489,9 +498,13 @@ func TestAPopWhoseClientLeaves(t *testing.T) {
 			}
 			defer f.Close()
 			q := queueOwnedBy(t, owners, "peer0")
+			wait := 30 * time.Second
+			if probe {
+				wait = 0 // a long-poll never probes
+			}
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan *PopAnswer, 1)
-			go func() { done <- f.Pop(ctx, "default", q, popURI(q), "", 30*time.Second) }()
+			go func() { done <- f.Pop(ctx, "default", q, popURI(q), "", wait) }()
 			within(t, arrived, "the forwarded pop")
 			cancel()
 			if a := within(t, done, "Pop to return"); a != nil {
@@ -503,7 +516,7 @@ func TestAPopWhoseClientLeaves(t *testing.T) {
 				t.Fatalf("stats %+v: a client leaving is not the owner's failure", st)
 			}
 			p.setHandler(answering(http.StatusNoContent, "", ""))
-			a := f.Pop(context.Background(), "default", q, popURI(q), "", 30*time.Second)
+			a := f.Pop(context.Background(), "default", q, popURI(q), "", wait)
 			if a == nil {
 				t.Fatal("the owner cools down after a client left")
 			}
@@ -807,37 +820,41 @@ func TestAFailedAckForwardIsAppliedHere(t *testing.T) {
 	fixed := func(h http.HandlerFunc) func(*testing.T) http.HandlerFunc {
 		return func(*testing.T) http.HandlerFunc { return h }
 	}
+	// unsent: the owner certainly applied nothing (no connection, or a
+	// 4xx refusal), so every item is applied here; otherwise only the
+	// completions are, and the failed ack is answered ErrOutcomeUnknown.
 	cases := []struct {
 		name    string
 		handler func(*testing.T) http.HandlerFunc // nil: unreachable
 		slow    bool
 		cools   bool
+		unsent  bool
 	}{
-		{"unreachable", nil, false, true},
-		{"500", fixed(status(500)), false, true},
-		{"503", fixed(status(503)), false, true},
-		{"408", fixed(status(408)), false, true},
-		{"429", fixed(status(429)), false, true},
+		{"unreachable", nil, false, true, true},
+		{"500", fixed(status(500)), false, true, false},
+		{"503", fixed(status(503)), false, true, false},
+		{"408", fixed(status(408)), false, true, true},
+		{"429", fixed(status(429)), false, true, true},
 		{"redirect", fixed(func(w http.ResponseWriter, r *http.Request) {
 			http.Redirect(w, r, "/elsewhere", http.StatusTemporaryRedirect)
-		}), false, true},
-		{"401", fixed(status(401)), false, false},
-		{"403", fixed(status(403)), false, false},
-		{"not JSON", fixed(answering(200, "application/json", `[{"index":0`)), false, true},
-		{"another transaction id", edit(func(o []map[string]any) []map[string]any { o[1]["transactionId"] = "other"; return o }), false, true},
-		{"repeated index", edit(func(o []map[string]any) []map[string]any { o[1] = o[0]; return o }), false, true},
-		{"missing index", edit(func(o []map[string]any) []map[string]any { delete(o[1], "index"); return o }), false, true},
-		{"null index", edit(func(o []map[string]any) []map[string]any { o[0]["index"] = nil; return o }), false, true},
-		{"index out of range", edit(func(o []map[string]any) []map[string]any { o[1]["index"] = 2; return o }), false, true},
-		{"too few results", edit(func(o []map[string]any) []map[string]any { return o[:1] }), false, true},
+		}), false, true, false},
+		{"401", fixed(status(401)), false, false, true},
+		{"403", fixed(status(403)), false, false, true},
+		{"not JSON", fixed(answering(200, "application/json", `[{"index":0`)), false, true, false},
+		{"another transaction id", edit(func(o []map[string]any) []map[string]any { o[1]["transactionId"] = "other"; return o }), false, true, false},
+		{"repeated index", edit(func(o []map[string]any) []map[string]any { o[1] = o[0]; return o }), false, true, false},
+		{"missing index", edit(func(o []map[string]any) []map[string]any { delete(o[1], "index"); return o }), false, true, false},
+		{"null index", edit(func(o []map[string]any) []map[string]any { o[0]["index"] = nil; return o }), false, true, false},
+		{"index out of range", edit(func(o []map[string]any) []map[string]any { o[1]["index"] = 2; return o }), false, true, false},
+		{"too few results", edit(func(o []map[string]any) []map[string]any { return o[:1] }), false, true, false},
 		{"too many results", edit(func(o []map[string]any) []map[string]any {
 			extra := map[string]any{}
 			for k, v := range o[0] {
 				extra[k] = v
 			}
 			return append(o, extra)
-		}), false, true},
-		{"too slow", nil, true, true},
+		}), false, true, false},
+		{"too slow", nil, true, true, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -871,15 +888,28 @@ func TestAFailedAckForwardIsAppliedHere(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			checkResults(t, res, items, []string{"local", "local", "local"})
-			if got := local.call(1) + " then " + local.call(2); got != "t1 then t0,t2" {
-				t.Fatalf("applied here: %s, want t1 then t0,t2", got)
+			if tc.unsent {
+				checkResults(t, res, items, []string{"local", "local", "local"})
+				if got := local.call(1) + " then " + local.call(2); got != "t1 then t0,t2" {
+					t.Fatalf("applied here: %s, want t1 then t0,t2", got)
+				}
+				if st := f.Stats(); st.Acks != 1 || st.AckItems != 2 || st.AckFailures != 1 || st.AckFallbackItems != 2 || st.AckLocalItems != 3 || st.AckUnknownItems != 0 {
+					t.Fatalf("stats %+v", st)
+				}
+			} else {
+				checkResults(t, res[:2], items[:2], []string{"local", "local"})
+				if r := res[2]; r.Index != 2 || r.Success || r.Error != ErrOutcomeUnknown || r.TransactionID != "t2" {
+					t.Fatalf("the failed ack whose outcome is unknown: %+v", r)
+				}
+				if got := local.call(1) + " then " + local.call(2); got != "t1 then t0" {
+					t.Fatalf("applied here: %s, want t1 then t0 (a failed ack the owner may have applied is not replayed)", got)
+				}
+				if st := f.Stats(); st.Acks != 1 || st.AckItems != 2 || st.AckFailures != 1 || st.AckFallbackItems != 1 || st.AckLocalItems != 3 || st.AckUnknownItems != 1 {
+					t.Fatalf("stats %+v", st)
+				}
 			}
 			if p != nil && p.count() != 1 {
 				t.Fatalf("%d requests reached the owner", p.count())
-			}
-			if st := f.Stats(); st.Acks != 1 || st.AckItems != 2 || st.AckFailures != 1 || st.AckFallbackItems != 2 || st.AckLocalItems != 3 {
-				t.Fatalf("stats %+v", st)
 			}
 
 			// Again, within a cool-down if the owner is at fault.
@@ -1056,4 +1086,27 @@ func TestALearnedRouteSendsTheFirstAck(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkResults(t, res, items, []string{"local"})
+}
+
+// Every spelling of a partition's UUID takes the same path: the broker
+// reads them as one partition.
+func TestARouteIsKnownInEverySpelling(t *testing.T) {
+	a := newOwnerNode(t, ackOwner(t, ackedBy("peer0")))
+	owners := table(a.addr())
+	qA := queueOwnedBy(t, owners, "peer0")
+	const canonical = "0b9c2f62-3c57-4f3a-9d38-5d9d7b7a1e01"
+	local := &ackStore{queues: map[string]string{}}
+	f := New(DefaultConfig(), owners, nil)
+	defer f.Close()
+	f.LearnRoute("default", strings.ToUpper(canonical), qA)
+	items := []broker.AckItem{{TransactionID: "t0", PartitionID: canonical},
+		{TransactionID: "t1", PartitionID: "urn:uuid:" + canonical}}
+	res, err := f.Ack(context.Background(), "default", "", items, local.apply)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkResults(t, res, items, []string{"peer0", "peer0"})
+	if a.count() != 1 || local.ncalls() != 0 {
+		t.Fatalf("%d requests to the owner, %d applied here: want one request with both", a.count(), local.ncalls())
+	}
 }

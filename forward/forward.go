@@ -120,6 +120,7 @@ type Stats struct {
 	AckFailures      int64 // forwarded ack requests that failed
 	AckFallbackItems int64 // items of failed ack forwards, applied here
 	AckLocalItems    int64 // ack items applied here: this node owns their queue, does not know it, or the owner cools down
+	AckUnknownItems  int64 // items of failed ack forwards the owner may have applied, not completions: answered ErrOutcomeUnknown
 	Routes           int64 // partitions whose queue this node remembers for acks
 	ConsumeInbox     int64 // pops and acks peers forwarded to this node
 }
@@ -140,8 +141,8 @@ type Forwarder struct {
 	popsOut   map[string]int // forwarded pops in flight, by peer
 	routes    routes
 
-	requests, items, failures, fallback, local, inbox                                             atomic.Int64
-	pops, popFailures, popsBusy, acks, ackItems, ackFailures, ackFallback, ackLocal, consumeInbox atomic.Int64
+	requests, items, failures, fallback, local, inbox                                                         atomic.Int64
+	pops, popFailures, popsBusy, acks, ackItems, ackFailures, ackFallback, ackLocal, ackUnknown, consumeInbox atomic.Int64
 }
 
 // New returns a forwarder; owners returns the
@@ -211,7 +212,8 @@ func (f *Forwarder) Stats() Stats {
 		ForwardedInbox: f.inbox.Load(),
 		Pops:           f.pops.Load(), PopFailures: f.popFailures.Load(), PopsBusy: f.popsBusy.Load(),
 		Acks: f.acks.Load(), AckItems: f.ackItems.Load(), AckFailures: f.ackFailures.Load(),
-		AckFallbackItems: f.ackFallback.Load(), AckLocalItems: f.ackLocal.Load(), Routes: int64(f.routes.len()),
+		AckFallbackItems: f.ackFallback.Load(), AckLocalItems: f.ackLocal.Load(), AckUnknownItems: f.ackUnknown.Load(),
+		Routes:       int64(f.routes.len()),
 		ConsumeInbox: f.consumeInbox.Load()}
 }
 
@@ -290,6 +292,16 @@ func (f *Forwarder) coolingDown(peer string) bool {
 	}
 	c.probing = true
 	return false
+}
+
+// anyCooling reports whether peer has a cool-down entry at all: cooling,
+// being probed, or cooled and waiting for its probe. A long-poll, which may
+// wait minutes before it says anything of the peer, is never the probe.
+func (f *Forwarder) anyCooling(peer string) bool {
+	f.downMu.Lock()
+	defer f.downMu.Unlock()
+	_, ok := f.down[peer]
+	return ok
 }
 
 // failed starts or restarts peer's cool-down. Entries of peers that are

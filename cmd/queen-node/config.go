@@ -318,10 +318,10 @@ func settings() []setting {
 			usage: "store each pushed item on the node that owns its queue (needs the mesh; 0 = store every push where it arrives)",
 			apply: func(c *Config, v string) error { return boolean(v, &c.Node.Forward.Enabled) }},
 		{env: "QUEEN_PUSH_FORWARD_TIMEOUT_MS", flag: "push-forward-timeout-ms", def: ms(d.Forward.Timeout),
-			usage: "bound of one forwarded push; past it the items are stored on this node",
+			usage: "bound of one forwarded push or ack, and a forwarded pop's margin beyond its wait; past it this node serves the request",
 			apply: func(c *Config, v string) error { return durationMS(v, &c.Node.Forward.Timeout, 1, 50000) }}, // below the 60 s write timeout, fallback included
 		{env: "QUEEN_PUSH_FORWARD_COOLDOWN_MS", flag: "push-forward-cooldown-ms", def: ms(d.Forward.Cooldown),
-			usage: "after a failed forward, how long the owner's queues are stored on this node without asking it",
+			usage: "after a failed forward, how long the owner's queues are served on this node without asking it",
 			apply: func(c *Config, v string) error { return durationMS(v, &c.Node.Forward.Cooldown, 1, 600000) }},
 		{env: "QUEEN_CONSUME_FORWARD", flag: "consume-forward", def: boolDef(d.Forward.Consume), isBool: true,
 			usage: "serve each queue's pops and acks on the node that owns it (needs a sealed mesh; 0 = serve them where they arrive)",
