@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -86,7 +87,9 @@ func (f *Forwarder) popUnslot(peer string) {
 // it go there: consume forwarding is on, the owner is a live peer and is
 // not cooling down. A true answer may have made the caller the probe of a
 // cool-down (coolingDown), which it must settle; with mayProbe false (a
-// long-poll) any cool-down entry keeps the request here instead.
+// long-poll) a cool-down entry keeps the request here instead, unless
+// nothing else has probed the owner for a cool-down's length after it
+// ended (holdsLongPolls).
 func (f *Forwarder) consumePeer(tenant, queue string, mayProbe bool) (peer, addr string, ok bool) {
 	if !f.cfg.Consume {
 		return "", "", false
@@ -100,7 +103,7 @@ func (f *Forwarder) consumePeer(tenant, queue string, mayProbe bool) (peer, addr
 		return "", "", false
 	}
 	n := t.Node(o)
-	if !mayProbe && f.anyCooling(n.Name) || f.coolingDown(n.Name) {
+	if !mayProbe && f.holdsLongPolls(n.Name) || f.coolingDown(n.Name) {
 		return "", "", false
 	}
 	return n.Name, n.Addr, true
@@ -177,15 +180,27 @@ func (f *Forwarder) Pop(ctx context.Context, tenant, queue, uri, authorization s
 		done()
 		return nil
 	}
-	var once sync.Once
-	return &PopAnswer{Status: resp.StatusCode, ContentType: resp.Header.Get("Content-Type"), body: resp.Body,
-		close: func() { once.Do(func() { resp.Body.Close(); done() }) },
+	var once, settled sync.Once
+	status := resp.StatusCode
+	return &PopAnswer{Status: status, ContentType: resp.Header.Get("Content-Type"), body: resp.Body,
+		close: func() {
+			once.Do(func() {
+				resp.Body.Close()
+				settled.Do(func() { f.unprobe(peer) }) // closed unread: says nothing of the peer
+				done()
+			})
+		},
 		settle: func(err error) {
-			if err != nil {
-				failed(err)
-				return
-			}
-			f.settle(ctx, peer, sent, nil)
+			settled.Do(func() {
+				switch {
+				case err != nil:
+					failed(err)
+				case status >= 400:
+					f.unprobe(peer) // a refusal of this request, passed to the client
+				default:
+					f.settle(ctx, peer, sent, nil)
+				}
+			})
 		}}
 }
 
@@ -225,8 +240,9 @@ func keyOf(tenant, pid string) routeKey {
 	return routeKey{tenant, pid}
 }
 
-func (r *routes) get(tenant, pid string) (string, bool) {
-	k := keyOf(tenant, pid)
+func (r *routes) get(tenant, pid string) (string, bool) { return r.getKey(keyOf(tenant, pid)) }
+
+func (r *routes) getKey(k routeKey) (string, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	q, ok := r.m[k]
@@ -285,12 +301,13 @@ type AckStore func(ctx context.Context, items []broker.AckItem) ([]broker.AckRes
 // Ack applies acks where their queues' owners are: the items of
 // partitions whose queue this node knows (routes) and whose owner is a
 // peer are forwarded to it, one request per owner, the others applied
-// here, and so are a failed forward's items. All items of a partition
-// take the same path, in their order, so the per-partition rules of
-// docs/api.md ("Acks") hold. Replaying here an ack the owner applied
-// before its answer was lost changes nothing (the message is resolved, or
-// the retry already decided); its answer may then say the lease is gone.
-// Results are in the items' order.
+// here. A failed forward's items are applied here when the owner
+// certainly applied nothing (notApplied); otherwise only its completions
+// are (applied twice they change nothing) and the others are answered
+// ErrOutcomeUnknown. All items of a partition take the same path, in
+// their order, so the per-partition rules of docs/api.md ("Acks") hold.
+// Results are in the items' order; once a part went to an owner, a
+// failure here is answered per item.
 func (f *Forwarder) Ack(ctx context.Context, tenant, authorization string, items []broker.AckItem, local AckStore) ([]broker.AckResult, error) {
 	type part struct {
 		peer, addr string
@@ -302,8 +319,21 @@ func (f *Forwarder) Ack(ctx context.Context, tenant, authorization string, items
 	skip := map[string]bool{}
 	t := f.table()
 	alone := !f.cfg.Consume || t.Len() < 2
+	// A partition's first item decides its path for the whole request:
+	// the routes may learn or forget it meanwhile (concurrent requests).
+	decided := map[routeKey]int{} // -1: here; else index in parts
 	for i, it := range items {
-		q, ok := f.routes.get(tenant, it.PartitionID)
+		k := keyOf(tenant, it.PartitionID)
+		if d, ok := decided[k]; ok {
+			if d < 0 {
+				own = append(own, i)
+			} else {
+				parts[d].idx = append(parts[d].idx, i)
+			}
+			continue
+		}
+		decided[k] = -1
+		q, ok := f.routes.getKey(k)
 		if !ok || alone {
 			own = append(own, i)
 			continue
@@ -329,6 +359,7 @@ func (f *Forwarder) Ack(ctx context.Context, tenant, authorization string, items
 			at[n.Name] = p
 			parts = append(parts, part{peer: n.Name, addr: n.Addr})
 		}
+		decided[k] = p
 		parts[p].idx = append(parts[p].idx, i)
 	}
 	out := make([]broker.AckResult, len(items))
@@ -398,11 +429,20 @@ func (f *Forwarder) Ack(ctx context.Context, tenant, authorization string, items
 		}()
 	}
 	f.ackLocal.Add(int64(len(own)))
-	lerr := applyHere(own)
-	wg.Wait()
-	if lerr != nil {
-		return nil, lerr
+	// Parts went to owners, which may have applied them: from here a
+	// failure here is answered per item, never as the request's error,
+	// which a client would answer by sending the owners' parts again.
+	unknownHere := func(idx []int, err error) {
+		f.log.Warn("acks could not be applied here after others went to their owners; answered per item", "items", len(idx), "error", err)
+		f.ackUnknown.Add(int64(len(idx)))
+		for _, i := range idx {
+			out[i] = broker.AckResult{Index: i, TransactionID: items[i].TransactionID, Error: ErrOutcomeUnknownHere}
+		}
 	}
+	if lerr := applyHere(own); lerr != nil {
+		unknownHere(own, lerr)
+	}
+	wg.Wait()
 	var again []int
 	for pi, a := range answers {
 		p := parts[pi]
@@ -446,7 +486,7 @@ func (f *Forwarder) Ack(ctx context.Context, tenant, authorization string, items
 	}
 	f.ackFallback.Add(int64(len(again)))
 	if err := applyHere(again); err != nil {
-		return nil, err
+		unknownHere(again, err)
 	}
 	return out, nil
 }
@@ -456,11 +496,17 @@ func (f *Forwarder) Ack(ctx context.Context, tenant, authorization string, items
 // "Queue ownership").
 const ErrOutcomeUnknown = "Outcome unknown: the queue's owner did not answer; the ack may have been applied"
 
+// ErrOutcomeUnknownHere answers an ack item this node failed to apply in a
+// request whose other items went to their owners: the request cannot fail
+// as a whole once those may have been applied.
+const ErrOutcomeUnknownHere = "Outcome unknown: this node could not apply the ack; it may have been applied"
+
 // completes reports whether an ack status completes its message ("" is
 // completed): such an ack applied twice is answered success and changes
 // nothing.
 func completes(st protocol.AckStatus) bool {
-	return st == "" || st == protocol.AckCompleted || st == protocol.AckSuccess
+	return st == "" || strings.EqualFold(string(st), string(protocol.AckCompleted)) ||
+		strings.EqualFold(string(st), string(protocol.AckSuccess))
 }
 
 // notApplied reports whether a failed forward certainly did nothing at the

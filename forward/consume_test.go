@@ -1110,3 +1110,107 @@ func TestARouteIsKnownInEverySpelling(t *testing.T) {
 		t.Fatalf("%d requests to the owner, %d applied here: want one request with both", a.count(), local.ncalls())
 	}
 }
+
+// failedAt returns a forwarder whose peers failed at a fixed time, and a
+// function setting its clock to that time plus d.
+func failedAt(owners func() *owner.Table, cfg Config) (*Forwarder, func(d time.Duration)) {
+	f := New(cfg, owners, nil)
+	t0 := time.Unix(1000, 0)
+	f.now = func() time.Time { return t0 }
+	for _, n := range owners().Nodes() {
+		if !n.Self {
+			f.failed(n.Name)
+		}
+	}
+	var mu sync.Mutex
+	at := t0
+	f.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return at }
+	return f, func(d time.Duration) { mu.Lock(); at = t0.Add(d); mu.Unlock() }
+}
+
+// A long-poll is held here while the owner's cool-down awaits a probe
+// from another request, but not for ever: a cool-down after it ended, a
+// long-poll probes (a node whose only requests to the owner are
+// long-polls would otherwise never go back to it).
+func TestALongPollProbesAnOwnerNothingElseTried(t *testing.T) {
+	p := newOwnerNode(t, answering(http.StatusNoContent, "", ""))
+	owners := table(p.addr())
+	cfg := DefaultConfig()
+	cfg.Cooldown = time.Minute
+	f, clock := failedAt(owners, cfg)
+	defer f.Close()
+	q := queueOwnedBy(t, owners, "peer0")
+	clock(cfg.Cooldown + time.Second)
+	if a := f.Pop(context.Background(), "default", q, popURI(q), "", time.Second); a != nil {
+		readAnswer(t, a)
+		t.Fatal("a long-poll probed an owner whose cool-down had just ended")
+	}
+	clock(2*cfg.Cooldown + time.Second)
+	a := f.Pop(context.Background(), "default", q, popURI(q), "", time.Second)
+	if a == nil {
+		t.Fatal("a long-poll never goes back to an owner nothing else tried")
+	}
+	readAnswer(t, a)
+	if f.holdsLongPolls("peer0") || p.count() != 1 {
+		t.Fatalf("after the long-poll's probe worked: holds %v, %d requests", f.holdsLongPolls("peer0"), p.count())
+	}
+}
+
+// A probe answered with a refusal of the request (4xx, passed to the
+// client) says nothing of the owner: its cool-down stays.
+func TestARefusedPopProbeKeepsTheCoolDown(t *testing.T) {
+	p := newOwnerNode(t, answering(http.StatusUnauthorized, "application/json", `{"error":"token"}`))
+	owners := table(p.addr())
+	cfg := DefaultConfig()
+	cfg.Cooldown = time.Minute
+	f, clock := failedAt(owners, cfg)
+	defer f.Close()
+	q := queueOwnedBy(t, owners, "peer0")
+	clock(cfg.Cooldown + time.Second)
+	a := f.Pop(context.Background(), "default", q, popURI(q), "", 0)
+	if a == nil || a.Status != http.StatusUnauthorized {
+		t.Fatalf("probe answer %+v, want the 401 passed on", a)
+	}
+	readAnswer(t, a)
+	if !f.holdsLongPolls("peer0") {
+		t.Fatal("a 401 answer ended the owner's cool-down")
+	}
+	// Closing an answer unread says nothing either, and frees the probe.
+	a = f.Pop(context.Background(), "default", q, popURI(q), "", 0)
+	if a == nil {
+		t.Fatal("the next request did not probe")
+	}
+	a.Close()
+	a.Close()
+	if !f.holdsLongPolls("peer0") || f.coolingDown("peer0") {
+		t.Fatal("an answer closed unread settled the cool-down, or left the probe taken")
+	}
+}
+
+// Once a part of an ack went to its owner, a failure here is answered per
+// item: an error for the whole request would have the client send the
+// owner's part again.
+func TestAFailureHereAfterAForwardIsPerItem(t *testing.T) {
+	a := newOwnerNode(t, ackOwner(t, ackedBy("peer0")))
+	owners := table(a.addr())
+	qA := queueOwnedBy(t, owners, "peer0")
+	f := New(DefaultConfig(), owners, nil)
+	defer f.Close()
+	f.LearnRoute("default", "pA", qA)
+	failing := func(ctx context.Context, items []broker.AckItem) ([]broker.AckResult, error) {
+		return nil, errors.New("database unavailable")
+	}
+	items := []broker.AckItem{{TransactionID: "t0", PartitionID: "pA", Status: "failed"}, {TransactionID: "t1", PartitionID: "pU", Status: "failed"}}
+	res, err := f.Ack(context.Background(), "default", "", items, failing)
+	if err != nil {
+		t.Fatalf("Ack failed as a whole (%v) after the owner applied its part", err)
+	}
+	if !res[0].Success || res[1].Success || res[1].Error != ErrOutcomeUnknownHere || res[1].Index != 1 {
+		t.Fatalf("results %+v", res)
+	}
+	// Nothing sent: the request fails as before.
+	items = items[1:]
+	if _, err := f.Ack(context.Background(), "default", "", items, failing); err == nil {
+		t.Fatal("a request applied only here did not fail with its error")
+	}
+}

@@ -62,9 +62,10 @@ type Config struct {
 	// write. A peer that cannot be reached fails at once.
 	Timeout time.Duration
 	// Cooldown is how long after a failed forward a peer's queues are
-	// stored here without trying it; default 5 s. Then one push tries it
-	// (coolingDown). So a hung owner stalls one push per cool-down, not
-	// every push until memberlist declares it dead.
+	// served here without trying it; default 5 s. Then one request that
+	// does not long-poll tries it (coolingDown; a long-poll only after a
+	// second cool-down without one). So a hung owner stalls one request
+	// per cool-down, not every one until memberlist declares it dead.
 	Cooldown time.Duration
 	// Conns bounds the connections to one peer (and the idle ones kept);
 	// default 64. Peers cap the connections of one address
@@ -276,7 +277,7 @@ type cooling struct {
 }
 
 // coolingDown reports whether peer's items must be stored here: it failed
-// a forward less than Cooldown ago, or since then one push is trying it
+// a forward less than Cooldown ago, or since then one request is trying it
 // (half-open: a hung peer stalls that push, not every push that comes
 // while it hangs). The push that finds the cool-down over becomes that
 // probe (false).
@@ -294,14 +295,17 @@ func (f *Forwarder) coolingDown(peer string) bool {
 	return false
 }
 
-// anyCooling reports whether peer has a cool-down entry at all: cooling,
-// being probed, or cooled and waiting for its probe. A long-poll, which may
-// wait minutes before it says anything of the peer, is never the probe.
-func (f *Forwarder) anyCooling(peer string) bool {
+// holdsLongPolls reports whether a long-poll to peer must be served here:
+// the peer cools down, is being probed, or its cool-down ended less than a
+// cool-down ago. A long-poll may wait minutes before it says anything of
+// the peer, so it probes only an owner nothing else has tried since (a
+// node whose only requests to it are long-polls would otherwise never go
+// back to it).
+func (f *Forwarder) holdsLongPolls(peer string) bool {
 	f.downMu.Lock()
 	defer f.downMu.Unlock()
-	_, ok := f.down[peer]
-	return ok
+	c, ok := f.down[peer]
+	return ok && (c.probing || f.now().Before(c.until.Add(f.cfg.Cooldown)))
 }
 
 // failed starts or restarts peer's cool-down. Entries of peers that are
