@@ -412,6 +412,19 @@ func (f *Forwarder) Ack(ctx context.Context, tenant, authorization string, items
 			f.unprobe(p.peer)
 		}
 	}
+	sent := 0
+	for _, b := range bodies {
+		if b != nil {
+			sent++
+		}
+	}
+	if sent == 0 { // every part was too large to send: as if alone
+		f.ackLocal.Add(int64(len(own)))
+		if err := applyHere(own); err != nil {
+			return nil, err
+		}
+		return out, nil
+	}
 	answers := make([]answer, len(parts))
 	var wg sync.WaitGroup
 	for pi := range parts {
@@ -433,6 +446,9 @@ func (f *Forwarder) Ack(ctx context.Context, tenant, authorization string, items
 	// failure here is answered per item, never as the request's error,
 	// which a client would answer by sending the owners' parts again.
 	unknownHere := func(idx []int, err error) {
+		if ctx.Err() != nil {
+			return // the client left: Ack returns its error
+		}
 		f.log.Warn("acks could not be applied here after others went to their owners; answered per item", "items", len(idx), "error", err)
 		f.ackUnknown.Add(int64(len(idx)))
 		for _, i := range idx {

@@ -1209,8 +1209,17 @@ func TestAFailureHereAfterAForwardIsPerItem(t *testing.T) {
 		t.Fatalf("results %+v", res)
 	}
 	// Nothing sent: the request fails as before.
-	items = items[1:]
-	if _, err := f.Ack(context.Background(), "default", "", items, failing); err == nil {
+	if _, err := f.Ack(context.Background(), "default", "", items[1:], failing); err == nil {
 		t.Fatal("a request applied only here did not fail with its error")
+	}
+	// Nothing sent either when the owner's part is too large to send.
+	cfg := DefaultConfig()
+	cfg.MaxBodyBytes = 10
+	small := New(cfg, owners, nil)
+	defer small.Close()
+	small.LearnRoute("default", "pA", qA)
+	before := a.count()
+	if _, err := small.Ack(context.Background(), "default", "", items, failing); err == nil || a.count() != before {
+		t.Fatalf("a request none of which was sent: error %v, %d requests to the owner; want the request's error", err, a.count()-before)
 	}
 }
