@@ -16,36 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"queen-node/internal/nodetest"
 	"queen-node/owner"
 )
-
-// consumeStatus is the part of /status the consumer tests read.
-type consumeStatus struct {
-	Requests struct {
-		Popped int64 `json:"popped_messages"`
-	} `json:"requests"`
-	Forward struct {
-		Pops        int64 `json:"pops"`
-		PopFailures int64 `json:"pop_failures"`
-		Acks        int64 `json:"acks"`
-		AckItems    int64 `json:"ack_items"`
-		AckLocal    int64 `json:"ack_local_items"`
-		Routes      int64 `json:"routes"`
-		Received    int64 `json:"consume_received"`
-	} `json:"forward"`
-}
-
-func consumeStatusOf(t *testing.T, n *nodetest.Node) consumeStatus {
-	t.Helper()
-	r := n.Do(t, "GET", "/status", nil)
-	if r.Status != 200 {
-		t.Fatalf("status: %d %s", r.Status, r.Body)
-	}
-	var st consumeStatus
-	r.JSON(t, &st)
-	return st
-}
 
 // poppedMsg is one message of a pop answer, as a client reads it.
 type poppedMsg struct {
@@ -238,10 +210,10 @@ func TestConsumerOwnership(t *testing.T) {
 			}
 		}
 	}
-	st := make([]consumeStatus, 3)
+	st := make([]nodeStatus, 3)
 	steady := true
 	for i := range nodes {
-		st[i] = consumeStatusOf(t, nodes[i])
+		st[i] = statusOf(t, nodes[i])
 		steady = steady && nodes[i].Mesh.Owners() == tables[i]
 	}
 	if !steady {
@@ -265,7 +237,7 @@ func TestConsumerOwnership(t *testing.T) {
 			t.Fatalf("node %d: %+v, want every ack forwarded to the owner", i, st[i].Forward)
 		}
 	}
-	if st[0].Forward.Pops != 0 || st[0].Forward.Acks != 0 || st[0].Forward.Received == 0 {
+	if st[0].Forward.Pops != 0 || st[0].Forward.Acks != 0 || st[0].Forward.ConsumeReceived == 0 {
 		t.Fatalf("the owner: %+v, want it to serve what it was sent and forward nothing", st[0].Forward)
 	}
 }
@@ -277,7 +249,7 @@ func TestForwardedPopOfALeavingClient(t *testing.T) {
 	nodes, owned := ownedCluster(t, 2, 1)
 	q := owned[0][0]
 	for round := 0; round < 5; round++ {
-		before := consumeStatusOf(t, nodes[0]).Forward.Received
+		before := statusOf(t, nodes[0]).Forward.ConsumeReceived
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() {
@@ -285,7 +257,7 @@ func TestForwardedPopOfALeavingClient(t *testing.T) {
 			_, _, _ = popVia(ctx, nodes[1].URL, q, "batch=10&wait=true&timeout=10000")
 		}()
 		deadline := time.Now().Add(10 * time.Second)
-		for consumeStatusOf(t, nodes[0]).Forward.Received == before {
+		for statusOf(t, nodes[0]).Forward.ConsumeReceived == before {
 			if time.Now().After(deadline) {
 				t.Fatal("the pop never reached the owner")
 			}
@@ -324,7 +296,7 @@ func TestAutoAckPopIsServedHere(t *testing.T) {
 	if err != nil || len(msgs) != 1 {
 		t.Fatalf("autoAck pop: %d %v %v", code, msgs, err)
 	}
-	st := consumeStatusOf(t, nodes[1])
+	st := statusOf(t, nodes[1])
 	if st.Forward.Pops != 0 || st.Requests.Popped != 1 {
 		t.Fatalf("node 1 after an autoAck pop: %+v, want it served there", st)
 	}
@@ -332,7 +304,7 @@ func TestAutoAckPopIsServedHere(t *testing.T) {
 	if _, _, err := popVia(context.Background(), nodes[1].URL, q, "batch=10"); err != nil {
 		t.Fatal(err)
 	}
-	if st := consumeStatusOf(t, nodes[1]); st.Forward.Pops != 1 {
+	if st := statusOf(t, nodes[1]); st.Forward.Pops != 1 {
 		t.Fatalf("node 1 after a plain pop: %+v, want it forwarded", st)
 	}
 }

@@ -73,6 +73,10 @@ func (s *Server) forwardPop(w http.ResponseWriter, r *http.Request, c caller, re
 	stop := context.AfterFunc(s.drainCtx, cancel)
 	defer stop()
 	start := time.Now()
+	serveHere := func() bool {
+		req.Timeout = max(0, req.Timeout-time.Since(start))
+		return false
+	}
 	a := f.Pop(ctx, c.tenant, req.Queue, r.URL.RequestURI(), r.Header.Get("Authorization"), req.Timeout)
 	if a == nil {
 		switch {
@@ -82,8 +86,7 @@ func (s *Server) forwardPop(w http.ResponseWriter, r *http.Request, c caller, re
 			w.WriteHeader(http.StatusNoContent)
 			return true
 		}
-		req.Timeout = max(0, req.Timeout-time.Since(start))
-		return false
+		return serveHere()
 	}
 	// The whole answer is read before any of it is written, so the client
 	// gets it in one write and flush, as from servePop: a client may leave
@@ -92,13 +95,14 @@ func (s *Server) forwardPop(w http.ResponseWriter, r *http.Request, c caller, re
 	// its id in the answer's head (any node can). Reading it first also
 	// frees the connection to the owner before a slow client reads.
 	body, err := a.ReadAll(s.maxForwardedPop())
+	var lease, queue, pid string
+	if a.Status == http.StatusOK {
+		lease, queue, pid = answerHead(body[:min(len(body), maxAnswerHead)])
+	}
 	release := func(why string) {
-		if a.Status != http.StatusOK {
-			return
-		}
-		if id, _, _ := answerHead(body[:min(len(body), maxAnswerHead)]); id != "" {
-			s.log.Debug("releasing lease of undelivered forwarded pop", "lease", id, "why", why)
-			s.b.ReleaseUndelivered(&broker.PopResult{LeaseID: id})
+		if lease != "" {
+			s.log.Debug("releasing lease of undelivered forwarded pop", "lease", lease, "why", why)
+			s.b.ReleaseUndelivered(&broker.PopResult{LeaseID: lease})
 		}
 	}
 	switch {
@@ -111,26 +115,22 @@ func (s *Server) forwardPop(w http.ResponseWriter, r *http.Request, c caller, re
 		if r.Context().Err() != nil {
 			return true
 		}
-		req.Timeout = max(0, req.Timeout-time.Since(start))
-		return false
+		return serveHere()
 	case r.Context().Err() != nil:
 		release("client left")
 		return true
 	}
-	if a.Status == http.StatusOK {
+	if queue != "" && pid != "" {
 		// The answer names its partition's queue: the client's acks of it
 		// can go to the owner from the first (forward.Forwarder.Ack).
-		if _, queue, pid := answerHead(body[:min(len(body), maxAnswerHead)]); queue != "" && pid != "" {
-			f.LearnRoute(c.tenant, pid, queue)
-		}
+		f.LearnRoute(c.tenant, pid, queue)
 	}
 	if a.ContentType != "" {
 		w.Header().Set("Content-Type", a.ContentType)
 	}
 	w.WriteHeader(a.Status)
-	// WriteTimeout plus a second per PopMinReadRate bytes, as in servePop.
 	rc := http.NewResponseController(w)
-	_ = rc.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout + time.Duration(float64(len(body))/float64(s.cfg.PopMinReadRate)*float64(time.Second))))
+	_ = rc.SetWriteDeadline(time.Now().Add(s.popWriteTime(len(body))))
 	if _, err := w.Write(body); err != nil {
 		release("write failed")
 		return true

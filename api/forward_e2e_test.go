@@ -31,6 +31,7 @@ type nodeStatus struct {
 	Requests struct {
 		Pushed     int64 `json:"pushed_messages"`
 		Duplicates int64 `json:"duplicates"`
+		Popped     int64 `json:"popped_messages"`
 	} `json:"requests"`
 	Forward struct {
 		Owners   int64 `json:"owners"`
@@ -40,6 +41,14 @@ type nodeStatus struct {
 		Fallback int64 `json:"fallback_items"`
 		Local    int64 `json:"local_items"`
 		Received int64 `json:"received"`
+
+		Pops            int64 `json:"pops"` // the consumer side (consume_e2e_test.go)
+		PopFailures     int64 `json:"pop_failures"`
+		Acks            int64 `json:"acks"`
+		AckItems        int64 `json:"ack_items"`
+		AckLocal        int64 `json:"ack_local_items"`
+		Routes          int64 `json:"routes"`
+		ConsumeReceived int64 `json:"consume_received"`
 	} `json:"forward"`
 }
 

@@ -159,13 +159,19 @@ func (s *Server) servePop(w http.ResponseWriter, r *http.Request, pop func(ctx c
 	for i := range res.Messages {
 		size += len(res.Messages[i].Data) + protocol.RowEnvelopeBytes
 	}
-	if err := writePop(w, res, s.cfg.WriteTimeout+time.Duration(float64(size)/float64(s.cfg.PopMinReadRate)*float64(time.Second))); err != nil {
+	if err := writePop(w, res, s.popWriteTime(size)); err != nil {
 		s.releaseUndelivered(res)
 		return
 	}
 	if err := http.NewResponseController(w).Flush(); err != nil {
 		s.releaseUndelivered(res)
 	}
+}
+
+// popWriteTime is how long a client has to take a pop answer of size
+// bytes: WriteTimeout plus a second per PopMinReadRate bytes.
+func (s *Server) popWriteTime(size int) time.Duration {
+	return s.cfg.WriteTimeout + time.Duration(float64(size)/float64(s.cfg.PopMinReadRate)*float64(time.Second))
 }
 
 // releaseUndelivered hands back the lease of a pop whose answer never

@@ -2,7 +2,9 @@ package api
 
 import (
 	"encoding/json"
+	"fmt"
 
+	"queen-node/forward"
 	"queen-node/hotlist"
 	"queen-node/mesh"
 	"queen-node/protocol"
@@ -477,7 +479,7 @@ var Table = []Row{
 	{Status: "forward.pop_failures", Metric: "queen_consume_forward_pop_failures_total", Kind: Counter,
 		Help: "Forwarded pops that failed (owner unreachable, 3xx, 5xx, 408, 429, slower than the wait plus QUEEN_PUSH_FORWARD_TIMEOUT_MS, an answer broken off or too large) and were served here.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.PopFailures })},
 	{Status: "forward.pops_busy", Metric: "queen_consume_forward_pops_busy_total", Kind: Counter,
-		Help: "Pops served here because 256 pops of this node were already waiting at their queue's owner.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.PopsBusy })},
+		Help: fmt.Sprintf("Pops served here because %d pops of this node were already waiting at their queue's owner.", forward.DefaultPopConns), Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.PopsBusy })},
 	{Status: "forward.acks", Metric: "queen_consume_forward_acks_total", Kind: Counter,
 		Help: "Ack requests this node forwarded to the owners of their queues (one per owner per client request).", Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.Acks })},
 	{Status: "forward.ack_items", Metric: "queen_consume_forward_ack_items_total", Kind: Counter,

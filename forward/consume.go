@@ -1,7 +1,6 @@
 package forward
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -542,36 +541,13 @@ func notApplied(err error) bool {
 func (f *Forwarder) sendAcks(ctx context.Context, addr, authorization string, body []byte, items []broker.AckItem, idx []int) ([]broker.AckResult, error) {
 	f.acks.Add(1)
 	f.ackItems.Add(int64(len(idx)))
+	answer, err := f.post(ctx, addr, "/api/v1/ack/batch", authorization, body, http.StatusOK)
+	if err != nil {
+		return nil, err
+	}
 	sent := make([]broker.AckItem, len(idx))
 	for j, i := range idx {
 		sent[j] = items[i]
-	}
-	ctx, cancel := context.WithTimeout(ctx, f.cfg.Timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/api/v1/ack/batch", bytes.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(Header, "1")
-	if authorization != "" {
-		req.Header.Set("Authorization", authorization)
-	}
-	resp, err := f.client.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBytes))
-		return nil, &refusal{status: resp.StatusCode, msg: string(msg)}
-	}
-	answer, err := io.ReadAll(io.LimitReader(resp.Body, f.cfg.MaxAnswerBytes+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(answer)) > f.cfg.MaxAnswerBytes {
-		return nil, fmt.Errorf("%w: more than %d bytes", errAnswer, f.cfg.MaxAnswerBytes)
 	}
 	return decodeAcks(answer, sent)
 }
@@ -601,11 +577,10 @@ func decodeAcks(body []byte, items []broker.AckItem) ([]broker.AckResult, error)
 	out := make([]broker.AckResult, len(items))
 	seen := make([]bool, len(items))
 	for _, p := range pas {
-		if p.Index == nil || *p.Index < 0 || *p.Index >= len(items) || seen[*p.Index] {
-			return nil, fmt.Errorf("%w: bad or repeated index", errAnswer)
+		i, err := answerIndex(p.Index, seen)
+		if err != nil {
+			return nil, err
 		}
-		i := *p.Index
-		seen[i] = true
 		if p.TransactionID != items[i].TransactionID {
 			return nil, fmt.Errorf("%w: ack %d: transaction id %q, sent %q", errAnswer, i, p.TransactionID, items[i].TransactionID)
 		}

@@ -523,9 +523,25 @@ func (r *refusal) Error() string {
 func (f *Forwarder) send(ctx context.Context, addr, authorization string, body []byte, items []broker.PushItem, idx []int) ([]broker.PushResult, error) {
 	f.requests.Add(1)
 	f.items.Add(int64(len(idx)))
+	answer, err := f.post(ctx, addr, "/api/v1/push", authorization, body, http.StatusCreated)
+	if err != nil {
+		return nil, err
+	}
+	sent := make([]broker.PushItem, len(idx))
+	for j, i := range idx {
+		sent[j] = items[i]
+	}
+	return decodeAnswer(answer, sent)
+}
+
+// post sends a forwarded JSON body to path on the peer at addr, within
+// Timeout, and returns the answer's body when its status is want: another
+// status is a refusal (its body read up to maxErrorBytes, for the log), a
+// body past MaxAnswerBytes an unusable answer.
+func (f *Forwarder) post(ctx context.Context, addr, path, authorization string, body []byte, want int) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, f.cfg.Timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/api/v1/push", bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+path, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
@@ -539,7 +555,7 @@ func (f *Forwarder) send(ctx context.Context, addr, authorization string, body [
 		return nil, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusCreated {
+	if resp.StatusCode != want {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBytes))
 		return nil, &refusal{status: resp.StatusCode, msg: string(msg)}
 	}
@@ -550,11 +566,7 @@ func (f *Forwarder) send(ctx context.Context, addr, authorization string, body [
 	if int64(len(answer)) > f.cfg.MaxAnswerBytes {
 		return nil, fmt.Errorf("%w: more than %d bytes", errAnswer, f.cfg.MaxAnswerBytes)
 	}
-	sent := make([]broker.PushItem, len(idx))
-	for j, i := range idx {
-		sent[j] = items[i]
-	}
-	return decodeAnswer(answer, sent)
+	return answer, nil
 }
 
 // peerResult is what the push endpoint answers per item (docs/api.md).
@@ -583,11 +595,10 @@ func decodeAnswer(body []byte, items []broker.PushItem) ([]broker.PushResult, er
 	out := make([]broker.PushResult, len(items))
 	seen := make([]bool, len(items))
 	for _, p := range prs {
-		if p.Index == nil || *p.Index < 0 || *p.Index >= len(items) || seen[*p.Index] {
-			return nil, fmt.Errorf("%w: bad or repeated index", errAnswer)
+		i, err := answerIndex(p.Index, seen)
+		if err != nil {
+			return nil, err
 		}
-		i := *p.Index
-		seen[i] = true
 		switch p.Status {
 		case protocol.PushQueued, protocol.PushDuplicate, protocol.PushFailed, broker.PushBuffered:
 		default:
@@ -607,6 +618,16 @@ func decodeAnswer(body []byte, items []broker.PushItem) ([]broker.PushResult, er
 		out[i] = r
 	}
 	return out, nil
+}
+
+// answerIndex checks an answer's item index against the items sent (seen
+// marks those answered already) and marks it.
+func answerIndex(index *int, seen []bool) (int, error) {
+	if index == nil || *index < 0 || *index >= len(seen) || seen[*index] {
+		return 0, fmt.Errorf("%w: bad or repeated index", errAnswer)
+	}
+	seen[*index] = true
+	return *index, nil
 }
 
 // EncodeBody writes the public push body for items, as a forward sends it. Names and ids are
