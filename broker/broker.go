@@ -34,6 +34,7 @@ type Broker struct {
 	hot        *hotlist.Hotlist // nil with QUEEN_HOTLIST=0: every hook is one branch on it
 	wakeKick   chan struct{}    // a quiet mark happened: the wake loop runs (wake.go)
 	earlyKick  chan struct{}    // hints were lost: the early loop looks (gaps.go)
+	provKick   chan struct{}    // a pair was queued for a bulk provisioning (provision.go)
 	mesh       atomic.Pointer[meshRef]
 	hotLog     hclog.Logger
 	lastReport struct {
@@ -56,23 +57,24 @@ type Broker struct {
 
 // Stats are the node core's counters. They only grow while the process lives.
 type Stats struct {
-	Pushes        atomic.Int64 // push requests
-	PushedItems   atomic.Int64 // messages stored (queued)
-	PushFlushes   atomic.Int64 // push transactions sent to PostgreSQL (fewer than pushes when combined)
-	PushDeferred  atomic.Int64 // rows a combined flush left for the next one: their partition was held by another transaction
-	Duplicates    atomic.Int64 // items refused as duplicates
-	Pops          atomic.Int64 // pop requests
-	PopsMessages  atomic.Int64 // pops answered with messages
-	PopsEmpty     atomic.Int64 // pops answered empty
-	PoppedItems   atomic.Int64 // messages delivered
-	PopSQLCalls   atomic.Int64 // claim-core calls
-	PopFlushes    atomic.Int64 // claim transactions sent to PostgreSQL (fewer than calls when combined)
-	ClaimsFast    atomic.Int64 // claim-core calls the fast claim answered (pg/claimfast.go)
-	Acks          atomic.Int64 // ack items
-	AcksRefused   atomic.Int64 // ack items refused
-	DeadLettered  atomic.Int64 // messages moved to the DLQ
-	Transactions  atomic.Int64 // transaction requests
-	LeasesDropped atomic.Int64 // leases released because the client was gone
+	Pushes          atomic.Int64 // push requests
+	PushedItems     atomic.Int64 // messages stored (queued)
+	PushFlushes     atomic.Int64 // push transactions sent to PostgreSQL (fewer than pushes when combined)
+	PushDeferred    atomic.Int64 // rows a combined flush left for the next one: their partition was held by another transaction
+	Duplicates      atomic.Int64 // items refused as duplicates
+	Pops            atomic.Int64 // pop requests
+	PopsMessages    atomic.Int64 // pops answered with messages
+	PopsEmpty       atomic.Int64 // pops answered empty
+	PoppedItems     atomic.Int64 // messages delivered
+	PopSQLCalls     atomic.Int64 // claim-core calls
+	PopFlushes      atomic.Int64 // claim transactions sent to PostgreSQL (fewer than calls when combined)
+	ClaimsFast      atomic.Int64 // claim-core calls the fast claim answered (pg/claimfast.go)
+	RowsProvisioned atomic.Int64 // consumer rows made by the bulk provisioning (provision.go)
+	Acks            atomic.Int64 // ack items
+	AcksRefused     atomic.Int64 // ack items refused
+	DeadLettered    atomic.Int64 // messages moved to the DLQ
+	Transactions    atomic.Int64 // transaction requests
+	LeasesDropped   atomic.Int64 // leases released because the client was gone
 	// Claim-core verdicts by kind (protocol.Verdicts): how many candidates
 	// a pop's SQL evaluated for each one it took. Leased verdicts grow when
 	// nodes probe partitions another node's consumers hold.
@@ -131,6 +133,7 @@ func New(ctx context.Context, cfg Config, log hclog.Logger) (*Broker, error) {
 		gates:     newGates(),
 		wakeKick:  make(chan struct{}, 1),
 		earlyKick: make(chan struct{}, 1),
+		provKick:  make(chan struct{}, 1),
 		hotLog:    log.Named("hotlist"),
 		started:   time.Now(),
 	}
@@ -142,6 +145,7 @@ func New(ctx context.Context, cfg Config, log hclog.Logger) (*Broker, error) {
 			b.afterCommit)
 	}
 	b.prov = newProvisioned()
+	b.spawn(b.provisionLoop)
 	if cfg.PopCombine {
 		b.popc = newPopCombiner(db, b.claimAlone, b.dropLease, &b.stats.PopFlushes)
 		b.popc.maxInflight = b.flushesInFlight

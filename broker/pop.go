@@ -152,6 +152,9 @@ func (b *Broker) sqlPop(ctx context.Context, args pg.PopArgs) (*PopResult, *pg.P
 func (b *Broker) claim(ctx context.Context, args pg.PopArgs) (*pg.PopOutcome, error) {
 	b.stats.PopSQLCalls.Add(1)
 	args.Unprov = b.prov.unprov(args)
+	if len(args.Unprov) > 0 {
+		b.kickProvision(args)
+	}
 	var (
 		out *pg.PopOutcome
 		err error

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"sync"
+	"time"
 
 	"queen-node/pg"
 	"queen-node/protocol"
@@ -21,25 +22,42 @@ import (
 // sight, as pop_v1 did; only the row of a candidate left unevaluated
 // (requeue) waits for its next claim. Both maps are bounded; overflowing
 // one forgets (part of) it, which costs an INSERT, nothing else.
+//
+// It also decides when a pair is worth a bulk provisioning (provision.go):
+// a claim that meets candidates not known to have their row queues the
+// pair, unless a pass is queued or running, or the last one ended less
+// than provBulkMinGap ago, or, when it created no row, less than
+// provBulkGapFactor times its own length: a queue whose partitions keep
+// appearing (a new queue being filled) is passed over again soon, while a
+// provisioned queue of 100,000 partitions (about a second a pass) whose
+// names the node forgot is passed over at most every 20 s.
 type provisioned struct {
-	mu   sync.Mutex
-	sets map[provKey]*provSet
+	mu    sync.Mutex
+	sets  map[provKey]*provSet
+	total int                  // names over all sets, bounded by provMaxTotal
+	want  map[provKey]struct{} // pairs queued for a bulk provisioning
+	now   func() time.Time
 }
 
 type provKey struct{ tenant, queue, group string }
 
 type provSet struct {
-	queueID string
-	names   map[string]struct{}
+	queueID  string
+	names    map[string]struct{}
+	bulkNext time.Time // a bulk provisioning may be queued from then on
 }
 
 const (
-	provMaxSets  = 4096 // (queue, group) pairs remembered
-	provMaxNames = 8192 // partition names per pair
+	provMaxSets       = 4096      // (queue, group) pairs remembered
+	provMaxNames      = 100_000   // partition names per pair
+	provMaxTotal      = 1_000_000 // partition names over all pairs (some 100 MB at most)
+	provBulkMinGap    = 50 * time.Millisecond
+	provBulkGapFactor = 20
+	provBulkHold      = time.Minute // while a pass is queued or running (bounds a lost one)
 )
 
 func newProvisioned() *provisioned {
-	return &provisioned{sets: map[provKey]*provSet{}}
+	return &provisioned{sets: map[provKey]*provSet{}, want: map[provKey]struct{}{}, now: time.Now}
 }
 
 // unprov returns the candidates of args not known to have a consumer row:
@@ -64,6 +82,99 @@ func (p *provisioned) unprov(args pg.PopArgs) []string {
 	return out
 }
 
+// queueBulk queues the pair of args for a bulk provisioning when the set
+// is known (the group's marker exists) and a pass is due. It reports
+// whether it queued it.
+func (p *provisioned) queueBulk(args pg.PopArgs) bool {
+	key := provKey{args.Tenant, args.Queue, args.Group}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.sets[key]
+	if s == nil {
+		return false
+	}
+	now := p.now()
+	if now.Before(s.bulkNext) {
+		return false
+	}
+	if _, queued := p.want[key]; queued || len(p.want) >= provMaxSets {
+		return false
+	}
+	s.bulkNext = now.Add(provBulkHold)
+	p.want[key] = struct{}{}
+	return true
+}
+
+// bulkDone records that a pass over the pair ran from start to end and
+// created rows consumer rows.
+func (p *provisioned) bulkDone(key provKey, start, end time.Time, rows int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if s := p.sets[key]; s != nil {
+		gap := provBulkMinGap
+		if rows == 0 {
+			gap = max(gap, provBulkGapFactor*end.Sub(start))
+		}
+		s.bulkNext = end.Add(gap)
+	}
+}
+
+// takeWanted returns the queued pairs and empties the queue.
+func (p *provisioned) takeWanted() []provKey {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]provKey, 0, len(p.want))
+	for k := range p.want {
+		out = append(out, k)
+	}
+	clear(p.want)
+	return out
+}
+
+// learnNames records the names of one bulk provisioning page, unless the
+// pair's knowledge was dropped or is of another queue id meanwhile.
+func (p *provisioned) learnNames(key provKey, queueID string, names []string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.sets[key]
+	if s == nil || s.queueID != queueID {
+		return
+	}
+	for _, n := range names {
+		p.add(s, n)
+	}
+}
+
+// add records one name in s within the bounds: a full set starts over, and
+// past provMaxTotal another arbitrary set is forgotten.
+func (p *provisioned) add(s *provSet, name string) {
+	if _, ok := s.names[name]; ok {
+		return
+	}
+	if len(s.names) >= provMaxNames {
+		p.total -= len(s.names)
+		clear(s.names)
+	}
+	for p.total >= provMaxTotal {
+		dropped := false
+		for k, o := range p.sets {
+			if o != s {
+				p.total -= len(o.names)
+				delete(p.sets, k)
+				dropped = true
+				break
+			}
+		}
+		if !dropped { // s alone holds them all
+			p.total -= len(s.names)
+			clear(s.names)
+			break
+		}
+	}
+	s.names[name] = struct{}{}
+	p.total++
+}
+
 // learn records the rows a committed claim showed to exist.
 func (p *provisioned) learn(args pg.PopArgs, out *pg.PopOutcome) {
 	if out == nil || out.QueueID == "" {
@@ -75,10 +186,14 @@ func (p *provisioned) learn(args pg.PopArgs, out *pg.PopOutcome) {
 	s := p.sets[key]
 	if s == nil || s.queueID != out.QueueID || !out.Seeded {
 		if s == nil && len(p.sets) >= provMaxSets {
-			for k := range p.sets { // forget an arbitrary pair
+			for k, o := range p.sets { // forget an arbitrary pair
+				p.total -= len(o.names)
 				delete(p.sets, k)
 				break
 			}
+		}
+		if s != nil {
+			p.total -= len(s.names)
 		}
 		s = &provSet{queueID: out.QueueID, names: map[string]struct{}{}}
 		p.sets[key] = s
@@ -89,10 +204,7 @@ func (p *provisioned) learn(args pg.PopArgs, out *pg.PopOutcome) {
 		}
 		switch v.Kind {
 		case protocol.VerdictTook, protocol.VerdictLeased, protocol.VerdictEmpty:
-			if len(s.names) >= provMaxNames {
-				clear(s.names)
-			}
-			s.names[v.Name] = struct{}{}
+			p.add(s, v.Name)
 		}
 	}
 }

@@ -33,30 +33,31 @@ type Snapshot struct {
 
 // Counters is a copy of Stats at one moment.
 type Counters struct {
-	Pushes        int64
-	PushedItems   int64
-	PushFlushes   int64
-	PushDeferred  int64
-	Duplicates    int64
-	Pops          int64
-	PopsMessages  int64
-	PopsEmpty     int64
-	PoppedItems   int64
-	PopSQLCalls   int64
-	PopFlushes    int64
-	ClaimsFast    int64
-	ClaimTook     int64
-	ClaimEmpty    int64
-	ClaimLeased   int64
-	ClaimBusy     int64
-	ClaimRequeue  int64
-	Acks          int64
-	AcksRefused   int64
-	AcksCAS       int64 // ack items resolved by the CAS ack (ackcas.go)
-	AcksGeneral   int64 // ack items sent to queen.ack_v2
-	DeadLettered  int64
-	Transactions  int64
-	LeasesDropped int64
+	Pushes          int64
+	PushedItems     int64
+	PushFlushes     int64
+	PushDeferred    int64
+	Duplicates      int64
+	Pops            int64
+	PopsMessages    int64
+	PopsEmpty       int64
+	PoppedItems     int64
+	PopSQLCalls     int64
+	PopFlushes      int64
+	ClaimsFast      int64
+	RowsProvisioned int64 // consumer rows made by the bulk provisioning (provision.go)
+	ClaimTook       int64
+	ClaimEmpty      int64
+	ClaimLeased     int64
+	ClaimBusy       int64
+	ClaimRequeue    int64
+	Acks            int64
+	AcksRefused     int64
+	AcksCAS         int64 // ack items resolved by the CAS ack (ackcas.go)
+	AcksGeneral     int64 // ack items sent to queen.ack_v2
+	DeadLettered    int64
+	Transactions    int64
+	LeasesDropped   int64
 }
 
 // HotlistSnapshot is the hot-list's figures; Enabled is false (and the rest
@@ -85,8 +86,8 @@ func (s *Stats) Snapshot() Counters {
 		PushDeferred: s.PushDeferred.Load(),
 		Duplicates:   s.Duplicates.Load(), Pops: s.Pops.Load(), PopsMessages: s.PopsMessages.Load(),
 		PopsEmpty: s.PopsEmpty.Load(), PoppedItems: s.PoppedItems.Load(), PopSQLCalls: s.PopSQLCalls.Load(), PopFlushes: s.PopFlushes.Load(),
-		ClaimsFast: s.ClaimsFast.Load(),
-		ClaimTook:  s.ClaimTook.Load(), ClaimEmpty: s.ClaimEmpty.Load(), ClaimLeased: s.ClaimLeased.Load(),
+		ClaimsFast: s.ClaimsFast.Load(), RowsProvisioned: s.RowsProvisioned.Load(),
+		ClaimTook: s.ClaimTook.Load(), ClaimEmpty: s.ClaimEmpty.Load(), ClaimLeased: s.ClaimLeased.Load(),
 		ClaimBusy: s.ClaimBusy.Load(), ClaimRequeue: s.ClaimRequeue.Load(),
 		Acks: s.Acks.Load(), AcksRefused: s.AcksRefused.Load(), DeadLettered: s.DeadLettered.Load(),
 		AcksCAS: s.AcksCAS.Load(), AcksGeneral: s.AcksGeneral.Load(),

@@ -1,0 +1,127 @@
+package broker
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"queen-node/pg"
+	"queen-node/protocol"
+)
+
+// provTotal checks the bookkeeping of the names' bound: total is the sum
+// of the sets' sizes.
+func provTotal(t *testing.T, p *provisioned) {
+	t.Helper()
+	sum := 0
+	for _, s := range p.sets {
+		sum += len(s.names)
+	}
+	if sum != p.total {
+		t.Fatalf("total %d, sets hold %d names", p.total, sum)
+	}
+}
+
+func tookOutcome(qid string, seeded bool, names ...string) *pg.PopOutcome {
+	out := &pg.PopOutcome{QueueID: qid, Seeded: seeded}
+	for _, n := range names {
+		out.Verdicts = append(out.Verdicts, pg.Verdict{Name: n, PartitionID: "id-" + n, Kind: protocol.VerdictTook})
+	}
+	return out
+}
+
+// When a pair may be queued for a bulk provisioning: only once its set is
+// known (the group's marker exists), once at a time, then after the gap
+// bulkDone sets: provBulkMinGap after a pass that made rows, 20 times the
+// pass's length after one that made none.
+func TestProvisionedBulkTiming(t *testing.T) {
+	now := time.Unix(1000, 0)
+	p := newProvisioned()
+	p.now = func() time.Time { return now }
+	args := pg.PopArgs{Tenant: "t", Queue: "q", Group: "g", Names: []string{"a", "b"}}
+	key := provKey{"t", "q", "g"}
+
+	if p.queueBulk(args) {
+		t.Fatal("queued a pair the node knows nothing of (no marker yet)")
+	}
+	p.learn(args, tookOutcome("Q1", false, "a"))
+	if got := p.unprov(args); len(got) != 1 || got[0] != "b" {
+		t.Fatalf("unprov %v, want [b]", got)
+	}
+	if !p.queueBulk(args) {
+		t.Fatal("not queued: a known pair with an unknown candidate")
+	}
+	if p.queueBulk(args) {
+		t.Fatal("queued twice")
+	}
+	if w := p.takeWanted(); len(w) != 1 || w[0] != key {
+		t.Fatalf("wanted %v", w)
+	}
+	if p.queueBulk(args) {
+		t.Fatal("queued again while the pass runs")
+	}
+	p.learnNames(key, "Q1", []string{"a", "b", "c"})
+	if got := p.unprov(args); len(got) != 0 {
+		t.Fatalf("unprov %v after the pass, want none", got)
+	}
+	p.learnNames(key, "Q2", []string{"x"}) // a page of a re-created queue: not this set's
+	if _, ok := p.sets[key].names["x"]; ok {
+		t.Fatal("learnt a name of another queue id")
+	}
+	provTotal(t, p)
+
+	start := now
+	now = now.Add(time.Second)
+	p.bulkDone(key, start, now, 5) // made rows: the queue may still be filling
+	now = now.Add(provBulkMinGap - time.Millisecond)
+	if p.queueBulk(args) {
+		t.Fatal("queued before provBulkMinGap")
+	}
+	now = now.Add(time.Millisecond)
+	if !p.queueBulk(args) {
+		t.Fatal("not queued after provBulkMinGap, following a pass that made rows")
+	}
+	p.takeWanted()
+	start = now
+	now = now.Add(time.Second)
+	p.bulkDone(key, start, now, 0) // made none: wait 20 times the pass
+	now = now.Add(provBulkGapFactor*time.Second - time.Millisecond)
+	if p.queueBulk(args) {
+		t.Fatal("queued before 20 times an idle pass's length")
+	}
+	now = now.Add(time.Millisecond)
+	if !p.queueBulk(args) {
+		t.Fatal("not queued after 20 times an idle pass's length")
+	}
+
+	// A new marker (the group was deleted and made again) starts the set
+	// over, and the total follows.
+	p.learn(args, tookOutcome("Q1", false, "z"))
+	if len(p.sets[key].names) != 1 {
+		t.Fatalf("names %v after a new marker, want only z", p.sets[key].names)
+	}
+	provTotal(t, p)
+}
+
+// The names' bounds: a set full at provMaxNames starts over, and the total
+// stays the sum of the sets.
+func TestProvisionedBounds(t *testing.T) {
+	p := newProvisioned()
+	args := pg.PopArgs{Tenant: "t", Queue: "q", Group: "g", Names: []string{"a"}}
+	key := provKey{"t", "q", "g"}
+	p.learn(args, tookOutcome("Q", true, "a"))
+	other := pg.PopArgs{Tenant: "t", Queue: "q2", Group: "g", Names: []string{"a"}}
+	p.learn(other, tookOutcome("Q2", true, "a", "b"))
+	names := make([]string, provMaxNames)
+	for i := range names {
+		names[i] = fmt.Sprint("n", i)
+	}
+	p.learnNames(key, "Q", names)
+	provTotal(t, p)
+	if n := len(p.sets[key].names); n != 1 { // "a" and provMaxNames-1 names filled it; the last started it over
+		t.Fatalf("%d names after passing the bound, want 1", n)
+	}
+	if len(p.sets[provKey{"t", "q2", "g"}].names) != 2 {
+		t.Fatal("another set lost its names")
+	}
+}

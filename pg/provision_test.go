@@ -1,0 +1,234 @@
+package pg_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"queen-node/pg"
+	"queen-node/protocol"
+)
+
+// consumerRow is what a provisioning decides about one (partition, group).
+type consumerRow struct {
+	Committed, BatchEnd int64
+	Acked               []int64
+	Leased              bool
+}
+
+func consumerRows(t *testing.T, conn *pgx.Conn, queue, group string) map[string]consumerRow {
+	t.Helper()
+	rs, err := conn.Query(context.Background(), `SELECT p.name, c.committed_offset, c.batch_end, c.acked, c.lease_id IS NOT NULL
+		FROM queen.consumers c JOIN queen.partitions p ON p.id = c.partition_id
+		JOIN queen.queues q ON q.id = p.queue_id AND q.tenant = 't' AND q.name = $1
+		WHERE c.consumer_group = $2`, queue, group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]consumerRow{}
+	for rs.Next() {
+		var name string
+		var r consumerRow
+		if err := rs.Scan(&name, &r.Committed, &r.BatchEnd, &r.Acked, &r.Leased); err != nil {
+			t.Fatal(err)
+		}
+		out[name] = r
+	}
+	if err := rs.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// marker makes the group's marker the way a first pop does, with no
+// candidate, so nothing else is written.
+func marker(t *testing.T, db *pg.DB, queue, group string, mode protocol.SubMode, from *time.Time) {
+	t.Helper()
+	if _, err := db.Pop(context.Background(), pg.PopArgs{Tenant: "t", Queue: queue, Group: group, Names: []string{},
+		Unprov: []string{}, Budget: 0, MaxParts: 1, LeaseID: "none", SubMode: mode, SubFrom: from}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestProvisionGroupSeedsAsPopV3 is the bulk provisioning's differential
+// test against its general path: on the same partitions, one group gets its
+// rows from queen.pop_v3's provisioning of its candidates (a claim with no
+// budget, which provisions and then takes nothing), a second group from
+// queen.provision_group_v1 in pages, both with the same subscription start.
+// The rows must be equal: cursor, batch end, and the dead-letter retry
+// copies of other groups counted as resolved, for subscriptions from the
+// beginning and from a time between two pushes. A row that exists already
+// is left as it is, and the pages cover every partition once, in id order.
+func TestProvisionGroupSeedsAsPopV3(t *testing.T) {
+	db, url := openDB(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+
+	const parts = 23
+	names := make([]string, parts)
+	for i := range names {
+		names[i] = fmt.Sprintf("p%02d", i)
+		pushN(t, db, "q", names[i], 1+i%4)
+	}
+	var mid time.Time
+	if err := conn.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&mid); err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range names {
+		if i%3 != 0 {
+			pushN(t, db, "q", n, 2)
+		}
+	}
+	// Retry copies for another group past the start of a new cursor, on a
+	// few partitions: both paths must count them as resolved.
+	if _, err := conn.Exec(ctx, `INSERT INTO queen.dlq_copies (partition_id, off, for_group)
+		SELECT p.id, p.last_offset, 'someone-else' FROM queen.partitions p WHERE p.name IN ('p04', 'p05', 'p10')`); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, c := range []struct {
+		mode protocol.SubMode
+		from *time.Time
+	}{{protocol.SubAll, nil}, {protocol.SubFrom, &mid}} {
+		t.Run(string(c.mode), func(t *testing.T) {
+			viaPop, viaBulk := "pop-"+string(c.mode), "bulk-"+string(c.mode)
+			marker(t, db, "q", viaPop, c.mode, c.from)
+			marker(t, db, "q", viaBulk, c.mode, c.from)
+			for i := 0; i < parts; i += 4 { // a claim provisions its candidates
+				cand := names[i:min(i+4, parts)]
+				if _, err := db.Pop(ctx, pg.PopArgs{Tenant: "t", Queue: "q", Group: viaPop, Names: cand, Unprov: cand,
+					Budget: 0, MaxParts: 1, LeaseID: "none", SubMode: c.mode, SubFrom: c.from}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// A row that exists already keeps its cursor.
+			out, err := db.Pop(ctx, pg.PopArgs{Tenant: "t", Queue: "q", Group: viaBulk, Names: []string{"p07"},
+				Budget: 1, MaxParts: 1, LeaseID: "lease-" + string(c.mode), LeaseSeconds: 60, SubMode: c.mode, SubFrom: c.from})
+			if err != nil || len(out.Messages) != 1 {
+				t.Fatalf("claim of p07: %+v, %v", out, err)
+			}
+			before := consumerRows(t, conn, "q", viaBulk)["p07"]
+
+			var seen []string
+			var ids []string
+			after, created := "", 0
+			for page := 0; ; page++ {
+				pgp, err := db.ProvisionGroup(ctx, "t", "q", viaBulk, after, 5)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if pgp.QueueID != out.QueueID {
+					t.Fatalf("page %d: queue id %q, want %q", page, pgp.QueueID, out.QueueID)
+				}
+				seen = append(seen, pgp.Names...)
+				created += pgp.New
+				if len(pgp.Names) > 0 {
+					ids = append(ids, pgp.LastID)
+				}
+				if len(pgp.Names) < 5 {
+					break
+				}
+				after = pgp.LastID
+			}
+			if !slices.IsSorted(ids) {
+				t.Fatalf("pages' last ids %v: not in id order", ids)
+			}
+			slices.Sort(seen)
+			if !slices.Equal(seen, names) {
+				t.Fatalf("pages named %v, want every partition once: %v", seen, names)
+			}
+			if created != parts-1 {
+				t.Fatalf("created %d rows, want %d (all but the claimed p07)", created, parts-1)
+			}
+
+			a, b := consumerRows(t, conn, "q", viaPop), consumerRows(t, conn, "q", viaBulk)
+			if len(a) != parts || len(b) != parts {
+				t.Fatalf("rows: %d via pop_v3, %d via bulk; want %d each", len(a), len(b), parts)
+			}
+			if got := b["p07"]; !got.Leased || got.BatchEnd != before.BatchEnd || got.Committed != before.Committed {
+				t.Fatalf("p07's claimed row changed: %+v, was %+v", got, before)
+			}
+			resolved := 0
+			for _, n := range names {
+				if n == "p07" {
+					continue
+				}
+				if fmt.Sprint(a[n]) != fmt.Sprint(b[n]) {
+					t.Errorf("%s: pop_v3 seeded %+v, bulk %+v", n, a[n], b[n])
+				}
+				resolved += len(b[n].Acked)
+			}
+			if resolved == 0 {
+				t.Fatalf("no retry copy counted as resolved: the test lost its point")
+			}
+			if c.from != nil && a["p01"].Committed == 0 {
+				t.Fatalf("a subscription from a time seeded p01 at 0: the test lost its point")
+			}
+		})
+	}
+}
+
+// TestProvisionGroupNeedsItsMarker: without the group's marker (no pop
+// yet, so no subscription start) nothing is written; another tenant's queue
+// of the same name is not touched; a queue that does not exist answers an
+// empty page.
+func TestProvisionGroupNeedsItsMarker(t *testing.T) {
+	db, url := openDB(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	pushN(t, db, "q", "p0", 2)
+	pushN(t, db, "q", "p1", 2)
+	if _, err := db.Push(ctx, "other", []pg.PushRow{{Queue: "q", Partition: "p0", TxID: "x",
+		ID: "0190a0b0-0000-7000-8000-000000000001", Payload: "1"}}); err != nil {
+		t.Fatal(err)
+	}
+
+	pgp, err := db.ProvisionGroup(ctx, "t", "q", "g", "", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pgp.QueueID != "" || len(pgp.Names) != 0 || pgp.New != 0 {
+		t.Fatalf("without a marker: %+v, want an empty page", pgp)
+	}
+	if n := len(consumerRows(t, conn, "q", "g")); n != 0 {
+		t.Fatalf("without a marker %d rows were made", n)
+	}
+
+	marker(t, db, "q", "g", protocol.SubAll, nil)
+	if _, err := db.Pop(ctx, pg.PopArgs{Tenant: "other", Queue: "q", Group: "g", Names: []string{}, Unprov: []string{},
+		MaxParts: 1, LeaseID: "none", SubMode: protocol.SubAll}); err != nil { // the other tenant's group marker
+		t.Fatal(err)
+	}
+	pgp, err = db.ProvisionGroup(ctx, "t", "q", "g", "", 100)
+	if err != nil || pgp.New != 2 || len(pgp.Names) != 2 {
+		t.Fatalf("with the marker: %+v, %v; want both partitions made", pgp, err)
+	}
+	var others int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM queen.consumers c JOIN queen.partitions p ON p.id = c.partition_id
+		JOIN queen.queues q ON q.id = p.queue_id WHERE q.tenant = 'other'`).Scan(&others); err != nil {
+		t.Fatal(err)
+	}
+	if others != 0 {
+		t.Fatalf("another tenant's queue got %d rows", others)
+	}
+	pgp, err = db.ProvisionGroup(ctx, "t", "q", "g", "", 100)
+	if err != nil || pgp.New != 0 || len(pgp.Names) != 2 {
+		t.Fatalf("again: %+v, %v; want the same page, nothing made", pgp, err)
+	}
+	pgp, err = db.ProvisionGroup(ctx, "t", "nope", "g", "", 100)
+	if err != nil || pgp.QueueID != "" || len(pgp.Names) != 0 {
+		t.Fatalf("a missing queue: %+v, %v", pgp, err)
+	}
+}
