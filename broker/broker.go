@@ -145,7 +145,9 @@ func New(ctx context.Context, cfg Config, log hclog.Logger) (*Broker, error) {
 			b.afterCommit)
 	}
 	b.prov = newProvisioned()
-	b.spawn(b.provisionLoop)
+	if cfg.BulkProvision {
+		b.spawn(b.provisionLoop)
+	}
 	if cfg.PopCombine {
 		b.popc = newPopCombiner(db, b.claimAlone, b.dropLease, &b.stats.PopFlushes)
 		b.popc.maxInflight = b.flushesInFlight

@@ -20,6 +20,7 @@ const (
 	DefaultPushCombine    = true
 	DefaultPopCombine     = true
 	DefaultAckCAS         = true
+	DefaultBulkProvision  = true
 	DefaultMaxPopBytes    = 16 << 20 // a pop response's payload bytes, about (docs/operations.md, "Limits")
 	DefaultHotlistEnabled = true
 	DefaultHotlistIdle    = 300 * time.Second // the idle sweep is the broker's loop (broker/hot.go)
@@ -49,6 +50,11 @@ type Config struct {
 	// under a lease is one compare-and-set of the cursor, merged with
 	// concurrent ones (broker/ackcas.go); off, every ack calls ack_v2.
 	AckCAS bool
+	// BulkProvision (QUEEN_BULK_PROVISION, default on): a claim that meets
+	// partitions without the group's consumer row has the group's rows of
+	// the whole queue made in pages (broker/provision.go); off, each claim
+	// makes the rows of its own candidates only.
+	BulkProvision bool
 
 	Hotlist             HotlistConfig // the candidate rings; off = the SQL candidate scan
 	LogTopNQueues       int           // QUEEN_LOG_TOPN_QUEUES, default 10
@@ -95,6 +101,7 @@ func DefaultConfig() Config {
 		PushCombine:   DefaultPushCombine,
 		PopCombine:    DefaultPopCombine,
 		AckCAS:        DefaultAckCAS,
+		BulkProvision: DefaultBulkProvision,
 		Hotlist: HotlistConfig{Enabled: DefaultHotlistEnabled, IdleSweep: DefaultHotlistIdle,
 			Config: hotlist.DefaultConfig()},
 		LogTopNQueues: DefaultLogTopN,

@@ -26,7 +26,7 @@ const provisionPage = 1000
 
 // kickProvision queues the pair of args when it is due and wakes the loop.
 func (b *Broker) kickProvision(args pg.PopArgs) {
-	if !b.prov.queueBulk(args) {
+	if !b.cfg.BulkProvision || !b.prov.queueBulk(args) {
 		return
 	}
 	select {
