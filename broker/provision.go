@@ -48,36 +48,38 @@ func (b *Broker) provisionLoop(ctx context.Context) {
 				return
 			}
 			start := b.prov.now()
-			rows := b.provisionAll(ctx, key)
-			b.prov.bulkDone(key, start, b.prov.now(), rows)
+			scanned, rows, failed := b.provisionAll(ctx, key)
+			b.prov.bulkDone(key, start, b.prov.now(), scanned, rows, failed)
 		}
 	}
 }
 
 // provisionAll creates the group's missing rows on every partition of the
-// queue, page by page, and records the names. It returns how many rows it
-// created. An error ends the pass: the claims keep provisioning their own
-// candidates, and a claim queues the pair again once a pass is due.
-func (b *Broker) provisionAll(ctx context.Context, key provKey) (rows int) {
+// queue, page by page, and records the names. It returns how many
+// partitions it read and rows it made. An error ends the pass (failed):
+// the claims keep provisioning their own candidates, and a claim queues
+// the pair again a minute later.
+func (b *Broker) provisionAll(ctx context.Context, key provKey) (scanned, rows int, failed bool) {
 	after := ""
 	for {
-		pg, err := b.db.ProvisionGroup(ctx, key.tenant, key.queue, key.group, after, provisionPage)
+		page, err := b.db.ProvisionGroup(ctx, key.tenant, key.queue, key.group, after, provisionPage)
 		if err != nil {
 			if ctx.Err() == nil {
 				b.log.Warn("bulk provisioning failed; claims provision their own partitions", "queue", key.queue,
 					"group", key.group, "error", err)
 			}
-			return
+			return scanned, rows, true
 		}
-		b.stats.RowsProvisioned.Add(int64(pg.New))
-		rows += pg.New
-		if pg.QueueID == "" {
-			return // no queue, or no group marker (deleted meanwhile)
+		b.stats.RowsProvisioned.Add(int64(page.New))
+		rows += page.New
+		scanned += len(page.Names)
+		if page.QueueID == "" {
+			return scanned, rows, false // no queue, or no group marker (deleted meanwhile)
 		}
-		b.prov.learnNames(key, pg.QueueID, pg.Names)
-		if len(pg.Names) < provisionPage {
-			return
+		b.prov.learnNames(key, page.QueueID, page.Names)
+		if len(page.Names) < provisionPage {
+			return scanned, rows, false
 		}
-		after = pg.LastID
+		after = page.LastID
 	}
 }

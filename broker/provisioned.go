@@ -26,38 +26,41 @@ import (
 // It also decides when a pair is worth a bulk provisioning (provision.go):
 // a claim that meets candidates not known to have their row queues the
 // pair, unless a pass is queued or running, or the last one ended less
-// than provBulkMinGap ago, or, when it created no row, less than
+// than provBulkMinGap ago, or, when it made rows for less than a
+// provBulkGapFactor-th of the partitions it read, less than
 // provBulkGapFactor times its own length: a queue whose partitions keep
 // appearing (a new queue being filled) is passed over again soon, while a
-// provisioned queue of 100,000 partitions (about a second a pass) whose
-// names the node forgot is passed over at most every 20 s.
+// provisioned queue of 100,000 partitions (about a second a pass) is passed
+// over at most every 20 s. The times live apart from the sets (next), so
+// forgetting a set does not forget them.
 type provisioned struct {
 	mu    sync.Mutex
 	sets  map[provKey]*provSet
-	total int                  // names over all sets, bounded by provMaxTotal
-	want  map[provKey]struct{} // pairs queued for a bulk provisioning
+	total int                   // names over all sets, bounded by provMaxTotal
+	want  map[provKey]struct{}  // pairs queued for a bulk provisioning
+	next  map[provKey]time.Time // a pair may be queued again from then on; at most provMaxSets
 	now   func() time.Time
 }
 
 type provKey struct{ tenant, queue, group string }
 
 type provSet struct {
-	queueID  string
-	names    map[string]struct{}
-	bulkNext time.Time // a bulk provisioning may be queued from then on
+	queueID string
+	names   map[string]struct{}
 }
 
 const (
 	provMaxSets       = 4096      // (queue, group) pairs remembered
 	provMaxNames      = 100_000   // partition names per pair
-	provMaxTotal      = 1_000_000 // partition names over all pairs (some 100 MB at most)
+	provMaxTotal      = 1_000_000 // partition names over all pairs (100 to 350 MB, by name length)
 	provBulkMinGap    = 50 * time.Millisecond
 	provBulkGapFactor = 20
 	provBulkHold      = time.Minute // while a pass is queued or running (bounds a lost one)
 )
 
 func newProvisioned() *provisioned {
-	return &provisioned{sets: map[provKey]*provSet{}, want: map[provKey]struct{}{}, now: time.Now}
+	return &provisioned{sets: map[provKey]*provSet{}, want: map[provKey]struct{}{},
+		next: map[provKey]time.Time{}, now: time.Now}
 }
 
 // unprov returns the candidates of args not known to have a consumer row:
@@ -94,29 +97,41 @@ func (p *provisioned) queueBulk(args pg.PopArgs) bool {
 		return false
 	}
 	now := p.now()
-	if now.Before(s.bulkNext) {
+	if now.Before(p.next[key]) {
 		return false
 	}
 	if _, queued := p.want[key]; queued || len(p.want) >= provMaxSets {
 		return false
 	}
-	s.bulkNext = now.Add(provBulkHold)
+	if _, ok := p.next[key]; !ok && len(p.next) >= provMaxSets {
+		for k, t := range p.next { // make room: times that passed say nothing
+			if !now.Before(t) {
+				delete(p.next, k)
+			}
+		}
+		if len(p.next) >= provMaxSets {
+			return false
+		}
+	}
+	p.next[key] = now.Add(provBulkHold)
 	p.want[key] = struct{}{}
 	return true
 }
 
-// bulkDone records that a pass over the pair ran from start to end and
-// created rows consumer rows.
-func (p *provisioned) bulkDone(key provKey, start, end time.Time, rows int) {
+// bulkDone records that a pass over the pair ran from start to end, read
+// scanned partitions and made rows consumer rows; failed: it ended on an
+// error.
+func (p *provisioned) bulkDone(key provKey, start, end time.Time, scanned, rows int, failed bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if s := p.sets[key]; s != nil {
-		gap := provBulkMinGap
-		if rows == 0 {
-			gap = max(gap, provBulkGapFactor*end.Sub(start))
-		}
-		s.bulkNext = end.Add(gap)
+	gap := provBulkMinGap
+	switch {
+	case failed:
+		gap = provBulkHold
+	case rows*provBulkGapFactor < scanned || rows == 0:
+		gap = max(gap, provBulkGapFactor*end.Sub(start))
 	}
+	p.next[key] = end.Add(gap)
 }
 
 // takeWanted returns the queued pairs and empties the queue.
@@ -132,7 +147,9 @@ func (p *provisioned) takeWanted() []provKey {
 }
 
 // learnNames records the names of one bulk provisioning page, unless the
-// pair's knowledge was dropped or is of another queue id meanwhile.
+// pair's knowledge was dropped or is of another queue id meanwhile. It
+// stops when the set or the total is full: a pass over a queue larger than
+// the bound must not forget what the claims learnt, nor other pairs.
 func (p *provisioned) learnNames(key provKey, queueID string, names []string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -141,7 +158,14 @@ func (p *provisioned) learnNames(key provKey, queueID string, names []string) {
 		return
 	}
 	for _, n := range names {
-		p.add(s, n)
+		if _, ok := s.names[n]; ok {
+			continue
+		}
+		if len(s.names) >= provMaxNames || p.total >= provMaxTotal {
+			return
+		}
+		s.names[n] = struct{}{}
+		p.total++
 	}
 }
 

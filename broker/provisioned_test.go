@@ -72,7 +72,7 @@ func TestProvisionedBulkTiming(t *testing.T) {
 
 	start := now
 	now = now.Add(time.Second)
-	p.bulkDone(key, start, now, 5) // made rows: the queue may still be filling
+	p.bulkDone(key, start, now, 100, 5, false) // rows for a twentieth: the queue may still be filling
 	now = now.Add(provBulkMinGap - time.Millisecond)
 	if p.queueBulk(args) {
 		t.Fatal("queued before provBulkMinGap")
@@ -84,7 +84,7 @@ func TestProvisionedBulkTiming(t *testing.T) {
 	p.takeWanted()
 	start = now
 	now = now.Add(time.Second)
-	p.bulkDone(key, start, now, 0) // made none: wait 20 times the pass
+	p.bulkDone(key, start, now, 1000, 1, false) // few rows: wait 20 times the pass
 	now = now.Add(provBulkGapFactor*time.Second - time.Millisecond)
 	if p.queueBulk(args) {
 		t.Fatal("queued before 20 times an idle pass's length")
@@ -92,6 +92,25 @@ func TestProvisionedBulkTiming(t *testing.T) {
 	now = now.Add(time.Millisecond)
 	if !p.queueBulk(args) {
 		t.Fatal("not queued after 20 times an idle pass's length")
+	}
+
+	p.takeWanted()
+	start = now
+	p.bulkDone(key, start, now, 0, 0, true) // failed: a minute
+	now = now.Add(provBulkHold - time.Millisecond)
+	if p.queueBulk(args) {
+		t.Fatal("queued again before a minute after a failed pass")
+	}
+	now = now.Add(time.Millisecond)
+
+	// Forgetting the set (a bound) does not forget when the pair may run.
+	p.bulkDone(key, now, now.Add(time.Second), 10, 0, false)
+	delete(p.sets, key)
+	p.total = 0
+	p.learn(args, tookOutcome("Q1", true, "a"))
+	now = now.Add(2 * time.Second)
+	if p.queueBulk(args) {
+		t.Fatal("a forgotten and re-learnt set lost its pair's gap")
 	}
 
 	// A new marker (the group was deleted and made again) starts the set
@@ -103,7 +122,8 @@ func TestProvisionedBulkTiming(t *testing.T) {
 	provTotal(t, p)
 }
 
-// The names' bounds: a set full at provMaxNames starts over, and the total
+// The names' bounds: a pass stops recording at provMaxNames and keeps what
+// the set held; a claim's verdict past it starts the set over; the total
 // stays the sum of the sets.
 func TestProvisionedBounds(t *testing.T) {
 	p := newProvisioned()
@@ -118,8 +138,13 @@ func TestProvisionedBounds(t *testing.T) {
 	}
 	p.learnNames(key, "Q", names)
 	provTotal(t, p)
-	if n := len(p.sets[key].names); n != 1 { // "a" and provMaxNames-1 names filled it; the last started it over
-		t.Fatalf("%d names after passing the bound, want 1", n)
+	if _, ok := p.sets[key].names["a"]; !ok || len(p.sets[key].names) != provMaxNames {
+		t.Fatalf("%d names after a pass past the bound (a kept: %v), want %d with a", len(p.sets[key].names), ok, provMaxNames)
+	}
+	p.learn(args, tookOutcome("Q", true, "new"))
+	provTotal(t, p)
+	if n := len(p.sets[key].names); n != 1 {
+		t.Fatalf("%d names after a claim's verdict past the bound, want 1", n)
 	}
 	if len(p.sets[provKey{"t", "q2", "g"}].names) != 2 {
 		t.Fatal("another set lost its names")

@@ -25,6 +25,7 @@ var functionSets = []struct {
 	{3, "0b39def3e98a5f14f6e0dd10e8b5fd715781ebb6ab49c67242ae2e5aa97c5e96"}, // 10_push.sql: push_v4 (skip-locked flushes, per-item missing), push_v3 a wrapper of it
 	{4, "25280eba37fa57290733ff76e052fa2b24240ce973f7600e3206c54e54d314e5"}, // issue 23 flat results merged: pop_v3, ack_v2, dlq_retry_v2, 00_constants.sql (push_v4 is set 3's)
 	{5, "bb8cd2003e49a031750823c970ecb562d3159411b8cb180622058cfc716d501b"}, // issue 20: provision_group_v1 (23_provision.sql)
+	{6, "621990e56c31f47804c861c1aa397342f7cb87a8ec209471fe80fef39d4d4fed"}, // issue 20: provision_group_v1 holds the group marker
 }
 
 // The function files cannot change without FunctionSet changing: a node

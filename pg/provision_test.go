@@ -188,10 +188,18 @@ func TestProvisionGroupNeedsItsMarker(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
+	// The other tenant's queue of the same name first, with more
+	// partitions: a lookup that ignored the tenant would find it.
+	for i := range 3 {
+		if _, err := db.Push(ctx, "other", []pg.PushRow{{Queue: "q", Partition: fmt.Sprint("o", i), TxID: fmt.Sprint("x", i),
+			ID: fmt.Sprintf("0190a0b0-0000-7000-8000-00000000000%d", i), Payload: "1"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	pushN(t, db, "q", "p0", 2)
 	pushN(t, db, "q", "p1", 2)
-	if _, err := db.Push(ctx, "other", []pg.PushRow{{Queue: "q", Partition: "p0", TxID: "x",
-		ID: "0190a0b0-0000-7000-8000-000000000001", Payload: "1"}}); err != nil {
+	var mine string
+	if err := conn.QueryRow(ctx, `SELECT id::text FROM queen.queues WHERE tenant = 't' AND name = 'q'`).Scan(&mine); err != nil {
 		t.Fatal(err)
 	}
 
@@ -212,8 +220,8 @@ func TestProvisionGroupNeedsItsMarker(t *testing.T) {
 		t.Fatal(err)
 	}
 	pgp, err = db.ProvisionGroup(ctx, "t", "q", "g", "", 100)
-	if err != nil || pgp.New != 2 || len(pgp.Names) != 2 {
-		t.Fatalf("with the marker: %+v, %v; want both partitions made", pgp, err)
+	if err != nil || pgp.New != 2 || len(pgp.Names) != 2 || pgp.QueueID != mine {
+		t.Fatalf("with the marker: %+v, %v; want both partitions of queue %s made", pgp, err, mine)
 	}
 	var others int
 	if err := conn.QueryRow(ctx, `SELECT count(*) FROM queen.consumers c JOIN queen.partitions p ON p.id = c.partition_id

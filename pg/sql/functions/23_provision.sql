@@ -13,10 +13,15 @@
 -- the dead-letter retry copies past it that are for other groups as
 -- resolved. The group marker must exist (the group's first pop made it):
 -- without it the subscription start is not decided yet, and nothing is
--- written or returned. Rows are inserted in partition id order with
--- nothing else locked, as queen.pop_v3 inserts them, so it cannot
--- deadlock with a claim, an ack or another page; run it alone, in
--- autocommit. Every partition of the page comes back, with or without a
+-- written or returned. The marker is held (FOR SHARE) until the commit:
+-- a group delete locks the markers before it deletes the rows
+-- (pg.DB.DeleteConsumerGroup), so it either sees this call's rows or makes
+-- it find no marker, and never leaves rows of a deleted group. Rows are
+-- inserted in partition id order with nothing else locked but the marker,
+-- as queen.pop_v3's provisioning of its candidates inserts them; pop_v3's
+-- first-sight insert of a single candidate (in candidate order, after
+-- that) can still cross a page and deadlock with it, which PostgreSQL
+-- breaks and both sides retry (pg.DB.Retry). Run it alone, in autocommit. Every partition of the page comes back, with or without a
 -- new row: each has its row once this commits (a row made by a concurrent
 -- claim is waited for by ON CONFLICT), and o_new counts the rows this
 -- call made.
@@ -35,7 +40,8 @@ BEGIN
     SELECT q.id, md.subscription_from INTO v_qid, v_from
     FROM queen.queues q
     JOIN queen.consumer_groups_metadata md ON md.queue_id = q.id AND md.consumer_group = p_group
-    WHERE q.tenant = p_tenant AND q.name = p_queue;
+    WHERE q.tenant = p_tenant AND q.name = p_queue
+    FOR SHARE OF md;
     IF NOT FOUND THEN
         RETURN;
     END IF;
