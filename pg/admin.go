@@ -309,11 +309,12 @@ func (db *DB) DeleteConsumerGroup(ctx context.Context, tenant, group, queue stri
 		// The markers first: a bulk provisioning holds its queue's marker
 		// (FOR SHARE) while it makes rows, so the delete below starts after
 		// it committed and sees them, or it waits for this delete and finds
-		// no marker (23_provision.sql).
+		// no marker (23_provision.sql). NO KEY UPDATE, which FOR SHARE
+		// conflicts with and FOR KEY SHARE (a DLQ retry's) does not.
 		if _, err := t.tx.Exec(ctx, `SELECT 1 FROM queen.consumer_groups_metadata m
 			JOIN queen.queues q ON q.id = m.queue_id
 			WHERE q.tenant = $1 AND m.consumer_group = $2 AND ($3 = '' OR q.name = $3)
-			ORDER BY m.queue_id FOR UPDATE OF m`, tenant, group, queue); err != nil {
+			ORDER BY m.queue_id FOR NO KEY UPDATE OF m`, tenant, group, queue); err != nil {
 			return fmt.Errorf("delete consumer group %s: lock markers: %w", group, err)
 		}
 		tag, err := t.tx.Exec(ctx, `DELETE FROM queen.consumers c

@@ -240,3 +240,74 @@ func TestProvisionGroupNeedsItsMarker(t *testing.T) {
 		t.Fatalf("a missing queue: %+v, %v", pgp, err)
 	}
 }
+
+// TestProvisionGroupRacingAGroupDelete: a pass that has made rows but not
+// committed, and a group delete that starts then, must not leave rows of
+// the deleted group: the delete waits for the pass's hold on the marker,
+// then deletes what the pass made. (Without the delete's marker lock it
+// deleted the rows it saw, waited only at its marker delete, and the
+// pass's rows outlived the group.)
+func TestProvisionGroupRacingAGroupDelete(t *testing.T) {
+	db, url := openDB(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := range 5 {
+		pushN(t, db, "q", fmt.Sprint("p", i), 1)
+	}
+	marker(t, db, "q", "g", protocol.SubAll, nil)
+
+	pass, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pass.Close(context.Background())
+	watcher, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watcher.Close(context.Background())
+	tx, err := pass.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var made int
+	if err := tx.QueryRow(ctx, `SELECT max(o_new) FROM queen.provision_group_v1('t', 'q', 'g', NULL, 100)`).Scan(&made); err != nil || made != 5 {
+		t.Fatalf("the pass made %d rows, %v; want 5", made, err)
+	}
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := db.DeleteConsumerGroup(ctx, "t", "g", "q", true)
+		done <- err
+	}()
+	// Wait until the delete waits on a lock the pass holds, whichever
+	// statement of it that is.
+	for {
+		var n int
+		if err := watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%consumer_groups_metadata%'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the group delete never waited for the pass")
+		}
+		time.Sleep(5 * time.Millisecond) // polling with a deadline
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	var rows, markers int
+	if err := watcher.QueryRow(ctx, `SELECT (SELECT count(*) FROM queen.consumers WHERE consumer_group = 'g'),
+		(SELECT count(*) FROM queen.consumer_groups_metadata WHERE consumer_group = 'g')`).Scan(&rows, &markers); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 0 || markers != 0 {
+		t.Fatalf("after the group delete: %d consumer rows and %d markers of the group, want none", rows, markers)
+	}
+}
