@@ -194,6 +194,13 @@ func TestHeartbeatRevealsTrailingLoss(t *testing.T) {
 	if st := b.m.Stats(); st.GapsSeen != 0 {
 		t.Fatalf("gaps on a clean stream: %+v", st)
 	}
+	// The loop above may have enqueued "first" again after it arrived: wait
+	// until nothing is left to send, or the drop below takes that frame and
+	// "lost" goes in the next one (seen once under -race).
+	eventually(t, 5*time.Second, "a's hints all arrived", func() bool {
+		sa := a.m.Stats()
+		return sa.CoalescerSize == 0 && sa.HintsSent == b.m.Stats().HintsReceived
+	})
 	done := dropOnce(a.m, KindHints)
 	a.m.Enqueue("t", "q", "lost")
 	eventually(t, 5*time.Second, "the frame is dropped", done.Load)
