@@ -20,8 +20,10 @@ import (
 // marker was made by the call (a new or deleted group). A stale name is
 // harmless: the core's claim loop still provisions a missing row on first
 // sight, as pop_v1 did; only the row of a candidate left unevaluated
-// (requeue) waits for its next claim. Both maps are bounded; overflowing
-// one forgets (part of) it, which costs an INSERT, nothing else.
+// (requeue) waits for its next claim. Its maps are bounded: past
+// provMaxSets pairs an arbitrary pair is forgotten, and a full set or total
+// learns no more names, which costs the claims of the names it lacks a
+// pop_v3 call each, nothing else.
 //
 // It also decides when a pair is worth a bulk provisioning (provision.go):
 // a claim that meets candidates not known to have their row queues the
@@ -37,7 +39,8 @@ type provisioned struct {
 	mu    sync.Mutex
 	sets  map[provKey]*provSet
 	total int                   // names over all sets, bounded by provMaxTotal
-	want  map[provKey]struct{}  // pairs queued for a bulk provisioning
+	want  map[provKey]struct{}  // pairs queued for a bulk provisioning or in one, until bulkDone
+	took  map[provKey]struct{}  // the pairs of want the loop took
 	next  map[provKey]time.Time // a pair may be queued again from then on; at most provMaxSets
 	now   func() time.Time
 }
@@ -59,7 +62,7 @@ const (
 )
 
 func newProvisioned() *provisioned {
-	return &provisioned{sets: map[provKey]*provSet{}, want: map[provKey]struct{}{},
+	return &provisioned{sets: map[provKey]*provSet{}, want: map[provKey]struct{}{}, took: map[provKey]struct{}{},
 		next: map[provKey]time.Time{}, now: time.Now}
 }
 
@@ -97,15 +100,15 @@ func (p *provisioned) queueBulk(args pg.PopArgs) bool {
 		return false
 	}
 	now := p.now()
-	if now.Before(p.next[key]) {
-		return false
+	if now.Before(p.next[key]) || len(s.names) >= provMaxNames || p.total >= provMaxTotal {
+		return false // not due, or a pass could record nothing more
 	}
 	if _, queued := p.want[key]; queued || len(p.want) >= provMaxSets {
 		return false
 	}
 	if _, ok := p.next[key]; !ok && len(p.next) >= provMaxSets {
 		for k, t := range p.next { // make room: times that passed say nothing
-			if !now.Before(t) {
+			if _, busy := p.want[k]; !busy && !now.Before(t) {
 				delete(p.next, k)
 			}
 		}
@@ -124,6 +127,8 @@ func (p *provisioned) queueBulk(args pg.PopArgs) bool {
 func (p *provisioned) bulkDone(key provKey, start, end time.Time, scanned, rows int, failed bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	delete(p.want, key)
+	delete(p.took, key)
 	gap := provBulkMinGap
 	switch {
 	case failed:
@@ -134,15 +139,19 @@ func (p *provisioned) bulkDone(key provKey, start, end time.Time, scanned, rows 
 	p.next[key] = end.Add(gap)
 }
 
-// takeWanted returns the queued pairs and empties the queue.
+// takeWanted returns the pairs queued and not yet taken. They stay in
+// want until bulkDone, so a claim cannot queue a pair whose pass is
+// waiting or running.
 func (p *provisioned) takeWanted() []provKey {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make([]provKey, 0, len(p.want))
+	var out []provKey
 	for k := range p.want {
-		out = append(out, k)
+		if _, ok := p.took[k]; !ok {
+			out = append(out, k)
+			p.took[k] = struct{}{}
+		}
 	}
-	clear(p.want)
 	return out
 }
 
@@ -158,42 +167,16 @@ func (p *provisioned) learnNames(key provKey, queueID string, names []string) {
 		return
 	}
 	for _, n := range names {
-		if _, ok := s.names[n]; ok {
-			continue
-		}
-		if len(s.names) >= provMaxNames || p.total >= provMaxTotal {
-			return
-		}
-		s.names[n] = struct{}{}
-		p.total++
+		p.add(s, n)
 	}
 }
 
-// add records one name in s within the bounds: a full set starts over, and
-// past provMaxTotal another arbitrary set is forgotten.
+// add records one name in s unless the set or the total is full: a full
+// set keeps what it holds (a name it lacks costs its claim a pop_v3 call)
+// rather than starting over and losing what a pass taught it.
 func (p *provisioned) add(s *provSet, name string) {
-	if _, ok := s.names[name]; ok {
+	if _, ok := s.names[name]; ok || len(s.names) >= provMaxNames || p.total >= provMaxTotal {
 		return
-	}
-	if len(s.names) >= provMaxNames {
-		p.total -= len(s.names)
-		clear(s.names)
-	}
-	for p.total >= provMaxTotal {
-		dropped := false
-		for k, o := range p.sets {
-			if o != s {
-				p.total -= len(o.names)
-				delete(p.sets, k)
-				dropped = true
-				break
-			}
-		}
-		if !dropped { // s alone holds them all
-			p.total -= len(s.names)
-			clear(s.names)
-			break
-		}
 	}
 	s.names[name] = struct{}{}
 	p.total++

@@ -60,6 +60,10 @@ func TestProvisionedBulkTiming(t *testing.T) {
 	if p.queueBulk(args) {
 		t.Fatal("queued again while the pass runs")
 	}
+	now = now.Add(provBulkHold + time.Second) // a long pass: the hold passed, the pass still runs
+	if p.queueBulk(args) || len(p.takeWanted()) != 0 {
+		t.Fatal("queued again while the pass runs, past the hold")
+	}
 	p.learnNames(key, "Q1", []string{"a", "b", "c"})
 	if got := p.unprov(args); len(got) != 0 {
 		t.Fatalf("unprov %v after the pass, want none", got)
@@ -123,8 +127,8 @@ func TestProvisionedBulkTiming(t *testing.T) {
 }
 
 // The names' bounds: a pass stops recording at provMaxNames and keeps what
-// the set held; a claim's verdict past it starts the set over; the total
-// stays the sum of the sets.
+// the set held; so does a claim's verdict past it; a full set queues no
+// pass; the total stays the sum of the sets.
 func TestProvisionedBounds(t *testing.T) {
 	p := newProvisioned()
 	args := pg.PopArgs{Tenant: "t", Queue: "q", Group: "g", Names: []string{"a"}}
@@ -143,8 +147,11 @@ func TestProvisionedBounds(t *testing.T) {
 	}
 	p.learn(args, tookOutcome("Q", true, "new"))
 	provTotal(t, p)
-	if n := len(p.sets[key].names); n != 1 {
-		t.Fatalf("%d names after a claim's verdict past the bound, want 1", n)
+	if _, ok := p.sets[key].names["new"]; ok || len(p.sets[key].names) != provMaxNames {
+		t.Fatalf("a claim's verdict past the bound: %d names (new learnt: %v), want the full set kept", len(p.sets[key].names), ok)
+	}
+	if p.queueBulk(pg.PopArgs{Tenant: "t", Queue: "q", Group: "g", Names: []string{"zz"}}) {
+		t.Fatal("a pass queued for a full set: it could record nothing")
 	}
 	if len(p.sets[provKey{"t", "q2", "g"}].names) != 2 {
 		t.Fatal("another set lost its names")

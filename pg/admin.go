@@ -309,8 +309,10 @@ func (db *DB) DeleteConsumerGroup(ctx context.Context, tenant, group, queue stri
 		// The markers first: a bulk provisioning holds its queue's marker
 		// (FOR SHARE) while it makes rows, so the delete below starts after
 		// it committed and sees them, or it waits for this delete and finds
-		// no marker (23_provision.sql). NO KEY UPDATE, which FOR SHARE
-		// conflicts with and FOR KEY SHARE (a DLQ retry's) does not.
+		// no marker (23_provision.sql). NO KEY UPDATE is enough to
+		// conflict with FOR SHARE, and lets a FOR KEY SHARE holder (a
+		// foreign-key check, or TestDLQRetryResurrectsDeletedGroup's device)
+		// be, as the marker delete below always has.
 		if _, err := t.tx.Exec(ctx, `SELECT 1 FROM queen.consumer_groups_metadata m
 			JOIN queen.queues q ON q.id = m.queue_id
 			WHERE q.tenant = $1 AND m.consumer_group = $2 AND ($3 = '' OR q.name = $3)

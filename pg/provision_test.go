@@ -311,3 +311,56 @@ func TestProvisionGroupRacingAGroupDelete(t *testing.T) {
 		t.Fatalf("after the group delete: %d consumer rows and %d markers of the group, want none", rows, markers)
 	}
 }
+
+// TestSubscriptionUpdateMovesProvisionedCursors: a subscription update
+// applies to the partitions the group has not read yet (docs/api.md). A
+// cursor the bulk provisioning placed at the old start, untouched since,
+// counts as not read: it moves to the new start, as the group's first read
+// would have placed it without the pass. Cursors the group moved (a seek)
+// or holds under a lease stay.
+func TestSubscriptionUpdateMovesProvisionedCursors(t *testing.T) {
+	db, url := openDB(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for i := range 4 {
+		pushN(t, db, "q", fmt.Sprint("p", i), 2)
+	}
+	marker(t, db, "q", "g", protocol.SubAll, nil)
+	if pgp, err := db.ProvisionGroup(ctx, "t", "q", "g", "", 100); err != nil || pgp.New != 4 {
+		t.Fatalf("provision: %+v, %v", pgp, err)
+	}
+	if out, err := db.Pop(ctx, pg.PopArgs{Tenant: "t", Queue: "q", Group: "g", Names: []string{"p0"}, Budget: 1,
+		MaxParts: 1, LeaseID: "l0", LeaseSeconds: 60, SubMode: protocol.SubAll}); err != nil || len(out.Messages) != 1 {
+		t.Fatalf("claim of p0: %+v, %v", out, err)
+	}
+	if err := db.SeekPartitionToEnd(ctx, "t", "g", "q", "p1"); err != nil {
+		t.Fatal(err)
+	}
+	var mid time.Time
+	if err := conn.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&mid); err != nil {
+		t.Fatal(err)
+	}
+	pushN(t, db, "q", "p2", 1) // after the new start: the group must get it
+	if n, err := db.UpdateSubscription(ctx, "t", "g", mid); err != nil || n != 1 {
+		t.Fatalf("update: %d, %v", n, err)
+	}
+	rows := consumerRows(t, conn, "q", "g")
+	want := map[string]int64{"p0": 0, "p1": 2, "p2": 2, "p3": 2}
+	for p, c := range want {
+		if rows[p].Committed != c || rows[p].BatchEnd < c {
+			t.Errorf("%s: cursor %+v, want %d", p, rows[p], c)
+		}
+	}
+	if !rows["p0"].Leased {
+		t.Errorf("p0's lease was dropped: %+v", rows["p0"])
+	}
+	out, err := db.Pop(ctx, pg.PopArgs{Tenant: "t", Queue: "q", Group: "g", Names: []string{"p2"}, Budget: 10,
+		MaxParts: 1, LeaseID: "l2", LeaseSeconds: 60, SubMode: protocol.SubAll})
+	if err != nil || len(out.Messages) != 1 || out.Messages[0].Off != 3 {
+		t.Fatalf("pop of p2 after the update: %+v, %v; want only offset 3, pushed after the new start", out, err)
+	}
+}
