@@ -21,9 +21,9 @@ import (
 // harmless: the core's claim loop still provisions a missing row on first
 // sight, as pop_v1 did; only the row of a candidate left unevaluated
 // (requeue) waits for its next claim. Its maps are bounded: past
-// provMaxSets pairs an arbitrary pair is forgotten, and a full set or total
-// learns no more names, which costs the claims of the names it lacks a
-// pop_v3 call each, nothing else.
+// provMaxSets pairs, or provMaxTotal names, an arbitrary other pair is
+// forgotten, and a full set learns no more names, which costs the claims of
+// the names it lacks a pop_v3 call each, nothing else.
 //
 // It also decides when a pair is worth a bulk provisioning (provision.go):
 // a claim that meets candidates not known to have their row queues the
@@ -100,7 +100,7 @@ func (p *provisioned) queueBulk(args pg.PopArgs) bool {
 		return false
 	}
 	now := p.now()
-	if now.Before(p.next[key]) || len(s.names) >= provMaxNames || p.total >= provMaxTotal {
+	if now.Before(p.next[key]) || len(s.names) >= provMaxNames {
 		return false // not due, or a pass could record nothing more
 	}
 	if _, queued := p.want[key]; queued || len(p.want) >= provMaxSets {
@@ -171,12 +171,28 @@ func (p *provisioned) learnNames(key provKey, queueID string, names []string) {
 	}
 }
 
-// add records one name in s unless the set or the total is full: a full
-// set keeps what it holds (a name it lacks costs its claim a pop_v3 call)
-// rather than starting over and losing what a pass taught it.
+// add records one name in s unless s is full: a full set keeps what it
+// holds (a name it lacks costs its claim a pop_v3 call) rather than
+// starting over and losing what a pass taught it. Past provMaxTotal another
+// arbitrary set is forgotten, so pairs that come later can still learn
+// (a forgotten pair's pass timing stays in next).
 func (p *provisioned) add(s *provSet, name string) {
-	if _, ok := s.names[name]; ok || len(s.names) >= provMaxNames || p.total >= provMaxTotal {
+	if _, ok := s.names[name]; ok || len(s.names) >= provMaxNames {
 		return
+	}
+	for p.total >= provMaxTotal {
+		dropped := false
+		for k, o := range p.sets {
+			if o != s {
+				p.total -= len(o.names)
+				delete(p.sets, k)
+				dropped = true
+				break
+			}
+		}
+		if !dropped {
+			return
+		}
 	}
 	s.names[name] = struct{}{}
 	p.total++

@@ -376,7 +376,7 @@ func (db *DB) Seek(ctx context.Context, tenant, group, queue string, toEnd bool,
 		SET committed_offset = t.target, batch_end = t.target,
 			acked = queen.dlq_copies_past(c.partition_id, $2, t.target),
 			lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, retry_count = 0,
-			updated_at = clock_timestamp()
+			provisional = false, updated_at = clock_timestamp()
 		FROM (SELECT p.id, CASE WHEN $4 THEN p.last_offset ELSE
 				COALESCE((SELECT max(m.off) FROM queen.messages m
 				          WHERE m.partition_id = p.id AND m.created_at <= $5), 0) END AS target

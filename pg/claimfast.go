@@ -62,7 +62,7 @@ k AS (
     SELECT * FROM m WHERE $6::bigint <= 0 OR m.run <= $6::bigint OR m.rn = 1),
 u AS (
     UPDATE queen.consumers cc
-    SET batch_end = (SELECT max(k.off) FROM k), lease_id = $7::text, lease_owner = $8::text,
+    SET batch_end = (SELECT max(k.off) FROM k), lease_id = $7::text, lease_owner = $8::text, provisional = false,
         lease_expires_at = clock_timestamp() + make_interval(secs => c.lease_secs),
         updated_at = clock_timestamp()
     FROM c

@@ -26,6 +26,7 @@ var functionSets = []struct {
 	{4, "25280eba37fa57290733ff76e052fa2b24240ce973f7600e3206c54e54d314e5"}, // issue 23 flat results merged: pop_v3, ack_v2, dlq_retry_v2, 00_constants.sql (push_v4 is set 3's)
 	{5, "bb8cd2003e49a031750823c970ecb562d3159411b8cb180622058cfc716d501b"}, // issue 20: provision_group_v1 (23_provision.sql)
 	{6, "621990e56c31f47804c861c1aa397342f7cb87a8ec209471fe80fef39d4d4fed"}, // issue 20: provision_group_v1 holds the group marker
+	{7, "f53bdff42b210573055ffe38edcb85656644895f67c4231d5ee3fcfde18a91cb"}, // issue 20: provisional consumer rows (migration 11): provision_group_v1 sets it, claims clear it
 }
 
 // The function files cannot change without FunctionSet changing: a node

@@ -314,10 +314,10 @@ func TestProvisionGroupRacingAGroupDelete(t *testing.T) {
 
 // TestSubscriptionUpdateMovesProvisionedCursors: a subscription update
 // applies to the partitions the group has not read yet (docs/api.md). A
-// cursor the bulk provisioning placed at the old start, untouched since,
-// counts as not read: it moves to the new start, as the group's first read
-// would have placed it without the pass. Cursors the group moved (a seek)
-// or holds under a lease stay.
+// cursor the bulk provisioning placed, not read since, moves to the new
+// start, as the group's first read would have placed it without the pass.
+// Cursors the group moved (a seek, equal to the old start or not), holds
+// under a lease, or placed by its own claim stay.
 func TestSubscriptionUpdateMovesProvisionedCursors(t *testing.T) {
 	db, url := openDB(t)
 	ctx := context.Background()
@@ -340,6 +340,13 @@ func TestSubscriptionUpdateMovesProvisionedCursors(t *testing.T) {
 	if err := db.SeekPartitionToEnd(ctx, "t", "g", "q", "p1"); err != nil {
 		t.Fatal(err)
 	}
+	pushN(t, db, "q", "p1", 1) // before the new start: the seeked cursor must not move to it
+	// p4 appears after the pass; the group's claim makes its row (read).
+	pushN(t, db, "q", "p4", 2)
+	if _, err := db.Pop(ctx, pg.PopArgs{Tenant: "t", Queue: "q", Group: "g", Names: []string{"p4"}, Unprov: []string{"p4"},
+		Budget: 0, MaxParts: 1, LeaseID: "none", SubMode: protocol.SubAll}); err != nil {
+		t.Fatal(err)
+	}
 	var mid time.Time
 	if err := conn.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&mid); err != nil {
 		t.Fatal(err)
@@ -349,7 +356,7 @@ func TestSubscriptionUpdateMovesProvisionedCursors(t *testing.T) {
 		t.Fatalf("update: %d, %v", n, err)
 	}
 	rows := consumerRows(t, conn, "q", "g")
-	want := map[string]int64{"p0": 0, "p1": 2, "p2": 2, "p3": 2}
+	want := map[string]int64{"p0": 0, "p1": 2, "p2": 2, "p3": 2, "p4": 0}
 	for p, c := range want {
 		if rows[p].Committed != c || rows[p].BatchEnd < c {
 			t.Errorf("%s: cursor %+v, want %d", p, rows[p], c)
@@ -362,5 +369,68 @@ func TestSubscriptionUpdateMovesProvisionedCursors(t *testing.T) {
 		MaxParts: 1, LeaseID: "l2", LeaseSeconds: 60, SubMode: protocol.SubAll})
 	if err != nil || len(out.Messages) != 1 || out.Messages[0].Off != 3 {
 		t.Fatalf("pop of p2 after the update: %+v, %v; want only offset 3, pushed after the new start", out, err)
+	}
+}
+
+// TestSubscriptionUpdateWaitsForAPage: an update that starts while a
+// provisioning page is uncommitted moves that page's rows too (it waits for
+// the page's hold on the marker, then reads the rows in a statement of its
+// own).
+func TestSubscriptionUpdateWaitsForAPage(t *testing.T) {
+	db, url := openDB(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := range 3 {
+		pushN(t, db, "q", fmt.Sprint("p", i), 2)
+	}
+	marker(t, db, "q", "g", protocol.SubAll, nil)
+	page, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer page.Close(context.Background())
+	watcher, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watcher.Close(context.Background())
+	var mid time.Time
+	if err := watcher.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&mid); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := page.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var made int
+	if err := tx.QueryRow(ctx, `SELECT max(o_new) FROM queen.provision_group_v1('t', 'q', 'g', NULL, 100)`).Scan(&made); err != nil || made != 3 {
+		t.Fatalf("the page made %d rows, %v; want 3", made, err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := db.UpdateSubscription(ctx, "t", "g", mid)
+		done <- err
+	}()
+	for {
+		var n int
+		if err := watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%consumer_groups_metadata%'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond) // polling with a deadline (ctx)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for p, r := range consumerRows(t, watcher, "q", "g") {
+		if r.Committed != 2 {
+			t.Errorf("%s: cursor %+v, want 2 (the new start)", p, r)
+		}
 	}
 }

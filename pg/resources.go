@@ -804,47 +804,41 @@ func (db *DB) UpdateSubscription(ctx context.Context, tenant, group string, from
 	var n int
 	// The new start applies to the partitions the group has not read yet
 	// (docs/api.md). A cursor the bulk provisioning placed before the group
-	// read its partition (23_provision.sql) still sits at the old start,
-	// untouched: it is placed again at the new one, as the group's first
-	// read of the partition would have placed it. A cursor is untouched
-	// when it is where the old start puts it, with no lease, no retry and
-	// only the retry copies of other groups as acked. Markers are locked
-	// first, in queue order, then the rows, as a group delete does.
-	err := db.retry(ctx, false, func() error {
-		return db.pool.QueryRow(ctx, `WITH md AS (
-				SELECT m.queue_id, m.subscription_from AS old_from
-				FROM queen.consumer_groups_metadata m JOIN queen.queues q ON q.id = m.queue_id
-				WHERE q.tenant = $1 AND m.consumer_group = $2
-				ORDER BY m.queue_id FOR NO KEY UPDATE OF m),
-			upd AS (
-				UPDATE queen.consumer_groups_metadata m SET subscription_from = $3
-				FROM md WHERE m.queue_id = md.queue_id AND m.consumer_group = $2
-				RETURNING 1),
-			rows AS (
-				SELECT c.partition_id, c.committed_offset, c.acked,
-				       CASE WHEN md.old_from IS NULL THEN 0 ELSE
-				           COALESCE((SELECT max(x.off) FROM queen.messages x
-				                     WHERE x.partition_id = c.partition_id AND x.created_at <= md.old_from), 0) END AS old_seed
-				FROM md JOIN queen.partitions p ON p.queue_id = md.queue_id
-				JOIN queen.consumers c ON c.partition_id = p.id AND c.consumer_group = $2
-				WHERE c.lease_id IS NULL AND c.retry_count = 0 AND c.committed_offset = c.batch_end
+	// read its partition is marked provisional (migration 11, cleared by a
+	// claim that takes from it and by a seek): it is placed again at the
+	// new start, as the group's first read would have placed it. The
+	// markers first, in queue order, in a statement of their own: a
+	// provisioning page holds its marker until it commits, so the row
+	// update after it sees the page's rows (a group delete does the same).
+	err := db.InTxRetry(ctx, func(t *Tx) error {
+		if _, err := t.tx.Exec(ctx, `SELECT 1 FROM queen.consumer_groups_metadata m
+			JOIN queen.queues q ON q.id = m.queue_id
+			WHERE q.tenant = $1 AND m.consumer_group = $2
+			ORDER BY m.queue_id FOR NO KEY UPDATE OF m`, tenant, group); err != nil {
+			return err
+		}
+		tag, err := t.tx.Exec(ctx, `UPDATE queen.consumer_groups_metadata md SET subscription_from = $3
+			FROM queen.queues q WHERE md.queue_id = q.id AND q.tenant = $1 AND md.consumer_group = $2`,
+			tenant, group, from)
+		if err != nil {
+			return err
+		}
+		n = int(tag.RowsAffected())
+		_, err = t.tx.Exec(ctx, `WITH r AS (
+				SELECT c.partition_id FROM queen.consumer_groups_metadata md
+				JOIN queen.queues q ON q.id = md.queue_id AND q.tenant = $1
+				JOIN queen.partitions p ON p.queue_id = md.queue_id
+				JOIN queen.consumers c ON c.partition_id = p.id AND c.consumer_group = md.consumer_group
+				WHERE md.consumer_group = $2 AND c.provisional AND c.lease_id IS NULL
 				ORDER BY c.partition_id
-				FOR UPDATE OF c),
-			untouched AS (
-				SELECT r.partition_id,
-				       COALESCE((SELECT max(x.off) FROM queen.messages x
-				                 WHERE x.partition_id = r.partition_id AND x.created_at <= $3), 0) AS seed
-				FROM rows r
-				WHERE r.committed_offset = r.old_seed AND r.acked = queen.dlq_copies_past(r.partition_id, $2, r.old_seed)),
-			re AS (
-				UPDATE queen.consumers c
-				SET committed_offset = u.seed, batch_end = u.seed, acked = queen.dlq_copies_past(c.partition_id, $2, u.seed),
-				    updated_at = clock_timestamp()
-				FROM untouched u
-				WHERE c.partition_id = u.partition_id AND c.consumer_group = $2
-				RETURNING 1)
-			SELECT (SELECT count(*) FROM upd)::int, (SELECT count(*) FROM re)::int`,
-			tenant, group, from).Scan(&n, new(int))
+				FOR UPDATE OF c)
+			UPDATE queen.consumers c
+			SET committed_offset = s.seed, batch_end = s.seed, acked = queen.dlq_copies_past(c.partition_id, $2, s.seed),
+			    updated_at = clock_timestamp()
+			FROM (SELECT r.partition_id, COALESCE((SELECT max(x.off) FROM queen.messages x
+			             WHERE x.partition_id = r.partition_id AND x.created_at <= $3), 0) AS seed FROM r) s
+			WHERE c.partition_id = s.partition_id AND c.consumer_group = $2`, tenant, group, from)
+		return err
 	})
 	if err != nil {
 		return 0, fmt.Errorf("update subscription of %s: %w", group, err)
@@ -872,7 +866,7 @@ func (db *DB) SeekPartitionToEnd(ctx context.Context, tenant, group, queue, part
 			    acked = ARRAY(SELECT x FROM unnest(c.acked) x
 			                  WHERE x > GREATEST(c.committed_offset, EXCLUDED.committed_offset) ORDER BY x),
 			    lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL,
-			    retry_count = 0, updated_at = clock_timestamp()`, tenant, group, queue, partition)
+			    retry_count = 0, provisional = false, updated_at = clock_timestamp()`, tenant, group, queue, partition)
 		if err != nil {
 			return err
 		}

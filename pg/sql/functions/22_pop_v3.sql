@@ -373,7 +373,7 @@ BEGIN
                     v_end := greatest(v_end, COALESCE((SELECT max(x) FROM unnest(v_c.acked) x WHERE x <= v_last), 0));
                 END IF;
                 UPDATE queen.consumers c
-                SET committed_offset = v_end, batch_end = v_end,
+                SET committed_offset = v_end, batch_end = v_end, provisional = false,
                     acked = ARRAY(SELECT x FROM unnest(c.acked) x WHERE x > v_end ORDER BY x),
                     lease_id = NULL, lease_owner = NULL,
                     lease_expires_at = NULL, retry_count = 0, updated_at = v_now
@@ -382,7 +382,7 @@ BEGIN
             ELSE
                 r_until := v_now + make_interval(secs => v_lease_secs);
                 UPDATE queen.consumers c
-                SET batch_end = v_end, lease_id = p_lease_id, lease_owner = p_owner,
+                SET batch_end = v_end, lease_id = p_lease_id, lease_owner = p_owner, provisional = false,
                     lease_expires_at = r_until, updated_at = v_now
                 WHERE c.partition_id = v_pid AND c.consumer_group = p_group;
             END IF;

@@ -24,7 +24,8 @@
 -- breaks and both sides retry (pg.DB.Retry). Run it alone, in autocommit. Every partition of the page comes back, with or without a
 -- new row: each has its row once this commits (a row made by a concurrent
 -- claim is waited for by ON CONFLICT), and o_new counts the rows this
--- call made.
+-- call made. Its rows are marked provisional (migration 11) until the group
+-- reads them: a subscription update moves them to the new start.
 CREATE OR REPLACE FUNCTION queen.provision_group_v1(
     p_tenant text,
     p_queue  text,
@@ -53,8 +54,8 @@ BEGIN
         ORDER BY p.id
         LIMIT greatest(p_limit, 1)),
     ins AS (
-        INSERT INTO queen.consumers (partition_id, consumer_group, committed_offset, batch_end, acked)
-        SELECT s.id, p_group, s.seed, s.seed, queen.dlq_copies_past(s.id, p_group, s.seed)
+        INSERT INTO queen.consumers (partition_id, consumer_group, committed_offset, batch_end, acked, provisional)
+        SELECT s.id, p_group, s.seed, s.seed, queen.dlq_copies_past(s.id, p_group, s.seed), true
         FROM (SELECT pg.id,
                      CASE WHEN v_from IS NULL THEN 0 ELSE
                          COALESCE((SELECT max(m.off) FROM queen.messages m
