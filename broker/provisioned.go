@@ -157,8 +157,8 @@ func (p *provisioned) takeWanted() []provKey {
 
 // learnNames records the names of one bulk provisioning page, unless the
 // pair's knowledge was dropped or is of another queue id meanwhile. It
-// stops when the set or the total is full: a pass over a queue larger than
-// the bound must not forget what the claims learnt, nor other pairs.
+// stops when the set is full: a pass over a queue larger than the bound
+// must not forget what the claims learnt (add).
 func (p *provisioned) learnNames(key provKey, queueID string, names []string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -128,7 +128,8 @@ func TestProvisionedBulkTiming(t *testing.T) {
 
 // The names' bounds: a pass stops recording at provMaxNames and keeps what
 // the set held; so does a claim's verdict past it; a full set queues no
-// pass; the total stays the sum of the sets.
+// pass; the total stays the sum of the sets. (Past provMaxTotal another
+// set is forgotten: add.)
 func TestProvisionedBounds(t *testing.T) {
 	p := newProvisioned()
 	args := pg.PopArgs{Tenant: "t", Queue: "q", Group: "g", Names: []string{"a"}}

@@ -171,6 +171,52 @@ func (n *upgradeNode) start(t *testing.T, bin, pgURL, label string) {
 	n.up.Store(true)
 }
 
+// startRefused starts bin and expects it to stop at once with the
+// documented refusal of a database a newer release migrated
+// (docs/operations.md, "Upgrades"): an old node cannot come back once the
+// new release added a migration.
+func (n *upgradeNode) startRefused(t *testing.T, bin, pgURL, label string) {
+	t.Helper()
+	env := nodeproc.Env(map[string]string{
+		"QUEEN_PG_URL":       pgURL,
+		"QUEEN_NODE_NAME":    n.name,
+		"QUEEN_HTTP_ADDR":    n.addr,
+		"QUEEN_MESH":         "0",
+		"QUEEN_PG_MAX_CONNS": "8",
+		"QUEEN_LOG_LEVEL":    "info",
+	}, "QUEEN_", "PG")
+	p, err := nodeproc.Start(nodeproc.Options{Bin: bin, Env: env, LogPath: n.log, Append: true,
+		Header: "=== " + n.name + " started as " + label})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.Exited():
+	case <-time.After(30 * time.Second):
+		_, _ = p.Stop(syscall.SIGKILL, 5*time.Second)
+		t.Fatalf("%s: the old node kept running on a database a newer release migrated", n.name)
+	}
+	if tail := localnet.LogTail(n.log, 20); !strings.Contains(tail, "is newer than this node's") {
+		t.Fatalf("%s: the old node stopped without the documented refusal:\n%s", n.name, tail)
+	}
+}
+
+// migrationsAt counts the schema migrations of commit c.
+func migrationsAt(t *testing.T, root, c string) int {
+	t.Helper()
+	out, err := git(root, "ls-tree", "--name-only", c, "pg/sql/migrations/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, f := range strings.Fields(out) {
+		if strings.HasSuffix(f, ".sql") {
+			n++
+		}
+	}
+	return n
+}
+
 func (n *upgradeNode) stop(t *testing.T) {
 	t.Helper()
 	n.up.Store(false)
@@ -480,9 +526,22 @@ func TestRollingUpgradeFromPreviousRelease(t *testing.T) {
 
 	a.stop(t)
 	progress("new node alone")
-	a.start(t, oldBin, pgURL, "previous release "+short+", restarted")
+	here, err := filepath.Glob(filepath.Join(root, "pg", "sql", "migrations", "*.sql"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	migrated := migrationsAt(t, root, prev) < len(here)
+	if migrated {
+		// This tree adds a migration: the old node cannot come back.
+		a.startRefused(t, oldBin, pgURL, "previous release "+short+", restarted after a migration")
+		t.Logf("this tree adds a schema migration (%d -> %d): the old node refused to start, as documented",
+			migrationsAt(t, root, prev), len(here))
+	} else {
+		a.start(t, oldBin, pgURL, "previous release "+short+", restarted")
+	}
 	set, print := functionState(t, pgURL)
 	switch {
+	case migrated:
 	case prevSet > 0:
 		if set != newSet || print != newPrint {
 			t.Fatalf("the old node's restart downgraded the functions: set %d (want %d), bodies changed %v", set, newSet, print != newPrint)
@@ -498,7 +557,9 @@ func TestRollingUpgradeFromPreviousRelease(t *testing.T) {
 		}
 		t.Logf("the previous release predates queen.function_set and re-created its bodies at restart, as expected")
 	}
-	progress("old node restarted beside the new")
+	if !migrated {
+		progress("old node restarted beside the new")
+	}
 
 	b.stop(t)
 	b.start(t, nodeBin, pgURL, "this tree, restarted")

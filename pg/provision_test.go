@@ -285,7 +285,8 @@ func TestProvisionGroupRacingAGroupDelete(t *testing.T) {
 	for {
 		var n int
 		if err := watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE '%consumer_groups_metadata%'`).Scan(&n); err != nil {
+			WHERE datname = current_database() AND wait_event_type = 'Lock'
+			  AND query LIKE '%consumer_groups_metadata%'`).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		if n > 0 {
@@ -316,8 +317,8 @@ func TestProvisionGroupRacingAGroupDelete(t *testing.T) {
 // applies to the partitions the group has not read yet (docs/api.md). A
 // cursor the bulk provisioning placed, not read since, moves to the new
 // start, as the group's first read would have placed it without the pass.
-// Cursors the group moved (a seek, equal to the old start or not), holds
-// under a lease, or placed by its own claim stay.
+// Cursors the group moved (a seek, an autoAck pop), holds under a lease, or
+// placed by its own claim stay.
 func TestSubscriptionUpdateMovesProvisionedCursors(t *testing.T) {
 	db, url := openDB(t)
 	ctx := context.Background()
@@ -341,6 +342,12 @@ func TestSubscriptionUpdateMovesProvisionedCursors(t *testing.T) {
 		t.Fatal(err)
 	}
 	pushN(t, db, "q", "p1", 1) // before the new start: the seeked cursor must not move to it
+	// p3: an autoAck pop takes its first message (a read, with no lease
+	// left to protect the row): its cursor must stay at 1.
+	if out, err := db.Pop(ctx, pg.PopArgs{Tenant: "t", Queue: "q", Group: "g", Names: []string{"p3"}, Unprov: []string{}, Budget: 1,
+		MaxParts: 1, LeaseID: "l3", AutoAck: true, SubMode: protocol.SubAll}); err != nil || len(out.Messages) != 1 {
+		t.Fatalf("autoAck pop of p3: %+v, %v", out, err)
+	}
 	// p4 appears after the pass; the group's claim makes its row (read).
 	pushN(t, db, "q", "p4", 2)
 	if _, err := db.Pop(ctx, pg.PopArgs{Tenant: "t", Queue: "q", Group: "g", Names: []string{"p4"}, Unprov: []string{"p4"},
@@ -356,7 +363,7 @@ func TestSubscriptionUpdateMovesProvisionedCursors(t *testing.T) {
 		t.Fatalf("update: %d, %v", n, err)
 	}
 	rows := consumerRows(t, conn, "q", "g")
-	want := map[string]int64{"p0": 0, "p1": 2, "p2": 2, "p3": 2, "p4": 0}
+	want := map[string]int64{"p0": 0, "p1": 2, "p2": 2, "p3": 1, "p4": 0}
 	for p, c := range want {
 		if rows[p].Committed != c || rows[p].BatchEnd < c {
 			t.Errorf("%s: cursor %+v, want %d", p, rows[p], c)
@@ -414,7 +421,8 @@ func TestSubscriptionUpdateWaitsForAPage(t *testing.T) {
 	for {
 		var n int
 		if err := watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE '%consumer_groups_metadata%'`).Scan(&n); err != nil {
+			WHERE datname = current_database() AND wait_event_type = 'Lock'
+			  AND query LIKE '%consumer_groups_metadata%'`).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		if n > 0 {

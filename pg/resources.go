@@ -824,20 +824,33 @@ func (db *DB) UpdateSubscription(ctx context.Context, tenant, group string, from
 			return err
 		}
 		n = int(tag.RowsAffected())
-		_, err = t.tx.Exec(ctx, `WITH r AS (
-				SELECT c.partition_id FROM queen.consumer_groups_metadata md
+		// The rows to move, locked in a statement of their own: the update
+		// below then reads each row's acked, and the retry copies that
+		// queen.dlq_copies_past finds, after whatever it waited for (a DLQ
+		// retry for another group adds its copy to this row's acked), as
+		// Seek does.
+		rs, err := t.tx.Query(ctx, `SELECT c.partition_id::text FROM queen.consumer_groups_metadata md
 				JOIN queen.queues q ON q.id = md.queue_id AND q.tenant = $1
 				JOIN queen.partitions p ON p.queue_id = md.queue_id
 				JOIN queen.consumers c ON c.partition_id = p.id AND c.consumer_group = md.consumer_group
 				WHERE md.consumer_group = $2 AND c.provisional AND c.lease_id IS NULL
 				ORDER BY c.partition_id
-				FOR UPDATE OF c)
-			UPDATE queen.consumers c
+				FOR UPDATE OF c`, tenant, group)
+		if err != nil {
+			return err
+		}
+		ids, err := pgx.CollectRows(rs, pgx.RowTo[string])
+		if err != nil || len(ids) == 0 {
+			return err
+		}
+		_, err = t.tx.Exec(ctx, `UPDATE queen.consumers c
 			SET committed_offset = s.seed, batch_end = s.seed, acked = queen.dlq_copies_past(c.partition_id, $2, s.seed),
 			    updated_at = clock_timestamp()
-			FROM (SELECT r.partition_id, COALESCE((SELECT max(x.off) FROM queen.messages x
-			             WHERE x.partition_id = r.partition_id AND x.created_at <= $3), 0) AS seed FROM r) s
-			WHERE c.partition_id = s.partition_id AND c.consumer_group = $2`, tenant, group, from)
+			FROM (SELECT r.pid, COALESCE((SELECT max(x.off) FROM queen.messages x
+			             WHERE x.partition_id = r.pid AND x.created_at <= $3), 0) AS seed
+			      FROM unnest($1::text[]::uuid[]) AS r(pid)) s
+			WHERE c.partition_id = s.pid AND c.consumer_group = $2 AND c.provisional AND c.lease_id IS NULL`,
+			ids, group, from)
 		return err
 	})
 	if err != nil {

@@ -131,7 +131,7 @@ BEGIN
                     -- counter starts over. A prefix: the lease lives on.
                     f_release := f_max = f_end;
                     UPDATE queen.consumers c
-                    SET committed_offset = f_max,
+                    SET provisional = false, committed_offset = f_max,
                         lease_id = CASE WHEN f_release THEN NULL ELSE c.lease_id END,
                         lease_owner = CASE WHEN f_release THEN NULL ELSE c.lease_owner END,
                         lease_expires_at = CASE WHEN f_release THEN NULL ELSE c.lease_expires_at END,
@@ -220,7 +220,7 @@ BEGIN
                     END IF;
                 END IF;
                 UPDATE queen.consumers c
-                SET committed_offset = v_committed, batch_end = greatest(v_batch_end, v_committed),
+                SET provisional = false, committed_offset = v_committed, batch_end = greatest(v_batch_end, v_committed),
                     acked = v_all,
                     lease_id = v_lease,
                     lease_owner = CASE WHEN v_lease IS NULL THEN NULL ELSE c.lease_owner END,

@@ -58,7 +58,7 @@ BEGIN
         FOR UPDATE OF c),
     w AS (
         UPDATE queen.consumers c
-        SET committed_offset = c.batch_end, lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL,
+        SET provisional = false, committed_offset = c.batch_end, lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL,
             retry_count = 0, updated_at = clock_timestamp()
         FROM l
         WHERE c.partition_id = l.partition_id AND c.consumer_group = l.consumer_group
