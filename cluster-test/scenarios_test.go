@@ -613,7 +613,7 @@ func ownerAmong(c *Cluster, members []int, queue string) int {
 // pushAfterKill pushes 50 items through node a to queue q, whose owner
 // (node dead) was just killed: every item is stored (201, queued), and
 // when a still listed the owner alive before the kill, through a's own
-// fallback (a failed forward). A pop then reads all 50 back.
+// fallback (a failed forward, or a cooling owner). A pop then reads all 50 back.
 func pushAfterKill(t *testing.T, c *Cluster, a, dead int, q string, before *Status) {
 	t.Helper()
 	items := make([]map[string]any, 50)
@@ -637,7 +637,11 @@ func pushAfterKill(t *testing.T, c *Cluster, a, dead int, q string, before *Stat
 		}
 	}
 	after := c.MustStatus(a)
-	if alive && (after.Forward.Failures <= before.Forward.Failures || after.Forward.Fallback < before.Forward.Fallback+int64(len(items))) {
+	// Fallback, not failures: the owner may already be cooling down from a
+	// failed forwarded pop or ack (one cool-down per peer, shared with the
+	// consumer side), and then the items are stored here without a push
+	// forward being tried (seen once in CI).
+	if alive && after.Forward.Fallback < before.Forward.Fallback+int64(len(items)) {
 		t.Fatalf("%s forwarded to the killed owner without falling back: before %+v, after %+v", c.Node(a).Name, before.Forward, after.Forward)
 	}
 	t.Logf("push to %s's queue through %s after the kill: stored; forward failures %d -> %d", c.Node(dead).Name, c.Node(a).Name, before.Forward.Failures, after.Forward.Failures)
