@@ -28,6 +28,7 @@ var functionSets = []struct {
 	{6, "621990e56c31f47804c861c1aa397342f7cb87a8ec209471fe80fef39d4d4fed"}, // issue 20: provision_group_v1 holds the group marker
 	{7, "f53bdff42b210573055ffe38edcb85656644895f67c4231d5ee3fcfde18a91cb"}, // issue 20: provisional consumer rows (migration 11): provision_group_v1 sets it, claims clear it
 	{8, "03b0a9d7755a9fcc4e2432752ed3729c4ccf526d7b1af1c82912f4b19499469e"}, // issue 20: acks clear consumers.provisional too
+	{9, "99164bd758f3ddd86e840bf917c777fbefacb98dd6e954793d4ef57b78467c0e"}, // issue 20: only acks that move the cursor clear consumers.provisional
 }
 
 // The function files cannot change without FunctionSet changing: a node

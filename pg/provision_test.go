@@ -317,8 +317,9 @@ func TestProvisionGroupRacingAGroupDelete(t *testing.T) {
 // applies to the partitions the group has not read yet (docs/api.md). A
 // cursor the bulk provisioning placed, not read since, moves to the new
 // start, as the group's first read would have placed it without the pass.
-// Cursors the group moved (a seek, an autoAck pop), holds under a lease, or
-// placed by its own claim stay.
+// Cursors the group moved (a seek, an autoAck pop, a lease-less ack), holds
+// under a lease, or placed by its own claim stay; a refused ack reads
+// nothing.
 func TestSubscriptionUpdateMovesProvisionedCursors(t *testing.T) {
 	db, url := openDB(t)
 	ctx := context.Background()
@@ -327,12 +328,33 @@ func TestSubscriptionUpdateMovesProvisionedCursors(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	for i := range 4 {
-		pushN(t, db, "q", fmt.Sprint("p", i), 2)
+	for _, p := range []string{"p0", "p1", "p2", "p3", "p5", "p6"} {
+		pushN(t, db, "q", p, 2)
 	}
 	marker(t, db, "q", "g", protocol.SubAll, nil)
-	if pgp, err := db.ProvisionGroup(ctx, "t", "q", "g", "", 100); err != nil || pgp.New != 4 {
+	if pgp, err := db.ProvisionGroup(ctx, "t", "q", "g", "", 100); err != nil || pgp.New != 6 {
 		t.Fatalf("provision: %+v, %v", pgp, err)
+	}
+	// p5: a lease-less ack of its first message (a read: its cursor must
+	// stay at 1); p6: an ack refused for a stale lease (not a read).
+	ack := func(part, lease string, status protocol.AckStatus) bool {
+		t.Helper()
+		var pid, tx string
+		if err := conn.QueryRow(ctx, `SELECT m.partition_id::text, m.transaction_id FROM queen.messages m
+			JOIN queen.partitions p ON p.id = m.partition_id WHERE p.name = $1 AND m.off = 1`, part).Scan(&pid, &tx); err != nil {
+			t.Fatal(err)
+		}
+		out, err := db.Ack(ctx, "t", []pg.AckRow{{Group: "g", PartitionID: pid, TxID: tx, Status: status, LeaseID: lease}})
+		if err != nil || len(out) != 1 {
+			t.Fatalf("ack on %s: %+v, %v", part, out, err)
+		}
+		return out[0].Success
+	}
+	if !ack("p5", "", protocol.AckCompleted) {
+		t.Fatal("the lease-less ack on p5 was refused")
+	}
+	if ack("p6", "stale-lease", protocol.AckFailed) {
+		t.Fatal("the ack with a stale lease on p6 succeeded")
 	}
 	if out, err := db.Pop(ctx, pg.PopArgs{Tenant: "t", Queue: "q", Group: "g", Names: []string{"p0"}, Budget: 1,
 		MaxParts: 1, LeaseID: "l0", LeaseSeconds: 60, SubMode: protocol.SubAll}); err != nil || len(out.Messages) != 1 {
@@ -363,7 +385,7 @@ func TestSubscriptionUpdateMovesProvisionedCursors(t *testing.T) {
 		t.Fatalf("update: %d, %v", n, err)
 	}
 	rows := consumerRows(t, conn, "q", "g")
-	want := map[string]int64{"p0": 0, "p1": 2, "p2": 2, "p3": 1, "p4": 0}
+	want := map[string]int64{"p0": 0, "p1": 2, "p2": 2, "p3": 1, "p4": 0, "p5": 1, "p6": 2}
 	for p, c := range want {
 		if rows[p].Committed != c || rows[p].BatchEnd < c {
 			t.Errorf("%s: cursor %+v, want %d", p, rows[p], c)

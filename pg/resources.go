@@ -805,8 +805,9 @@ func (db *DB) UpdateSubscription(ctx context.Context, tenant, group string, from
 	// The new start applies to the partitions the group has not read yet
 	// (docs/api.md). A cursor the bulk provisioning placed before the group
 	// read its partition is marked provisional (migration 11, cleared by a
-	// claim that takes from it and by a seek): it is placed again at the
-	// new start, as the group's first read would have placed it. The
+	// claim that takes from it, an ack that moves it and a seek): it is
+	// placed again at the new start, as the group's first read would have
+	// placed it. The
 	// markers first, in queue order, in a statement of their own: a
 	// provisioning page holds its marker until it commits, so the row
 	// update after it sees the page's rows (a group delete does the same).

@@ -211,7 +211,10 @@ BEGIN
                     END IF;
                 END IF;
                 UPDATE queen.consumers c
-                SET provisional = false, committed_offset = v_committed, batch_end = greatest(v_batch_end, v_committed),
+                -- a pass's mark goes with the first ack that moves the cursor or
+                -- its acked offsets (refused and no-op acks leave it)
+                SET provisional = c.provisional AND v_committed = c.committed_offset AND v_all = c.acked,
+                    committed_offset = v_committed, batch_end = greatest(v_batch_end, v_committed),
                     acked = v_all,
                     lease_id = v_lease,
                     lease_owner = CASE WHEN v_lease IS NULL THEN NULL ELSE c.lease_owner END,
