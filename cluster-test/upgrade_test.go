@@ -147,7 +147,8 @@ type upgradeNode struct {
 
 func (n *upgradeNode) base() string { return "http://" + n.addr }
 
-func (n *upgradeNode) start(t *testing.T, bin, pgURL, label string) {
+// launch starts bin as node n on pgURL, its log appended under label.
+func (n *upgradeNode) launch(t *testing.T, bin, pgURL, label string) *nodeproc.Proc {
 	t.Helper()
 	env := nodeproc.Env(map[string]string{
 		"QUEEN_PG_URL":       pgURL,
@@ -162,6 +163,12 @@ func (n *upgradeNode) start(t *testing.T, bin, pgURL, label string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return p
+}
+
+func (n *upgradeNode) start(t *testing.T, bin, pgURL, label string) {
+	t.Helper()
+	p := n.launch(t, bin, pgURL, label)
 	n.proc = p
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -177,19 +184,7 @@ func (n *upgradeNode) start(t *testing.T, bin, pgURL, label string) {
 // new release added a migration.
 func (n *upgradeNode) startRefused(t *testing.T, bin, pgURL, label string) {
 	t.Helper()
-	env := nodeproc.Env(map[string]string{
-		"QUEEN_PG_URL":       pgURL,
-		"QUEEN_NODE_NAME":    n.name,
-		"QUEEN_HTTP_ADDR":    n.addr,
-		"QUEEN_MESH":         "0",
-		"QUEEN_PG_MAX_CONNS": "8",
-		"QUEEN_LOG_LEVEL":    "info",
-	}, "QUEEN_", "PG")
-	p, err := nodeproc.Start(nodeproc.Options{Bin: bin, Env: env, LogPath: n.log, Append: true,
-		Header: "=== " + n.name + " started as " + label})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := n.launch(t, bin, pgURL, label)
 	select {
 	case <-p.Exited():
 	case <-time.After(30 * time.Second):
