@@ -76,7 +76,13 @@ type IdleCost struct {
 	PopsPerSec  float64 `json:"pops_answered_per_s"` // long-polls that ended (timeout or error)
 	PopErrors   int64   `json:"pop_errors"`
 	PopulateSec float64 `json:"populate_s"` // time to create and drain the partitions
-	Err         string  `json:"error,omitempty"`
+	// Hot-list on only: how long the parked consumers took to clear the
+	// ring of the partitions the autoAck drain left ready (each one empty
+	// probe, docs/hotlist.md), and the pop SQL calls that took. Measured
+	// before the warm-up, so the window shows the steady idle cost.
+	SettleSec    float64 `json:"settle_s,omitempty"`
+	SettlePopSQL float64 `json:"settle_pop_sql_calls,omitempty"`
+	Err          string  `json:"error,omitempty"`
 }
 
 // ClusterNote records the settings of one set of nodes the suite started.

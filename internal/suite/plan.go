@@ -18,13 +18,16 @@ type Plan struct {
 	// backends of the previous step report their transactions: PostgreSQL
 	// 15 backends flush pg_stat_database counters up to 10 s after going
 	// idle, which would otherwise land in the idle window.
-	IdleWarmup   time.Duration `json:"idle_warmup_ns"`
-	IdleWindow   time.Duration `json:"idle_window_ns"`   // idle cost measuring window
-	LatencyShare float64       `json:"latency_share"`    // open-loop rate as a fraction of the peak
-	Workloads    []Workload    `json:"workloads"`        // scenario 1, each on every ThroughputNodes
-	Nodes        []int         `json:"throughput_nodes"` // scenario 1 and 2
-	BigMessages  int           `json:"big_messages"`     // pushed by workloads of >= bigPartitions
-	BigDrain     time.Duration `json:"big_drain_ns"`     // their drain: pops of one or two messages are slow
+	IdleWarmup time.Duration `json:"idle_warmup_ns"`
+	IdleWindow time.Duration `json:"idle_window_ns"` // idle cost measuring window
+	// IdleSettleMax bounds the wait, before the warm-up, for a hot-list
+	// ring to clear what the autoAck drain left in it (measureIdle).
+	IdleSettleMax time.Duration `json:"idle_settle_max_ns"`
+	LatencyShare  float64       `json:"latency_share"`    // open-loop rate as a fraction of the peak
+	Workloads     []Workload    `json:"workloads"`        // scenario 1, each on every ThroughputNodes
+	Nodes         []int         `json:"throughput_nodes"` // scenario 1 and 2
+	BigMessages   int           `json:"big_messages"`     // pushed by workloads of >= bigPartitions
+	BigDrain      time.Duration `json:"big_drain_ns"`     // their drain: pops of one or two messages are slow
 	// Scenario 5 beyond what scenario 1 measures: more partitions on one
 	// node, and more node counts with the 100-partition workload.
 	GrowthPartitions []int `json:"growth_partitions"`
@@ -111,6 +114,7 @@ func NewPlan(quick bool, run time.Duration) Plan {
 		RawClaimRows:  300_000,
 		IdleWarmup:    11 * time.Second,
 		IdleWindow:    10 * time.Second,
+		IdleSettleMax: 5 * time.Minute,
 		LatencyShare:  0.5,
 		Workloads:     []Workload{{Partitions: 100}, {Partitions: 1000}, {Partitions: 10000}, {Partitions: 100, Groups: 2}},
 		BigMessages:   20000,

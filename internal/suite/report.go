@@ -170,6 +170,7 @@ func renderHotlist(w writer, r *Report) {
 			small(on.XactPerSec), small(off.XactPerSec), small(on.PGCores), small(off.PGCores),
 			small(on.NodeCores), small(off.NodeCores), small(on.PopSQLPerS), small(off.PopSQLPerS))
 	}
+	renderSettle(w, r)
 	w("\n### 1%% of the partitions active\n\n")
 	w("The standard workload pushed to 1%% of a queue's partitions (the rest idle): closed loop for\n")
 	w("throughput, then open loop for latency at %.0f%% of the slower mode's closed-loop figure (the same\n", p.LatencyShare*100)
@@ -282,6 +283,27 @@ func missing(r *Report, id string) string {
 		return "not measured: " + strings.ReplaceAll(run.Err, "|", "/")
 	}
 	return "not measured"
+}
+
+// renderSettle says what the hot-list's parked consumers spent, before the
+// warm-up, clearing the partitions the autoAck drain left ready.
+func renderSettle(w writer, r *Report) {
+	var parts []string
+	for _, n := range r.Plan.IdleSizes {
+		on := r.Idle[idleID(true, n)]
+		if on == nil || on.Err != "" || on.SettleSec == 0 {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s partitions in %.1f s (%s pop SQL calls)",
+			num(float64(n)), on.SettleSec, num(on.SettlePopSQL)))
+	}
+	if len(parts) == 0 {
+		return
+	}
+	w("\nWith the hot-list on, the window starts only once the ring is clear: an autoAck `took` goes back\n")
+	w("to ready (`docs/hotlist.md`), so after the drain the parked consumers probe every drained partition\n")
+	w("once, empty, before the queue is idle. That one-time cost, before the warm-up: %s.\n",
+		strings.Join(parts, "; "))
 }
 
 func idleMissing(on, off *IdleCost) string {

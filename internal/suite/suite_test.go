@@ -99,7 +99,8 @@ func fakeReport() *Report {
 		r.addRun(fakeRun(throughputID(n, Workload{Partitions: 100}), n, 10000*float64(n), 20))
 	}
 	r.addRun(fakeRun(throughputID(1, Workload{Partitions: 1000}), 1, 5000, 40))
-	r.Idle[idleID(true, 1000)] = &IdleCost{ID: idleID(true, 1000), XactPerSec: 0.5, PopSQLPerS: 0}
+	r.Idle[idleID(true, 1000)] = &IdleCost{ID: idleID(true, 1000), XactPerSec: 0.5, PopSQLPerS: 0,
+		SettleSec: 2.5, SettlePopSQL: 1000}
 	r.Idle[idleID(false, 1000)] = &IdleCost{ID: idleID(false, 1000), XactPerSec: 120, PopSQLPerS: 99}
 	fail := fakeRun(wakeID(1), 3, 20, 0)
 	fail.Result.OK, fail.Result.Check.OK, fail.Result.Check.Lost = false, false, 3
@@ -118,6 +119,7 @@ func TestRenderReport(t *testing.T) {
 		"| `thr-1n-p100` | 100 partitions, queue mode | 1 | 10,000 | **10,000** | 0.10 | 0.05 | 10.0 | 12.5 / 48.0 / 130 | 20 | 15 | pass |",
 		"| 100 partitions, queue mode | 10,000 | 30,000 | 3.00 |", // 3 nodes vs 1
 		"| 1,000 | **0.500** | 120 |", // idle, on vs off
+		"before the warm-up: 1,000 partitions in 2.5 s (1,000 pop SQL calls).",
 		"**FAIL**: 3 lost",
 		"| 5 | 50,000 | 5.00 |", // growth by nodes
 		"![delivered/s",
@@ -180,5 +182,22 @@ func TestClearJSON(t *testing.T) {
 	}
 	if err := clearJSON(""); err != nil {
 		t.Errorf("no dir: %v", err)
+	}
+}
+
+func TestRingsBusy(t *testing.T) {
+	// The shape of GET /api/v1/status/hotlist/:queue (docs/api.md).
+	view := []byte(`{"node":"n1","queue":"q","enabled":true,"registered":true,"rings":[
+		{"group":"__QUEUE_MODE__","ready":3,"wheel":7,"inflight":2,"unconfirmed":0,"cold":false,"partitions":[]},
+		{"group":"g","ready":0,"wheel":1,"inflight":0,"partitions":[]}],"ringsTruncated":false}`)
+	n, err := ringsBusy(view)
+	if err != nil || n != 5 {
+		t.Fatalf("ringsBusy = %d, %v; want 5 (ready and in flight; the wheel waits)", n, err)
+	}
+	if n, err := ringsBusy([]byte(`{"registered":false,"rings":[]}`)); err != nil || n != 0 {
+		t.Fatalf("no ring: %d, %v", n, err)
+	}
+	if _, err := ringsBusy([]byte(`<html>`)); err == nil {
+		t.Fatal("a body that is not the view must be an error")
 	}
 }
