@@ -20,6 +20,11 @@ import (
 
 // Broker is one node's core. It is safe for concurrent use.
 type Broker struct {
+	// first holds the (queue, group) pairs whose first pop on this node
+	// is running (firstContact); its entries live as long as that pop.
+	firstMu sync.Mutex
+	first   map[firstKey]chan struct{}
+
 	cfg   Config
 	log   hclog.Logger
 	db    *pg.DB
@@ -69,6 +74,7 @@ type Stats struct {
 	PopSQLCalls     atomic.Int64 // claim-core calls
 	PopFlushes      atomic.Int64 // claim transactions sent to PostgreSQL (fewer than calls when combined)
 	ClaimsFast      atomic.Int64 // claim-core calls the fast claim answered (pg/claimfast.go)
+	PopScans        atomic.Int64 // claim-core calls on the SQL candidate scan (no named candidates)
 	RowsProvisioned atomic.Int64 // consumer rows made by the bulk provisioning (provision.go)
 	Acks            atomic.Int64 // ack items
 	AcksRefused     atomic.Int64 // ack items refused
@@ -135,6 +141,7 @@ func New(ctx context.Context, cfg Config, log hclog.Logger) (*Broker, error) {
 		earlyKick: make(chan struct{}, 1),
 		provKick:  make(chan struct{}, 1),
 		hotLog:    log.Named("hotlist"),
+		first:     map[firstKey]chan struct{}{},
 		started:   time.Now(),
 	}
 	b.lastReport.at = time.Now()

@@ -131,14 +131,11 @@ func (b *Broker) hotPop(ctx context.Context, args pg.PopArgs, wait bool) (*PopRe
 	key := queueKey(args.Tenant, args.Queue)
 	ring := b.hot.Lookup(key, args.Group)
 	if ring == nil {
-		// First contact goes through the SQL wildcard path, which provisions
-		// the group marker; the ring is registered only once the marker was
-		// already committed before this call.
-		res, out, err := b.sqlPop(ctx, args)
-		if err == nil && out != nil && out.Seeded {
-			b.hot.Register(key, args.Group, queueOpts(out), time.Now())
+		var res *PopResult
+		var err error
+		if ring, res, err = b.firstContact(ctx, key, args); ring == nil {
+			return res, err
 		}
-		return res, err
 	}
 	if ring.Cold() {
 		if w := b.hot.BeginReseed(ring, time.Now(), false); w != nil {
@@ -242,6 +239,64 @@ func (b *Broker) probe(ctx context.Context, args pg.PopArgs, ring *hotlist.Ring,
 		return nil, woke, nil
 	}
 	return b.popResult(args, out), woke, nil
+}
+
+// firstContact is a pop of a (queue, group) that has no ring on this
+// node. It goes through the SQL wildcard path, which provisions the group
+// marker; the ring is registered only once the marker was already
+// committed before that call (docs/hotlist.md, "What happens on a pop").
+// One pop per pair does it at a time: the scan reads every partition of
+// the queue (about 0.8 s of PostgreSQL at 100,000 partitions), and the
+// consumers of a restarted node all arrive at once, so each one scanning
+// cost PostgreSQL that many scans. The others wait for it and then take
+// the ring it registered (ring set, the caller goes on), or, when it
+// registered none (the marker was new, or the call failed), make their own
+// call as before.
+func (b *Broker) firstContact(ctx context.Context, key hotlist.Key, args pg.PopArgs) (*hotlist.Ring, *PopResult, error) {
+	pair := firstKey{key, args.Group}
+	b.firstMu.Lock()
+	running, busy := b.first[pair]
+	if !busy {
+		running = make(chan struct{})
+		b.first[pair] = running
+	}
+	b.firstMu.Unlock()
+	if busy {
+		select {
+		case <-running:
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		}
+		if ring := b.hot.Lookup(key, args.Group); ring != nil {
+			return ring, nil, nil
+		}
+		res, out, err := b.sqlPop(ctx, args)
+		b.registerSeeded(key, args.Group, out, err)
+		return nil, res, err
+	}
+	defer func() {
+		b.firstMu.Lock()
+		delete(b.first, pair)
+		b.firstMu.Unlock()
+		close(running)
+	}()
+	res, out, err := b.sqlPop(ctx, args)
+	b.registerSeeded(key, args.Group, out, err)
+	return nil, res, err
+}
+
+// firstKey names a (queue, group) pair whose first contact is running.
+type firstKey struct {
+	key   hotlist.Key
+	group string
+}
+
+// registerSeeded registers the ring of a pair once a wildcard claim found
+// its marker committed before the call.
+func (b *Broker) registerSeeded(key hotlist.Key, group string, out *pg.PopOutcome, err error) {
+	if err == nil && out != nil && out.Seeded {
+		b.hot.Register(key, group, queueOpts(out), time.Now())
+	}
 }
 
 // scanAndLearn runs the SQL candidate scan and teaches the ring the

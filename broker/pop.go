@@ -151,6 +151,9 @@ func (b *Broker) sqlPop(ctx context.Context, args pg.PopArgs) (*PopResult, *pg.P
 // pop combiner's next flush, any other runs alone.
 func (b *Broker) claim(ctx context.Context, args pg.PopArgs) (*pg.PopOutcome, error) {
 	b.stats.PopSQLCalls.Add(1)
+	if args.Names == nil {
+		b.stats.PopScans.Add(1)
+	}
 	args.Unprov = b.prov.unprov(args)
 	if len(args.Unprov) > 0 {
 		b.kickProvision(args)

@@ -45,6 +45,7 @@ type Counters struct {
 	PopSQLCalls     int64
 	PopFlushes      int64
 	ClaimsFast      int64
+	PopScans        int64
 	RowsProvisioned int64 // consumer rows made by the bulk provisioning (provision.go)
 	ClaimTook       int64
 	ClaimEmpty      int64
@@ -86,7 +87,7 @@ func (s *Stats) Snapshot() Counters {
 		PushDeferred: s.PushDeferred.Load(),
 		Duplicates:   s.Duplicates.Load(), Pops: s.Pops.Load(), PopsMessages: s.PopsMessages.Load(),
 		PopsEmpty: s.PopsEmpty.Load(), PoppedItems: s.PoppedItems.Load(), PopSQLCalls: s.PopSQLCalls.Load(), PopFlushes: s.PopFlushes.Load(),
-		ClaimsFast: s.ClaimsFast.Load(), RowsProvisioned: s.RowsProvisioned.Load(),
+		ClaimsFast: s.ClaimsFast.Load(), PopScans: s.PopScans.Load(), RowsProvisioned: s.RowsProvisioned.Load(),
 		ClaimTook: s.ClaimTook.Load(), ClaimEmpty: s.ClaimEmpty.Load(), ClaimLeased: s.ClaimLeased.Load(),
 		ClaimBusy: s.ClaimBusy.Load(), ClaimRequeue: s.ClaimRequeue.Load(),
 		Acks: s.Acks.Load(), AcksRefused: s.AcksRefused.Load(), DeadLettered: s.DeadLettered.Load(),
