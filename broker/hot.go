@@ -249,19 +249,28 @@ func (b *Broker) probe(ctx context.Context, args pg.PopArgs, ring *hotlist.Ring,
 // the queue (about 0.8 s of PostgreSQL at 100,000 partitions), and the
 // consumers of a restarted node all arrive at once, so each one scanning
 // cost PostgreSQL that many scans. The others wait for it and then take
-// the ring it registered (ring set, the caller goes on), or, when it
-// registered none (the marker was new, or the call failed), make their own
-// call as before.
+// the ring it registered (ring set, the caller goes on); when it
+// registered none (the marker was new, its client left, the call failed)
+// one of them makes the next call, and so on.
 func (b *Broker) firstContact(ctx context.Context, key hotlist.Key, args pg.PopArgs) (*hotlist.Ring, *PopResult, error) {
 	pair := firstKey{key, args.Group}
-	b.firstMu.Lock()
-	running, busy := b.first[pair]
-	if !busy {
-		running = make(chan struct{})
-		b.first[pair] = running
-	}
-	b.firstMu.Unlock()
-	if busy {
+	for {
+		b.firstMu.Lock()
+		running, busy := b.first[pair]
+		if !busy {
+			// A pop that looked before the last call registered the ring
+			// may come after that call ended.
+			if ring := b.hot.Lookup(key, args.Group); ring != nil {
+				b.firstMu.Unlock()
+				return ring, nil, nil
+			}
+			running = make(chan struct{})
+			b.first[pair] = running
+		}
+		b.firstMu.Unlock()
+		if !busy {
+			return b.leadFirstContact(ctx, pair, running, args)
+		}
 		select {
 		case <-running:
 		case <-ctx.Done():
@@ -270,10 +279,12 @@ func (b *Broker) firstContact(ctx context.Context, key hotlist.Key, args pg.PopA
 		if ring := b.hot.Lookup(key, args.Group); ring != nil {
 			return ring, nil, nil
 		}
-		res, out, err := b.sqlPop(ctx, args)
-		b.registerSeeded(key, args.Group, out, err)
-		return nil, res, err
 	}
+}
+
+// leadFirstContact is the first contact's SQL call, made by one pop of the
+// pair; the others wait on running until it ends, whatever its outcome.
+func (b *Broker) leadFirstContact(ctx context.Context, pair firstKey, running chan struct{}, args pg.PopArgs) (*hotlist.Ring, *PopResult, error) {
 	defer func() {
 		b.firstMu.Lock()
 		delete(b.first, pair)
@@ -281,7 +292,9 @@ func (b *Broker) firstContact(ctx context.Context, key hotlist.Key, args pg.PopA
 		close(running)
 	}()
 	res, out, err := b.sqlPop(ctx, args)
-	b.registerSeeded(key, args.Group, out, err)
+	if err == nil && out != nil && out.Seeded {
+		b.hot.Register(pair.key, pair.group, queueOpts(out), time.Now())
+	}
 	return nil, res, err
 }
 
@@ -289,14 +302,6 @@ func (b *Broker) firstContact(ctx context.Context, key hotlist.Key, args pg.PopA
 type firstKey struct {
 	key   hotlist.Key
 	group string
-}
-
-// registerSeeded registers the ring of a pair once a wildcard claim found
-// its marker committed before the call.
-func (b *Broker) registerSeeded(key hotlist.Key, group string, out *pg.PopOutcome, err error) {
-	if err == nil && out != nil && out.Seeded {
-		b.hot.Register(key, group, queueOpts(out), time.Now())
-	}
 }
 
 // scanAndLearn runs the SQL candidate scan and teaches the ring the

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"queen-node/broker"
 	"queen-node/internal/nodetest"
 )
 
@@ -44,6 +45,19 @@ func TestBulkProvisioning(t *testing.T) {
 	for n.Broker.Snapshot().Requests.RowsProvisioned < parts/2 {
 		if time.Now().After(deadline) {
 			t.Fatalf("bulk provisioning made %d rows, want at least %d", n.Broker.Snapshot().Requests.RowsProvisioned, parts/2)
+		}
+		time.Sleep(10 * time.Millisecond) // polled with a deadline: the loop runs in the background
+	}
+	// The pass teaches the node every name (claims alone learn only those
+	// they evaluate; since the fast claim is tried whatever the node knows,
+	// the pop_v3 count below no longer shows it).
+	names := make([]string, parts)
+	for i := range names {
+		names[i] = fmt.Sprintf("p%03d", i)
+	}
+	for left := n.Broker.Unlearnt(broker.DefaultTenant, q, broker.QueueMode, names); len(left) > 0; left = n.Broker.Unlearnt(broker.DefaultTenant, q, broker.QueueMode, names) {
+		if time.Now().After(deadline) {
+			t.Fatalf("after the bulk provisioning the node does not know %d of %d partitions' rows", len(left), parts)
 		}
 		time.Sleep(10 * time.Millisecond) // polled with a deadline: the loop runs in the background
 	}

@@ -23,7 +23,7 @@ import (
 // (requeue) waits for its next claim. Its maps are bounded: past
 // provMaxSets pairs, or provMaxTotal names, an arbitrary other pair is
 // forgotten, and a full set learns no more names, which costs the claims of
-// the names it lacks a pop_v3 call each, nothing else.
+// the names it lacks a claim alone each (pop_v3 where the row is missing).
 //
 // It also decides when a pair is worth a bulk provisioning (provision.go):
 // a claim that meets candidates not known to have their row queues the
@@ -172,7 +172,7 @@ func (p *provisioned) learnNames(key provKey, queueID string, names []string) {
 }
 
 // add records one name in s unless s is full: a full set keeps what it
-// holds (a name it lacks costs its claim a pop_v3 call) rather than
+// holds (a name it lacks costs its claim a call alone) rather than
 // starting over and losing what a pass taught it. Past provMaxTotal another
 // arbitrary set is forgotten, so pairs that come later can still learn
 // (a forgotten pair's pass timing stays in next).

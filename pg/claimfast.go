@@ -78,10 +78,11 @@ ORDER BY k.off`
 // candidate's consumer row (a.Unprov) does not matter: the statement
 // finds the row or answers nothing, and a miss costs one short statement
 // before pop_v3, against a pop_v3 call (several times dearer) for every
-// hit. Misses come on a new queue or group, until the claims and the bulk
-// provisioning have made the rows; hits on a node that has not learnt the
-// rows yet: every claim of a restarted node on a queue it served before
-// (docs/storage.md, "The fast claim").
+// hit. Besides the misses every fast claim has (an empty, leased or held
+// first candidate), a missing row misses: on a new queue or group, until
+// the claims and the bulk provisioning have made the rows. Hits on rows the
+// node has not learnt: every claim of a restarted node on a queue it
+// served before (docs/storage.md, "The fast claim").
 func fastClaimable(a PopArgs) bool {
 	return len(a.Names) > 0 && a.MaxParts == 1 && !a.AutoAck && a.Budget > 0 && a.LeaseID != ""
 }

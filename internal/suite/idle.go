@@ -241,18 +241,20 @@ func waitRingSettled(ctx context.Context, base, queue string, max time.Duration)
 	deadline := time.Now().Add(max)
 	u := base + "/api/v1/status/hotlist/" + url.PathEscape(queue) + "?limit=1"
 	for {
+		// A failed read (the node busy past the client's timeout) is tried
+		// again until the deadline, like a ring that is not clear yet.
+		var left int
 		body, err := get(ctx, u)
-		if err != nil {
-			return err
+		if err == nil {
+			left, err = ringsBusy(body)
 		}
-		left, err := ringsBusy(body)
-		if err != nil {
-			return err
-		}
-		if left == 0 {
+		if err == nil && left == 0 {
 			return nil
 		}
 		if time.Now().After(deadline) {
+			if err != nil {
+				return err
+			}
 			return fmt.Errorf("%d partitions still ready or in flight after %s", left, max)
 		}
 		if !sleep(ctx, 200*time.Millisecond) {

@@ -301,8 +301,9 @@ func renderSettle(w writer, r *Report) {
 		return
 	}
 	w("\nWith the hot-list on, the window starts only once the ring is clear: an autoAck `took` goes back\n")
-	w("to ready (`docs/hotlist.md`), so after the drain the parked consumers probe every drained partition\n")
-	w("once, empty, before the queue is idle. That one-time cost, before the warm-up: %s.\n",
+	w("to ready (`docs/hotlist.md`), so after the drain the parked consumers probe, empty, the drained\n")
+	w("partitions the ring still holds (each claim call checks up to 4) before the queue is idle. That\n")
+	w("one-time cost, before the warm-up: %s.\n",
 		strings.Join(parts, "; "))
 }
 
