@@ -410,7 +410,7 @@ var Table = []Row{
 	{Status: "requests.claims_fast", Metric: "queen_claims_fast_total", Kind: Counter,
 		Help: "Claim-core calls answered by the fast claim statement (docs/storage.md, \"The fast claim\"); the others ran queen.pop_v3.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.ClaimsFast })},
 	{Status: "requests.pop_scans", Metric: "queen_pop_scans_total", Kind: Counter,
-		Help: "Claim-core calls that looked for candidates with the SQL scan of the queue's partitions (wildcard pops with the hot-list off; with it on, first contacts of a (queue, group) and wait=false pops that find the ring empty); the others named their candidates.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.PopScans })},
+		Help: "Claim-core calls that looked for candidates with the SQL scan of the queue's partitions (wildcard pops with the hot-list off; with it on, first contacts of a (queue, group) and wait=false pops that find nothing in the ring); the others named their candidates.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.PopScans })},
 	{Status: "requests.consumer_rows_provisioned", Metric: "queen_consumer_rows_provisioned_total", Kind: Counter,
 		Help: "Consumer rows created by the bulk provisioning of a group on a queue's partitions (docs/storage.md, \"Bulk provisioning\"); claims create the others.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.RowsProvisioned })},
 	{Status: "requests.claim_verdicts.took", Metric: "queen_claim_verdicts_total", Label: Label{"verdict", "took"}, Kind: Counter,

@@ -23,7 +23,7 @@ type Broker struct {
 	// first holds the (queue, group) pairs whose first pop on this node
 	// is running (firstContact); its entries live as long as that pop.
 	firstMu sync.Mutex
-	first   map[firstKey]chan struct{}
+	first   map[firstKey]*firstCall
 
 	cfg   Config
 	log   hclog.Logger
@@ -141,7 +141,7 @@ func New(ctx context.Context, cfg Config, log hclog.Logger) (*Broker, error) {
 		earlyKick: make(chan struct{}, 1),
 		provKick:  make(chan struct{}, 1),
 		hotLog:    log.Named("hotlist"),
-		first:     map[firstKey]chan struct{}{},
+		first:     map[firstKey]*firstCall{},
 		started:   time.Now(),
 	}
 	b.lastReport.at = time.Now()

@@ -249,14 +249,17 @@ func (b *Broker) probe(ctx context.Context, args pg.PopArgs, ring *hotlist.Ring,
 // the queue (about 0.8 s of PostgreSQL at 100,000 partitions), and the
 // consumers of a restarted node all arrive at once, so each one scanning
 // cost PostgreSQL that many scans. The others wait for it and then take
-// the ring it registered (ring set, the caller goes on); when it
-// registered none (the marker was new, its client left, the call failed)
-// one of them makes the next call, and so on.
+// the ring it registered (ring set, the caller goes on), or its error when
+// its call failed; when it registered none for another reason (the marker
+// was new, its client left) one of them makes the next call, and so on.
 func (b *Broker) firstContact(ctx context.Context, key hotlist.Key, args pg.PopArgs) (*hotlist.Ring, *PopResult, error) {
 	pair := firstKey{key, args.Group}
 	for {
+		if err := ctx.Err(); err != nil {
+			return nil, nil, err
+		}
 		b.firstMu.Lock()
-		running, busy := b.first[pair]
+		call, busy := b.first[pair]
 		if !busy {
 			// A pop that looked before the last call registered the ring
 			// may come after that call ended.
@@ -264,32 +267,46 @@ func (b *Broker) firstContact(ctx context.Context, key hotlist.Key, args pg.PopA
 				b.firstMu.Unlock()
 				return ring, nil, nil
 			}
-			running = make(chan struct{})
-			b.first[pair] = running
+			call = &firstCall{done: make(chan struct{})}
+			b.first[pair] = call
 		}
 		b.firstMu.Unlock()
 		if !busy {
-			return b.leadFirstContact(ctx, pair, running, args)
+			return b.leadFirstContact(ctx, pair, call, args)
 		}
 		select {
-		case <-running:
+		case <-call.done:
 		case <-ctx.Done():
 			return nil, nil, ctx.Err()
 		}
 		if ring := b.hot.Lookup(key, args.Group); ring != nil {
 			return ring, nil, nil
 		}
+		if call.err != nil {
+			return nil, nil, call.err // as the database answered the leader a moment ago
+		}
 	}
 }
 
+// firstCall is one running first contact: done closes when it ends; err
+// is its failure, unless its own client left (set before done closes).
+type firstCall struct {
+	done chan struct{}
+	err  error
+}
+
 // leadFirstContact is the first contact's SQL call, made by one pop of the
-// pair; the others wait on running until it ends, whatever its outcome.
-func (b *Broker) leadFirstContact(ctx context.Context, pair firstKey, running chan struct{}, args pg.PopArgs) (*hotlist.Ring, *PopResult, error) {
+// pair; the others wait on call.done until it ends, whatever its outcome.
+func (b *Broker) leadFirstContact(ctx context.Context, pair firstKey, call *firstCall, args pg.PopArgs) (*hotlist.Ring, *PopResult, error) {
+	var err error
 	defer func() {
+		if err != nil && ctx.Err() == nil {
+			call.err = err
+		}
 		b.firstMu.Lock()
 		delete(b.first, pair)
 		b.firstMu.Unlock()
-		close(running)
+		close(call.done)
 	}()
 	res, out, err := b.sqlPop(ctx, args)
 	if err == nil && out != nil && out.Seeded {

@@ -55,7 +55,7 @@ func TestBulkProvisioning(t *testing.T) {
 	for i := range names {
 		names[i] = fmt.Sprintf("p%03d", i)
 	}
-	for left := n.Broker.Unlearnt(broker.DefaultTenant, q, broker.QueueMode, names); len(left) > 0; left = n.Broker.Unlearnt(broker.DefaultTenant, q, broker.QueueMode, names) {
+	for left := n.Broker.Unlearnt(broker.DefaultTenant, q, broker.QueueMode, names); left == nil || len(left) > 0; left = n.Broker.Unlearnt(broker.DefaultTenant, q, broker.QueueMode, names) {
 		if time.Now().After(deadline) {
 			t.Fatalf("after the bulk provisioning the node does not know %d of %d partitions' rows", len(left), parts)
 		}

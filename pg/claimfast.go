@@ -76,7 +76,7 @@ ORDER BY k.off`
 // fastClaimable reports whether job a tries the fast claim first: a lease
 // on one partition, named candidates. Whether the node knows the first
 // candidate's consumer row (a.Unprov) does not matter: the statement
-// finds the row or answers nothing, and a miss costs one short statement
+// finds the row (and the group's marker) or answers nothing, and a miss costs one short statement
 // before pop_v3, against a pop_v3 call (several times dearer) for every
 // hit. Besides the misses every fast claim has (an empty, leased or held
 // first candidate), a missing row misses: on a new queue or group, until

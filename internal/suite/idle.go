@@ -183,8 +183,8 @@ func (s *suite) measureIdle(ctx context.Context, c *cluster, queue string, parti
 	}
 	if hotlist {
 		// An autoAck took goes back to ready (docs/hotlist.md), so after
-		// the drain the ring names every drained partition once more and
-		// the parked consumers probe each one, empty, before the queue is
+		// the drain the ring still names the drained partitions it holds,
+		// and the parked consumers probe them, empty, before the queue is
 		// idle. That one-time cost is reported apart from the window.
 		settleStart := time.Now()
 		before, err := metricSum(ctx, base, "queen_pop_sql_calls_total")
@@ -253,7 +253,7 @@ func waitRingSettled(ctx context.Context, base, queue string, max time.Duration)
 		}
 		if time.Now().After(deadline) {
 			if err != nil {
-				return err
+				return fmt.Errorf("hot-list view, after %s: %w", max, err)
 			}
 			return fmt.Errorf("%d partitions still ready or in flight after %s", left, max)
 		}
