@@ -272,7 +272,8 @@ func (b *Broker) firstContact(ctx context.Context, key hotlist.Key, args pg.PopA
 		}
 		b.firstMu.Unlock()
 		if !busy {
-			return b.leadFirstContact(ctx, pair, call, args)
+			res, err := b.leadFirstContact(ctx, pair, call, args)
+			return nil, res, err
 		}
 		select {
 		case <-call.done:
@@ -297,7 +298,7 @@ type firstCall struct {
 
 // leadFirstContact is the first contact's SQL call, made by one pop of the
 // pair; the others wait on call.done until it ends, whatever its outcome.
-func (b *Broker) leadFirstContact(ctx context.Context, pair firstKey, call *firstCall, args pg.PopArgs) (*hotlist.Ring, *PopResult, error) {
+func (b *Broker) leadFirstContact(ctx context.Context, pair firstKey, call *firstCall, args pg.PopArgs) (*PopResult, error) {
 	var err error
 	defer func() {
 		if err != nil && ctx.Err() == nil {
@@ -312,7 +313,7 @@ func (b *Broker) leadFirstContact(ctx context.Context, pair firstKey, call *firs
 	if err == nil && out != nil && out.Seeded {
 		b.hot.Register(pair.key, pair.group, queueOpts(out), time.Now())
 	}
-	return nil, res, err
+	return res, err
 }
 
 // firstKey names a (queue, group) pair whose first contact is running.

@@ -175,7 +175,7 @@ func (s *suite) measureIdle(ctx context.Context, c *cluster, queue string, parti
 		if sn.nodeCPU, err = bench.NodeCPUSeconds(ctx, base); err != nil {
 			return sn, err
 		}
-		if sn.popSQL, err = metricSum(ctx, base, "queen_pop_sql_calls_total"); err != nil {
+		if sn.popSQL, err = metricSum(ctx, base, metricPopSQL); err != nil {
 			return sn, err
 		}
 		sn.pops = pops.Load()
@@ -187,13 +187,13 @@ func (s *suite) measureIdle(ctx context.Context, c *cluster, queue string, parti
 		// and the parked consumers probe them, empty, before the queue is
 		// idle. That one-time cost is reported apart from the window.
 		settleStart := time.Now()
-		before, err := metricSum(ctx, base, "queen_pop_sql_calls_total")
+		before, err := metricSum(ctx, base, metricPopSQL)
 		if err == nil {
 			err = waitRingSettled(ctx, base, queue, p.IdleSettleMax)
 		}
 		if err == nil {
 			var after float64
-			if after, err = metricSum(ctx, base, "queen_pop_sql_calls_total"); err == nil {
+			if after, err = metricSum(ctx, base, metricPopSQL); err == nil {
 				ic.SettleSec, ic.SettlePopSQL = time.Since(settleStart).Seconds(), after-before
 			}
 		}

@@ -9,6 +9,9 @@ import (
 	"strings"
 )
 
+// metricPopSQL is the node's counter of claim-core calls (docs/operations.md).
+const metricPopSQL = "queen_pop_sql_calls_total"
+
 // metricSum reads a node's /metrics and sums every sample of family name
 // (all label sets). A node without the family answers 0.
 func metricSum(ctx context.Context, base, name string) (float64, error) {

@@ -175,7 +175,7 @@ func (s *suite) load(ctx context.Context, id string, c *cluster, cfg bench.Confi
 	}
 	cfg.PGPID = s.pgPID
 	run := &LoadRun{ID: id, Nodes: len(c.nodes), Env: c.EnvLine(), Config: cfg, Command: commandLine(cfg)}
-	sql0, err0 := clusterMetric(ctx, c.URLs(), "queen_pop_sql_calls_total")
+	sql0, err0 := clusterMetric(ctx, c.URLs(), metricPopSQL)
 	s.log.Info("run", "id", id, "nodes", len(c.nodes), "partitions", cfg.Partitions, "groups", cfg.Groups, "rate", cfg.Rate)
 	res, err := bench.Run(ctx, cfg, nil)
 	if err != nil {
@@ -187,7 +187,7 @@ func (s *suite) load(ctx context.Context, id string, c *cluster, cfg bench.Confi
 		return run, ctx.Err()
 	}
 	run.Result = res
-	if sql1, err1 := clusterMetric(ctx, c.URLs(), "queen_pop_sql_calls_total"); err0 == nil && err1 == nil {
+	if sql1, err1 := clusterMetric(ctx, c.URLs(), metricPopSQL); err0 == nil && err1 == nil {
 		run.PopSQLCalls = sql1 - sql0
 	}
 	s.rep.addRun(run)
