@@ -177,9 +177,13 @@ func TestPayloadRoundTrip(t *testing.T) {
 		if size > 60 && len(b) != size {
 			t.Fatalf("size %d: got %d bytes: %s", size, len(b), b)
 		}
-		p, err := parsePayload(b)
-		if err != nil || p.P != 3 || p.S != 12345 || p.T != 1700000000123456789 {
-			t.Fatalf("size %d: got %+v, %v", size, p, err)
+		var d decoder
+		ms, err := d.pop([]byte(`{"success":true,"messages":[{"transactionId":"t","data":` + string(b) + `}]}`))
+		if err != nil || len(ms) != 1 || !ms[0].ok {
+			t.Fatalf("size %d: got %+v, %v", size, ms, err)
+		}
+		if p := ms[0].payload; p.P != 3 || p.S != 12345 || p.T != 1700000000123456789 {
+			t.Fatalf("size %d: got %+v", size, p)
 		}
 	}
 	if partitionIndex("p42") != 42 || partitionIndex("Default") != -1 || partitionIndex("p") != -1 {

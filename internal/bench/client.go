@@ -25,6 +25,9 @@ func newClient(timeout time.Duration) *http.Client {
 	return &http.Client{Transport: tr, Timeout: timeout}
 }
 
+// maxPrealloc bounds what a Content-Length makes doInto allocate ahead.
+const maxPrealloc = 8 << 20
+
 // httpError is a non-2xx answer.
 type httpError struct {
 	status int
@@ -36,6 +39,12 @@ func (e *httpError) Error() string { return fmt.Sprintf("http %d: %s", e.status,
 // do sends one request and returns the status and body. Non-2xx answers
 // are returned as *httpError.
 func do(ctx context.Context, c *http.Client, method, url string, body []byte) (int, []byte, error) {
+	return doInto(ctx, c, method, url, body, new(bytes.Buffer))
+}
+
+// doInto is do reading the answer into buf, which a worker reuses from one
+// request to the next: the body returned aliases buf until its next use.
+func doInto(ctx context.Context, c *http.Client, method, url string, body []byte, buf *bytes.Buffer) (int, []byte, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -50,7 +59,12 @@ func do(ctx context.Context, c *http.Client, method, url string, body []byte) (i
 		return 0, nil, err
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
+	buf.Reset()
+	if resp.ContentLength > 0 && resp.ContentLength < maxPrealloc {
+		buf.Grow(int(resp.ContentLength))
+	}
+	_, err = buf.ReadFrom(resp.Body)
+	data := buf.Bytes()
 	if err != nil {
 		return resp.StatusCode, nil, fmt.Errorf("read body: %w", err)
 	}

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -17,16 +18,12 @@ import (
 // pop before the next, so wait=false does not spin on an idle queue.
 const emptyPause = 10 * time.Millisecond
 
+// popMsg is what a consumer keeps of a delivered message to ack it.
 type popMsg struct {
-	TransactionID string          `json:"transactionId"`
-	PartitionID   string          `json:"partitionId"`
-	Partition     string          `json:"partition"`
-	LeaseID       string          `json:"leaseId"`
-	Data          json.RawMessage `json:"data"`
-}
-
-type popAnswer struct {
-	Messages []popMsg `json:"messages"`
+	TransactionID string
+	PartitionID   string
+	Partition     string
+	LeaseID       string
 }
 
 type ackItem struct {
@@ -42,8 +39,8 @@ type ackBody struct {
 }
 
 type ackResult struct {
-	Success bool   `json:"success"`
-	Error   string `json:"error"`
+	Success bool
+	Error   string
 }
 
 // popURL builds the wildcard pop request of the run for group.
@@ -88,9 +85,13 @@ func (r *runner) consumer(ctx, ackCtx context.Context, idx int, group string, do
 	c := newClient(cfg.PollTimeout + 30*time.Second)
 	purl := popURL(cfg, base, group)
 	aurl := base + "/api/v1/ack/batch"
+	var (
+		dec decoder
+		buf bytes.Buffer
+	)
 	for ctx.Err() == nil {
 		r.cnt.pops.Add(1)
-		code, body, err := do(ctx, c, http.MethodGet, purl, nil)
+		code, body, err := doInto(ctx, c, http.MethodGet, purl, nil, &buf)
 		if ctx.Err() != nil {
 			return
 		}
@@ -112,23 +113,24 @@ func (r *runner) consumer(ctx, ackCtx context.Context, idx int, group string, do
 			}
 			continue
 		}
-		var ans popAnswer
-		if err := json.Unmarshal(body, &ans); err != nil {
+		ans, err := dec.pop(body)
+		if err != nil {
 			r.errs.add("pop: bad answer", fmt.Sprintf("%v: %.200s", err, body))
 			continue
 		}
 		now := time.Now()
-		batch := make([]Delivery, len(ans.Messages))
-		stamps := make([]int64, len(ans.Messages))
-		for i, m := range ans.Messages {
-			p, err := parsePayload(m.Data)
-			if err != nil {
-				r.errs.add("pop: foreign payload", err.Error())
+		batch := make([]Delivery, len(ans))
+		stamps := make([]int64, len(ans))
+		msgs := make([]popMsg, len(ans))
+		for i, m := range ans {
+			msgs[i] = m.msg
+			if !m.ok {
+				r.errs.add("pop: foreign payload", fmt.Sprintf("message %s of partition %s", m.msg.TransactionID, m.msg.Partition))
 				batch[i] = Delivery{Producer: -1, Seq: -1, Partition: -1}
 				continue
 			}
-			batch[i] = Delivery{Producer: p.P, Seq: p.S, Partition: partitionIndex(m.Partition)}
-			stamps[i] = p.T
+			batch[i] = Delivery{Producer: m.payload.P, Seq: m.payload.S, Partition: partitionIndex(m.msg.Partition)}
+			stamps[i] = m.payload.T
 		}
 		// Record before acking: the next batch of a partition can only be
 		// popped after this ack (see Checker).
@@ -140,8 +142,8 @@ func (r *runner) consumer(ctx, ackCtx context.Context, idx int, group string, do
 				r.lat.record(now.Sub(time.Unix(0, stamps[i])))
 			}
 		}
-		if !cfg.AutoAck && len(ans.Messages) > 0 {
-			r.ack(ackCtx, c, aurl, group, ans.Messages, batch)
+		if !cfg.AutoAck && len(msgs) > 0 {
+			r.ack(ackCtx, c, aurl, group, msgs, batch, &dec, &buf)
 		}
 		if r.producersDone.Load() && r.check.Complete(group) {
 			done()
@@ -152,7 +154,8 @@ func (r *runner) consumer(ctx, ackCtx context.Context, idx int, group string, do
 
 // ack sends one ack/batch for a popped batch and records each item's
 // outcome.
-func (r *runner) ack(ctx context.Context, c *http.Client, aurl, group string, msgs []popMsg, batch []Delivery) {
+func (r *runner) ack(ctx context.Context, c *http.Client, aurl, group string, msgs []popMsg, batch []Delivery,
+	dec *decoder, buf *bytes.Buffer) {
 	b := ackBody{Acknowledgments: make([]ackItem, len(msgs))}
 	if group != QueueMode {
 		b.ConsumerGroup = group
@@ -166,7 +169,7 @@ func (r *runner) ack(ctx context.Context, c *http.Client, aurl, group string, ms
 		return
 	}
 	r.cnt.ackReqs.Add(1)
-	code, resp, err := do(ctx, c, http.MethodPost, aurl, body)
+	code, resp, err := doInto(ctx, c, http.MethodPost, aurl, body, buf)
 	if code != 0 {
 		r.errs.statusCode(code)
 	}
@@ -181,8 +184,8 @@ func (r *runner) ack(ctx context.Context, c *http.Client, aurl, group string, ms
 		r.errs.add("ack: "+classify(err), err.Error())
 		return
 	}
-	var res []ackResult
-	if err := json.Unmarshal(resp, &res); err != nil || len(res) != len(msgs) {
+	res, err := dec.acks(resp)
+	if err != nil || len(res) != len(msgs) {
 		r.cnt.ackFailed.Add(int64(len(msgs)))
 		r.errs.add("ack: bad answer", fmt.Sprintf("%.200s", resp))
 		return

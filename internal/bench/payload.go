@@ -1,18 +1,14 @@
 package bench
 
-import (
-	"encoding/json"
-	"fmt"
-	"strconv"
-)
+import "strconv"
 
 // Payload is what every message carries: who pushed it, its sequence number
 // in that producer's stream, and the time the latency is measured from (the
 // scheduled send time in open loop, the send time otherwise; Unix ns).
 type Payload struct {
-	P int   `json:"p"`
-	S int64 `json:"s"`
-	T int64 `json:"t"`
+	P int   // "p"
+	S int64 // "s"
+	T int64 // "t"
 }
 
 // appendPayload appends the message's JSON to buf, padded with an "x"
@@ -30,13 +26,4 @@ func appendPayload(buf []byte, p int, s, t int64, size int) []byte {
 		buf = append(buf, 'x')
 	}
 	return append(buf, `"}`...)
-}
-
-// parsePayload decodes a delivered message's data.
-func parsePayload(data []byte) (Payload, error) {
-	var p Payload
-	if err := json.Unmarshal(data, &p); err != nil {
-		return p, fmt.Errorf("payload %.40q: %w", data, err)
-	}
-	return p, nil
 }

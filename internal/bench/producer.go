@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"math/rand/v2"
@@ -13,8 +14,8 @@ import (
 
 // pushItem is the part of a push answer the checker needs.
 type pushItem struct {
-	Status protocol.PushStatus `json:"status"`
-	Error  string              `json:"error"`
+	Status protocol.PushStatus
+	Error  string
 }
 
 // producer pushes batches of cfg.PushBatch messages, one request in flight,
@@ -37,7 +38,11 @@ func (r *runner) producer(ctx context.Context, idx int, quota int64, end time.Ti
 		interval = time.Duration(float64(cfg.PushBatch) / perProducer * float64(time.Second))
 		start = start.Add(interval * time.Duration(idx) / time.Duration(cfg.Producers)) // stagger
 	}
-	var seq int64
+	var (
+		seq int64
+		dec decoder
+		buf bytes.Buffer
+	)
 	parts := make([]int, cfg.PushBatch)
 	body := make([]byte, 0, cfg.PushBatch*(cfg.PayloadBytes+80))
 	for k := int64(0); ; k++ {
@@ -86,14 +91,15 @@ func (r *runner) producer(ctx context.Context, idx int, quota int64, end time.Ti
 
 		sent := time.Now()
 		r.cnt.pushReqs.Add(1)
-		code, resp, err := do(ctx, c, http.MethodPost, url, body)
+		code, resp, err := doInto(ctx, c, http.MethodPost, url, body, &buf)
 		r.pushLat.record(time.Since(sent))
 		if code != 0 {
 			r.errs.statusCode(code)
 		}
 		var items []pushItem
 		if err == nil {
-			if jerr := json.Unmarshal(resp, &items); jerr != nil || int64(len(items)) != n {
+			var jerr error
+			if items, jerr = dec.push(resp); jerr != nil || int64(len(items)) != n {
 				r.errs.add("push: bad answer", string(resp))
 				items = nil
 			}

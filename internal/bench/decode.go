@@ -1,0 +1,122 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/valyala/fastjson"
+
+	"queen-node/protocol"
+)
+
+// The load generator shares the machine's cores with the node and
+// PostgreSQL, so its own CPU per message lowers what it measures. Decoding
+// pop, ack and push answers with encoding/json (reflection, a validating
+// pre-pass, then a second parse of each payload) was about 40% of its CPU
+// (docs/benchmarks.md, "The load generator's share"). fastjson parses each
+// answer once into a reused tree, and the payload's fields are read from
+// that tree.
+
+// decoder holds one worker's parser; the values it returns do not alias
+// the parser's memory, so they outlive the next call.
+type decoder struct {
+	p fastjson.Parser
+}
+
+// popDecoded is one message of a pop answer: what the ack needs, where it
+// came from, and its payload (ok false: not a payload of this benchmark).
+type popDecoded struct {
+	msg     popMsg
+	payload Payload
+	ok      bool
+}
+
+// pop decodes a 200 pop answer: {"messages":[{transactionId, partitionId,
+// partition, leaseId, data}, ...], ...}.
+func (d *decoder) pop(body []byte) ([]popDecoded, error) {
+	v, err := d.p.ParseBytes(body)
+	if err != nil {
+		return nil, err
+	}
+	ms := v.Get("messages")
+	if ms == nil || ms.Type() != fastjson.TypeArray {
+		return nil, errors.New(`no "messages" array`)
+	}
+	arr, _ := ms.Array()
+	out := make([]popDecoded, len(arr))
+	for i, m := range arr {
+		if m.Type() != fastjson.TypeObject {
+			return nil, fmt.Errorf("message %d is not an object", i)
+		}
+		out[i].msg = popMsg{
+			TransactionID: string(m.GetStringBytes("transactionId")),
+			PartitionID:   string(m.GetStringBytes("partitionId")),
+			Partition:     string(m.GetStringBytes("partition")),
+			LeaseID:       string(m.GetStringBytes("leaseId")),
+		}
+		out[i].payload, out[i].ok = payloadOf(m.Get("data"))
+	}
+	return out, nil
+}
+
+// payloadOf reads a Payload from a message's data: an object whose "p",
+// "s" and "t" are integers.
+func payloadOf(v *fastjson.Value) (Payload, bool) {
+	if v == nil || v.Type() != fastjson.TypeObject {
+		return Payload{}, false
+	}
+	var (
+		p   Payload
+		err error
+	)
+	get := func(k string) int64 {
+		f := v.Get(k)
+		if f == nil || err != nil {
+			err = errors.New("missing " + k)
+			return 0
+		}
+		n, e := f.Int64()
+		if e != nil {
+			err = e
+		}
+		return n
+	}
+	p.P = int(get("p"))
+	p.S = get("s")
+	p.T = get("t")
+	return p, err == nil
+}
+
+// acks decodes a batch ack answer: [{"success":bool,"error":string|null}, ...].
+func (d *decoder) acks(body []byte) ([]ackResult, error) {
+	v, err := d.p.ParseBytes(body)
+	if err != nil {
+		return nil, err
+	}
+	arr, err := v.Array()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ackResult, len(arr))
+	for i, a := range arr {
+		out[i] = ackResult{Success: a.GetBool("success"), Error: string(a.GetStringBytes("error"))}
+	}
+	return out, nil
+}
+
+// push decodes a push answer: [{"status":..., "error":...}, ...].
+func (d *decoder) push(body []byte) ([]pushItem, error) {
+	v, err := d.p.ParseBytes(body)
+	if err != nil {
+		return nil, err
+	}
+	arr, err := v.Array()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]pushItem, len(arr))
+	for i, a := range arr {
+		out[i] = pushItem{Status: protocol.PushStatus(a.GetStringBytes("status")), Error: string(a.GetStringBytes("error"))}
+	}
+	return out, nil
+}
