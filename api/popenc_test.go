@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"math/rand"
+	"strings"
 	"testing"
 	"time"
 
@@ -83,4 +84,33 @@ func BenchmarkPopMessageEncoding(b *testing.B) {
 			buf = appendPopMessage(buf[:0], &m)
 		}
 	})
+}
+
+// TestAppendPopHeadMatchesEncodingJSON: the head appendPopHead writes is
+// popHead as encoding/json writes it, up to the messages field.
+func TestAppendPopHeadMatchesEncodingJSON(t *testing.T) {
+	pieces := []string{"a", `"`, `\`, "\n", "\x00", "é", "\u2028", "\xff", "<", "&", "😀"}
+	rng := rand.New(rand.NewSource(2))
+	str := func() string {
+		var b strings.Builder
+		for n := rng.Intn(6); n > 0; n-- {
+			b.WriteString(pieces[rng.Intn(len(pieces))])
+		}
+		return b.String()
+	}
+	for i := 0; i < 2000; i++ {
+		res := broker.PopResult{Queue: str(), Partition: str(), PartitionID: str(), LeaseID: str(),
+			ConsumerGroup: str(), PartitionsClaimed: rng.Intn(300)}
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(popHead{Success: true, Queue: res.Queue, Partition: res.Partition, PartitionID: res.PartitionID,
+			LeaseID: res.LeaseID, ConsumerGroup: res.ConsumerGroup, PartitionsClaimed: res.PartitionsClaimed}); err != nil {
+			t.Fatal(err)
+		}
+		want := append(bytes.TrimSuffix(buf.Bytes(), []byte("}\n")), `,"messages":[`...)
+		if got := appendPopHead(nil, &res); !bytes.Equal(got, want) {
+			t.Fatalf("head %d:\n got %s\nwant %s", i, got, want)
+		}
+	}
 }
