@@ -102,15 +102,27 @@ func scanFast(rs pgx.Rows, a PopArgs) (*PopOutcome, error) {
 		last         int64
 		retry        int32
 	)
+	var (
+		qid, pid string
+		until    time.Time
+	)
+	// The claim's columns repeat on every message row: read on the first
+	// only (nil skips a column), as the payload is read once into bytes.
+	head := []any{&qid, &pid, &until, &retry, &last, &nread, &nkept}
+	skip := make([]any, len(head))
 	for rs.Next() {
 		var (
-			qid, pid, id, txid string
-			until, created     time.Time
-			trace, sub, pay    *string
-			off                int64
+			id, txid   string
+			created    time.Time
+			trace, sub *string
+			pay        []byte
+			off        int64
 		)
-		if err := rs.Scan(&qid, &pid, &until, &retry, &last, &nread, &nkept,
-			&off, &id, &txid, &trace, &pay, &created, &sub); err != nil {
+		cols := head
+		if out != nil {
+			cols = skip
+		}
+		if err := rs.Scan(append(cols, &off, &id, &txid, &trace, &pay, &created, &sub)...); err != nil {
 			return nil, fmt.Errorf("scan: %w", err)
 		}
 		if out == nil {
@@ -122,10 +134,8 @@ func scanFast(rs pgx.Rows, a PopArgs) (*PopOutcome, error) {
 			}
 		}
 		m := PopMessage{Partition: a.Names[0], PartitionID: pid, Off: off, ID: id, TxID: txid, Trace: trace,
-			CreatedAt: created, Sub: sub, Retry: int(retry)}
-		if pay != nil {
-			m.Payload = []byte(*pay)
-		} else {
+			CreatedAt: created, Sub: sub, Retry: int(retry), Payload: pay}
+		if pay == nil {
 			m.Payload = []byte("null")
 		}
 		out.Messages = append(out.Messages, m)
