@@ -45,6 +45,11 @@ func popVia(ctx context.Context, base, q, query string) ([]poppedMsg, int, error
 	if resp.StatusCode == http.StatusNoContent {
 		return nil, 204, nil
 	}
+	// Pop answers, served here or forwarded from the owner, are whole: a
+	// Content-Length, not chunked (api/pop.go writePop, api/forward.go).
+	if resp.StatusCode == http.StatusOK && resp.ContentLength <= 0 {
+		return nil, resp.StatusCode, fmt.Errorf("pop answer without a Content-Length (%v)", resp.TransferEncoding)
+	}
 	var body struct {
 		Messages []poppedMsg `json:"messages"`
 	}

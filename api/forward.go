@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"time"
 
 	"queen-node/broker"
@@ -127,6 +128,10 @@ func (s *Server) forwardPop(w http.ResponseWriter, r *http.Request, c caller, re
 	}
 	if a.ContentType != "" {
 		w.Header().Set("Content-Type", a.ContentType)
+	}
+	if a.Status != http.StatusNoContent && a.Status != http.StatusNotModified && a.Status >= 200 {
+		// Whole already: sent in one write, not chunked (as writePop does).
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	}
 	w.WriteHeader(a.Status)
 	rc := http.NewResponseController(w)

@@ -56,7 +56,7 @@ func appendJSONStringOrNull(b []byte, s *string) []byte {
 const hexDigits = "0123456789abcdef"
 
 // appendJSONString quotes s as encoding/json does with HTML escaping off:
-// `"` and `\` escaped, control characters as \n, \r, \t or \u00XX, U+2028
+// `"` and `\` escaped, control characters as \n, \r, \t, \b, \f or \u00XX, U+2028
 // and U+2029 as \u2028 and \u2029, invalid UTF-8 as \ufffd.
 func appendJSONString(b []byte, s string) []byte {
 	b = append(b, '"')
@@ -78,6 +78,10 @@ func appendJSONString(b []byte, s string) []byte {
 				b = append(b, '\\', 'r')
 			case '\t':
 				b = append(b, '\\', 't')
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
 			default:
 				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
 			}

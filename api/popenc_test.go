@@ -15,7 +15,7 @@ import (
 // for names full of quotes, backslashes, control characters, U+2028/2029,
 // non-ASCII and invalid UTF-8.
 func TestAppendPopMessageMatchesEncodingJSON(t *testing.T) {
-	pieces := []string{"a", "Z", "0", `"`, `\`, "\n", "\r", "\t", "\x00", "\x1f", "\x7f", "é", "日本", "\u2028", "\u2029",
+	pieces := []string{"a", "Z", "0", `"`, `\`, "\n", "\r", "\t", "\b", "\f", "\x00", "\x1f", "\x7f", "é", "日本", "\u2028", "\u2029",
 		"\xff", "\xe2\x80", "<", ">", "&", "/", " ", "😀"}
 	rng := rand.New(rand.NewSource(1))
 	str := func() string {
@@ -89,7 +89,7 @@ func BenchmarkPopMessageEncoding(b *testing.B) {
 // TestAppendPopHeadMatchesEncodingJSON: the head appendPopHead writes is
 // popHead as encoding/json writes it, up to the messages field.
 func TestAppendPopHeadMatchesEncodingJSON(t *testing.T) {
-	pieces := []string{"a", `"`, `\`, "\n", "\x00", "é", "\u2028", "\xff", "<", "&", "😀"}
+	pieces := []string{"a", `"`, `\`, "\n", "\b", "\f", "\x00", "é", "\u2028", "\xff", "<", "&", "😀"}
 	rng := rand.New(rand.NewSource(2))
 	str := func() string {
 		var b strings.Builder

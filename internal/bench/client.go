@@ -61,7 +61,7 @@ func doInto(ctx context.Context, c *http.Client, method, url string, body []byte
 	defer resp.Body.Close()
 	buf.Reset()
 	if resp.ContentLength > 0 && resp.ContentLength < maxPrealloc {
-		buf.Grow(int(resp.ContentLength))
+		buf.Grow(int(resp.ContentLength) + bytes.MinRead) // ReadFrom wants MinRead free at the end
 	}
 	_, err = buf.ReadFrom(resp.Body)
 	data := buf.Bytes()

@@ -125,7 +125,7 @@ func (r *runner) consumer(ctx, ackCtx context.Context, idx int, group string, do
 		for i, m := range ans {
 			msgs[i] = m.msg
 			if !m.ok {
-				r.errs.add("pop: foreign payload", fmt.Sprintf("message %s of partition %s", m.msg.TransactionID, m.msg.Partition))
+				r.errs.add("pop: foreign payload", fmt.Sprintf("message %s of partition %s: %s", m.msg.TransactionID, m.msg.Partition, m.foreign))
 				batch[i] = Delivery{Producer: -1, Seq: -1, Partition: -1}
 				continue
 			}

@@ -23,18 +23,65 @@ type decoder struct {
 	p fastjson.Parser
 }
 
+// parse parses an answer, refusing what encoding/json refused: the
+// parser alone lets invalid escapes, numbers such as 01 and raw control
+// characters in strings through, and catching a node's malformed output
+// is part of the benchmark's job.
+func (d *decoder) parse(body []byte) (*fastjson.Value, error) {
+	if err := fastjson.ValidateBytes(body); err != nil {
+		return nil, err
+	}
+	if err := rawControl(body); err != nil {
+		return nil, err
+	}
+	return d.p.ParseBytes(body)
+}
+
+// rawControl finds a control character inside a string of valid JSON.
+func rawControl(b []byte) error {
+	in, esc := false, false
+	for i, c := range b {
+		switch {
+		case esc:
+			esc = false
+		case in && c == '\\':
+			esc = true
+		case c == '"':
+			in = !in
+		case in && c < 0x20:
+			return fmt.Errorf("control character 0x%02x in a string at byte %d", c, i)
+		}
+	}
+	return nil
+}
+
+// objects returns the elements of an array of objects.
+func objects(v *fastjson.Value) ([]*fastjson.Value, error) {
+	arr, err := v.Array()
+	if err != nil {
+		return nil, err
+	}
+	for i, a := range arr {
+		if a.Type() != fastjson.TypeObject {
+			return nil, fmt.Errorf("item %d is not an object", i)
+		}
+	}
+	return arr, nil
+}
+
 // popDecoded is one message of a pop answer: what the ack needs, where it
 // came from, and its payload (ok false: not a payload of this benchmark).
 type popDecoded struct {
 	msg     popMsg
 	payload Payload
 	ok      bool
+	foreign string // !ok: the start of the data, for the error log
 }
 
 // pop decodes a 200 pop answer: {"messages":[{transactionId, partitionId,
 // partition, leaseId, data}, ...], ...}.
 func (d *decoder) pop(body []byte) ([]popDecoded, error) {
-	v, err := d.p.ParseBytes(body)
+	v, err := d.parse(body)
 	if err != nil {
 		return nil, err
 	}
@@ -54,7 +101,15 @@ func (d *decoder) pop(body []byte) ([]popDecoded, error) {
 			Partition:     string(m.GetStringBytes("partition")),
 			LeaseID:       string(m.GetStringBytes("leaseId")),
 		}
-		out[i].payload, out[i].ok = payloadOf(m.Get("data"))
+		data := m.Get("data")
+		out[i].payload, out[i].ok = payloadOf(data)
+		if !out[i].ok {
+			raw := "(none)"
+			if data != nil {
+				raw = string(data.MarshalTo(nil))
+			}
+			out[i].foreign = raw[:min(len(raw), 40)]
+		}
 	}
 	return out, nil
 }
@@ -89,11 +144,11 @@ func payloadOf(v *fastjson.Value) (Payload, bool) {
 
 // acks decodes a batch ack answer: [{"success":bool,"error":string|null}, ...].
 func (d *decoder) acks(body []byte) ([]ackResult, error) {
-	v, err := d.p.ParseBytes(body)
+	v, err := d.parse(body)
 	if err != nil {
 		return nil, err
 	}
-	arr, err := v.Array()
+	arr, err := objects(v)
 	if err != nil {
 		return nil, err
 	}
@@ -106,11 +161,11 @@ func (d *decoder) acks(body []byte) ([]ackResult, error) {
 
 // push decodes a push answer: [{"status":..., "error":...}, ...].
 func (d *decoder) push(body []byte) ([]pushItem, error) {
-	v, err := d.p.ParseBytes(body)
+	v, err := d.parse(body)
 	if err != nil {
 		return nil, err
 	}
-	arr, err := v.Array()
+	arr, err := objects(v)
 	if err != nil {
 		return nil, err
 	}
