@@ -38,9 +38,10 @@ func TestOperationsDocNamesEveryFigure(t *testing.T) {
 	}
 }
 
-// statusDocumented: the path in backticks, or, on a line of the table that
-// names a path under the same parent in backticks, the leaf in backticks
-// ("`requests.pops` ... `pops_empty`", "`mesh.coalescer.size` / `.cap`").
+// statusDocumented: the row's first cell names the path in backticks, or
+// a path under the same parent and the leaf in backticks ("`mesh.coalescer.size`
+// / `.cap`"). Only the first cell counts: a description that mentions a
+// field does not document it.
 func statusDocumented(lines []string, path string) bool {
 	i := strings.LastIndex(path, ".")
 	parent, leaf := path[:i], path[i+1:]
@@ -48,10 +49,14 @@ func statusDocumented(lines []string, path string) bool {
 		if !strings.HasPrefix(l, "| `") {
 			continue
 		}
-		if strings.Contains(l, "`"+path+"`") || strings.Contains(l, "`"+path+"[") {
+		cell := l[2:]
+		if end := strings.Index(cell, " | "); end >= 0 {
+			cell = cell[:end]
+		}
+		if strings.Contains(cell, "`"+path+"`") || strings.Contains(cell, "`"+path+"[") {
 			return true
 		}
-		if strings.Contains(l, "`"+parent) && (strings.Contains(l, "`"+leaf+"`") || strings.Contains(l, "`."+leaf+"`")) {
+		if strings.Contains(cell, "`"+parent+".") && (strings.Contains(cell, "`"+leaf+"`") || strings.Contains(cell, "`."+leaf+"`")) {
 			return true
 		}
 	}
