@@ -69,6 +69,10 @@ func writePop(w http.ResponseWriter, res *broker.PopResult, deadline time.Durati
 	}()
 	w.Header().Set("Content-Type", "application/json")
 	streaming := false
+	begin := func() {
+		w.WriteHeader(http.StatusOK)
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(deadline))
+	}
 	for i := range res.Messages {
 		if i > 0 {
 			b = append(b, ',')
@@ -79,8 +83,7 @@ func writePop(w http.ResponseWriter, res *broker.PopResult, deadline time.Durati
 		}
 		if !streaming {
 			streaming = true
-			w.WriteHeader(http.StatusOK)
-			_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(deadline))
+			begin() // chunked: the length is not known yet
 		}
 		if _, err := w.Write(b); err != nil {
 			return err
@@ -90,8 +93,7 @@ func writePop(w http.ResponseWriter, res *broker.PopResult, deadline time.Durati
 	b = append(b, "]}\n"...)
 	if !streaming {
 		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-		w.WriteHeader(http.StatusOK)
-		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(deadline))
+		begin()
 	}
 	_, err := w.Write(b)
 	return err

@@ -14,17 +14,24 @@ import (
 // The hand encoder writes exactly what encoding/json writes for popMessage,
 // for names full of quotes, backslashes, control characters, U+2028/2029,
 // non-ASCII and invalid UTF-8.
-func TestAppendPopMessageMatchesEncodingJSON(t *testing.T) {
-	pieces := []string{"a", "Z", "0", `"`, `\`, "\n", "\r", "\t", "\b", "\f", "\x00", "\x1f", "\x7f", "é", "日本", "\u2028", "\u2029",
-		"\xff", "\xe2\x80", "<", ">", "&", "/", " ", "😀"}
-	rng := rand.New(rand.NewSource(1))
-	str := func() string {
-		var b bytes.Buffer
-		for n := rng.Intn(8); n > 0; n-- {
-			b.WriteString(pieces[rng.Intn(len(pieces))])
-		}
-		return b.String()
+// jsonPieces are what the encoding tests build names from: quotes,
+// backslashes, control characters, U+2028/2029, non-ASCII, invalid UTF-8
+// and the characters HTML escaping would change.
+var jsonPieces = []string{"a", "Z", "0", `"`, `\`, "\n", "\r", "\t", "\b", "\f", "\x00", "\x1f", "\x7f", "é", "日本", "\u2028", "\u2029",
+	"\xff", "\xe2\x80", "<", ">", "&", "/", " ", "😀"}
+
+// randJSONString joins up to max-1 random jsonPieces.
+func randJSONString(rng *rand.Rand, max int) string {
+	var b strings.Builder
+	for n := rng.Intn(max); n > 0; n-- {
+		b.WriteString(jsonPieces[rng.Intn(len(jsonPieces))])
 	}
+	return b.String()
+}
+
+func TestAppendPopMessageMatchesEncodingJSON(t *testing.T) {
+	rng := rand.New(rand.NewSource(1))
+	str := func() string { return randJSONString(rng, 8) }
 	datas := []string{`null`, `{}`, `[]`, `"x<y>&\u2028"`, `{"a":[1,2.50,"é"],"b":{"c":null}}`, `12345678901234567890`, `true`}
 	for i := 0; i < 5000; i++ {
 		m := broker.Message{ID: str(), TransactionID: str(), Queue: str(), Partition: str(), PartitionID: str(),
@@ -89,15 +96,8 @@ func BenchmarkPopMessageEncoding(b *testing.B) {
 // TestAppendPopHeadMatchesEncodingJSON: the head appendPopHead writes is
 // popHead as encoding/json writes it, up to the messages field.
 func TestAppendPopHeadMatchesEncodingJSON(t *testing.T) {
-	pieces := []string{"a", `"`, `\`, "\n", "\b", "\f", "\x00", "é", "\u2028", "\xff", "<", "&", "😀"}
 	rng := rand.New(rand.NewSource(2))
-	str := func() string {
-		var b strings.Builder
-		for n := rng.Intn(6); n > 0; n-- {
-			b.WriteString(pieces[rng.Intn(len(pieces))])
-		}
-		return b.String()
-	}
+	str := func() string { return randJSONString(rng, 6) }
 	for i := 0; i < 2000; i++ {
 		res := broker.PopResult{Queue: str(), Partition: str(), PartitionID: str(), LeaseID: str(),
 			ConsumerGroup: str(), PartitionsClaimed: rng.Intn(300)}

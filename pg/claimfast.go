@@ -110,6 +110,7 @@ func scanFast(rs pgx.Rows, a PopArgs) (*PopOutcome, error) {
 	// only (nil skips a column), as the payload is read once into bytes.
 	head := []any{&qid, &pid, &until, &retry, &last, &nread, &nkept}
 	skip := make([]any, len(head))
+	dest := make([]any, 0, len(head)+7)
 	for rs.Next() {
 		var (
 			id, txid   string
@@ -122,7 +123,8 @@ func scanFast(rs pgx.Rows, a PopArgs) (*PopOutcome, error) {
 		if out != nil {
 			cols = skip
 		}
-		if err := rs.Scan(append(cols, &off, &id, &txid, &trace, &pay, &created, &sub)...); err != nil {
+		dest = append(append(dest[:0], cols...), &off, &id, &txid, &trace, &pay, &created, &sub)
+		if err := rs.Scan(dest...); err != nil {
 			return nil, fmt.Errorf("scan: %w", err)
 		}
 		if out == nil {

@@ -65,15 +65,15 @@ func (d *decoder) pop(body []byte) ([]popDecoded, error) {
 		return nil, err
 	}
 	ms := v.Get("messages")
-	if ms == nil || ms.Type() != fastjson.TypeArray {
+	if ms == nil {
 		return nil, errors.New(`no "messages" array`)
 	}
-	arr, _ := ms.Array()
+	arr, err := objects(ms)
+	if err != nil {
+		return nil, fmt.Errorf("messages: %w", err)
+	}
 	out := make([]popDecoded, len(arr))
 	for i, m := range arr {
-		if m.Type() != fastjson.TypeObject {
-			return nil, fmt.Errorf("message %d is not an object", i)
-		}
 		out[i].msg = popMsg{
 			TransactionID: string(m.GetStringBytes("transactionId")),
 			PartitionID:   string(m.GetStringBytes("partitionId")),
@@ -99,58 +99,47 @@ func payloadOf(v *fastjson.Value) (Payload, bool) {
 	if v == nil || v.Type() != fastjson.TypeObject {
 		return Payload{}, false
 	}
-	var (
-		p   Payload
-		err error
-	)
-	get := func(k string) int64 {
+	var n [3]int64
+	for i, k := range [3]string{"p", "s", "t"} {
 		f := v.Get(k)
-		if f == nil || err != nil {
-			err = errors.New("missing " + k)
-			return 0
+		if f == nil {
+			return Payload{}, false
 		}
-		n, e := f.Int64()
-		if e != nil {
-			err = e
+		var err error
+		if n[i], err = f.Int64(); err != nil {
+			return Payload{}, false
 		}
-		return n
 	}
-	p.P = int(get("p"))
-	p.S = get("s")
-	p.T = get("t")
-	return p, err == nil
+	return Payload{P: int(n[0]), S: n[1], T: n[2]}, true
+}
+
+// items decodes an answer that is an array of objects, one item each.
+func items[T any](d *decoder, body []byte, item func(*fastjson.Value) T) ([]T, error) {
+	v, err := d.parse(body)
+	if err != nil {
+		return nil, err
+	}
+	arr, err := objects(v)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]T, len(arr))
+	for i, a := range arr {
+		out[i] = item(a)
+	}
+	return out, nil
 }
 
 // acks decodes a batch ack answer: [{"success":bool,"error":string|null}, ...].
 func (d *decoder) acks(body []byte) ([]ackResult, error) {
-	v, err := d.parse(body)
-	if err != nil {
-		return nil, err
-	}
-	arr, err := objects(v)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]ackResult, len(arr))
-	for i, a := range arr {
-		out[i] = ackResult{Success: a.GetBool("success"), Error: string(a.GetStringBytes("error"))}
-	}
-	return out, nil
+	return items(d, body, func(a *fastjson.Value) ackResult {
+		return ackResult{Success: a.GetBool("success"), Error: string(a.GetStringBytes("error"))}
+	})
 }
 
 // push decodes a push answer: [{"status":..., "error":...}, ...].
 func (d *decoder) push(body []byte) ([]pushItem, error) {
-	v, err := d.parse(body)
-	if err != nil {
-		return nil, err
-	}
-	arr, err := objects(v)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]pushItem, len(arr))
-	for i, a := range arr {
-		out[i] = pushItem{Status: protocol.PushStatus(a.GetStringBytes("status")), Error: string(a.GetStringBytes("error"))}
-	}
-	return out, nil
+	return items(d, body, func(a *fastjson.Value) pushItem {
+		return pushItem{Status: protocol.PushStatus(a.GetStringBytes("status")), Error: string(a.GetStringBytes("error"))}
+	})
 }
