@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/google/uuid"
+
 	"queen-node/broker"
 	"queen-node/forward"
 )
@@ -78,8 +80,18 @@ func (s *Server) forwardPop(w http.ResponseWriter, r *http.Request, c caller, re
 		req.Timeout = max(0, req.Timeout-time.Since(start))
 		return false
 	}
-	a := f.Pop(ctx, c.tenant, req.Queue, r.URL.RequestURI(), r.Header.Get("Authorization"), req.Timeout)
+	// The owner claims under a lease id chosen here, so this node can
+	// hand back what its client will not take even when the owner's
+	// answer never arrives (the client left, or the owner failed after
+	// claiming): any node can release a lease by its id.
+	lease := uuid.NewString()
+	a, sent := f.Pop(ctx, c.tenant, req.Queue, r.URL.RequestURI(), r.Header.Get("Authorization"), lease, req.Timeout)
 	if a == nil {
+		if sent {
+			// The owner may still be claiming: released now and once
+			// more a moment later (releaseAgain).
+			s.releaseForwarded(lease, "", "no answer", true)
+		}
 		switch {
 		case r.Context().Err() != nil:
 			return true // the client left
@@ -92,20 +104,16 @@ func (s *Server) forwardPop(w http.ResponseWriter, r *http.Request, c caller, re
 	// The whole answer is read before any of it is written, so the client
 	// gets it in one write and flush, as from servePop: a client may leave
 	// as soon as it has decoded the body, and only a failure of that last
-	// write says it did not arrive. Either way the lease is released, by
-	// its id in the answer's head (any node can). Reading it first also
-	// frees the connection to the owner before a slow client reads.
+	// write says it did not arrive. Either way the lease is released (an
+	// answer that has begun comes after the owner's claim, so once is
+	// enough). Reading it first also frees the connection to the owner
+	// before a slow client reads.
 	body, err := a.ReadAll(s.maxForwardedPop())
-	var lease, queue, pid string
+	var headLease, queue, pid string
 	if a.Status == http.StatusOK {
-		lease, queue, pid = answerHead(body[:min(len(body), maxAnswerHead)])
+		headLease, queue, pid = answerHead(body[:min(len(body), maxAnswerHead)])
 	}
-	release := func(why string) {
-		if lease != "" {
-			s.log.Debug("releasing lease of undelivered forwarded pop", "lease", lease, "why", why)
-			s.b.ReleaseUndelivered(&broker.PopResult{LeaseID: lease})
-		}
-	}
+	release := func(why string) { s.releaseForwarded(lease, headLease, why, false) }
 	switch {
 	case err != nil:
 		// The owner's answer broke off (it died while answering) or is
@@ -144,6 +152,33 @@ func (s *Server) forwardPop(w http.ResponseWriter, r *http.Request, c caller, re
 		release("write failed")
 	}
 	return true
+}
+
+// releaseAgain is how long after a forwarded pop without an answer its
+// lease is released a second time. The first release may run before the
+// owner's claim commits: the owner notices that this node closed the
+// connection only when its server reads the close, and a claim that
+// commits before that is answered into a closed connection.
+const releaseAgain = time.Second
+
+// releaseForwarded releases the lease this node chose for a forwarded pop
+// whose client did not get the answer, and the answer's own lease if it
+// names another (an owner that predates LeaseHeader chooses its own);
+// again, after releaseAgain, when the owner may still be claiming. A
+// lease nobody claimed costs one UPDATE that finds no row.
+func (s *Server) releaseForwarded(lease, headLease, why string, again bool) {
+	s.log.Debug("releasing lease of undelivered forwarded pop", "lease", lease, "why", why)
+	s.b.ReleaseUndelivered(&broker.PopResult{LeaseID: lease})
+	if headLease != "" && headLease != lease {
+		s.b.ReleaseUndelivered(&broker.PopResult{LeaseID: headLease})
+	}
+	if again {
+		time.AfterFunc(releaseAgain, func() {
+			if s.drainCtx.Err() == nil { // shutting down: the lease expires instead
+				s.b.ReleaseUndelivered(&broker.PopResult{LeaseID: lease})
+			}
+		})
+	}
 }
 
 // maxForwardedPop bounds a forwarded pop's answer: twice the payload

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"queen-node/broker"
+	"queen-node/forward"
 	"queen-node/protocol"
 )
 
@@ -280,6 +281,15 @@ func (s *Server) parsePop(r *http.Request, anyQueue bool) (broker.PopRequest, er
 		// Clamp in milliseconds first: a huge value would overflow Duration.
 		ms = min(ms, int(s.cfg.MaxPopTimeout/time.Millisecond))
 		req.Timeout = time.Duration(ms) * time.Millisecond
+	}
+	// A forwarded pop claims under the lease id its forwarding node chose
+	// (api/forward.go); elsewhere the header means nothing.
+	if l := r.Header.Get(forward.LeaseHeader); l != "" && r.Header.Get(forward.Header) != "" {
+		id, ok := canonicalUUID(l)
+		if !ok {
+			return req, badRequest(forward.LeaseHeader + " must be a UUID")
+		}
+		req.LeaseID = id
 	}
 	return req, nil
 }

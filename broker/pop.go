@@ -77,8 +77,8 @@ func (b *Broker) Pop(ctx context.Context, tenant string, req PopRequest) (*PopRe
 	}
 }
 
-// popArgs builds the claim arguments of a pop of req.Queue, with a fresh
-// lease id unless req.AutoAck.
+// popArgs builds the claim arguments of a pop of req.Queue, with
+// req.LeaseID or a fresh lease id unless req.AutoAck.
 func (b *Broker) popArgs(tenant string, req PopRequest) pg.PopArgs {
 	if req.Group == "" {
 		req.Group = QueueMode
@@ -100,7 +100,10 @@ func (b *Broker) popArgs(tenant string, req PopRequest) pg.PopArgs {
 		args.Names = []string{req.Partition}
 	}
 	if !req.AutoAck {
-		args.LeaseID = uuid.NewString()
+		args.LeaseID = req.LeaseID
+		if args.LeaseID == "" {
+			args.LeaseID = uuid.NewString()
+		}
 	}
 	return args
 }
@@ -253,11 +256,16 @@ func (b *Broker) ReleaseUndelivered(res *PopResult) {
 func (b *Broker) dropLease(leaseID string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := b.db.ReleaseLease(ctx, leaseID); err != nil && !errors.Is(err, context.Canceled) {
-		b.log.Warn("release undelivered lease", "lease", leaseID, "error", err)
+	n, err := b.db.ReleaseLease(ctx, leaseID)
+	if err != nil {
+		if !errors.Is(err, context.Canceled) {
+			b.log.Warn("release undelivered lease", "lease", leaseID, "error", err)
+		}
 		return
 	}
-	b.stats.LeasesDropped.Add(1)
+	if n > 0 { // a forwarded pop's lease may never have been claimed
+		b.stats.LeasesDropped.Add(1)
+	}
 }
 
 func clamp(v, lo, hi int) int {

@@ -97,6 +97,10 @@ type PopRequest struct {
 	SubscriptionFrom *time.Time // start from this time; wins over SubscriptionMode (subscriptionFrom=now arrives as mode "new")
 	Partitions       int        // >= 1, wildcard only
 	LeaseSeconds     int        // 0 = the queue's leaseTime
+	// LeaseID is the lease to claim under: "" for a fresh one. Set for a
+	// forwarded pop, whose forwarding node chose it so it can release the
+	// claim if its client leaves (api/forward.go). Ignored with AutoAck.
+	LeaseID string
 }
 
 // Message is one delivered message.

@@ -124,26 +124,35 @@ func (f *Forwarder) settle(ctx context.Context, peer string, sent time.Time, err
 	}
 }
 
+// LeaseHeader carries, on a forwarded pop, the lease id the forwarding
+// node chose for it: the owner claims under that id, so the forwarding
+// node can release what its client will not take even when the owner's
+// answer never reached it (docs/api.md, "Queue ownership"). A lease id
+// is a UUID; the owner honours the header only beside Header.
+const LeaseHeader = "X-Queen-Lease"
+
 // Pop sends a pop of (tenant, queue) to the queue's owner: uri is the
-// request's path and query as the client sent them, wait its long-poll.
-// A nil answer means "serve it here": the queue is this node's, the owner
-// is cooling down or has PopConns pops of this node in flight, or it
-// failed (unreachable, 5xx, 408, 429, slower than wait plus Timeout).
-// Any other answer (messages, 204, a 4xx refusal) is the client's.
+// request's path and query as the client sent them, lease the lease id
+// the owner is to claim under (LeaseHeader; "" lets the owner choose),
+// wait its long-poll. A nil answer means "serve it here": the queue is
+// this node's, the owner is cooling down or has PopConns pops of this
+// node in flight, or it failed (unreachable, 5xx, 408, 429, slower than
+// wait plus Timeout). Any other answer (messages, 204, a 4xx refusal) is
+// the client's. The bool is false when nothing was sent; when true, the
+// owner may have claimed under lease even if the answer is nil.
 //
 // Once the answer has begun, the client leaving no longer cancels it: the
-// caller reads its lease id and releases the lease (any node can). An
-// owner that claimed messages and then failed to answer keeps them leased
-// until the lease expires, as for a client that vanishes.
-func (f *Forwarder) Pop(ctx context.Context, tenant, queue, uri, authorization string, wait time.Duration) *PopAnswer {
+// caller reads the answer, and releases the lease if its client cannot
+// take it (any node can).
+func (f *Forwarder) Pop(ctx context.Context, tenant, queue, uri, authorization, lease string, wait time.Duration) (*PopAnswer, bool) {
 	peer, addr, ok := f.consumePeer(tenant, queue, wait <= 0)
 	if !ok {
-		return nil
+		return nil, false
 	}
 	if !f.popSlot(peer) {
 		f.unprobe(peer)
 		f.popsBusy.Add(1)
-		return nil
+		return nil, false
 	}
 	f.pops.Add(1)
 	sent := f.now()
@@ -153,11 +162,10 @@ func (f *Forwarder) Pop(ctx context.Context, tenant, queue, uri, authorization s
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait+f.cfg.Timeout)
 	stop := context.AfterFunc(ctx, cancel)
 	done := func() { stop(); cancel(); f.popUnslot(peer) }
-	resp, err := f.get(rctx, addr, uri, authorization)
+	resp, err := f.get(rctx, addr, uri, authorization, lease)
 	// A client that leaves between the answer's arrival and this stop
-	// cancels its reading too; its lease then waits for its expiry (a
-	// window of microseconds, as for a direct client that dies just
-	// after its answer was sent).
+	// cancels its reading too: the caller then releases the lease it
+	// chose, as for a client that leaves while the owner waits.
 	stop()
 	if err == nil && (resp.StatusCode < 200 || resp.StatusCode >= 300 && resp.StatusCode < 400 || resp.StatusCode >= 500 ||
 		resp.StatusCode == http.StatusRequestTimeout || resp.StatusCode == http.StatusTooManyRequests) {
@@ -177,7 +185,7 @@ func (f *Forwarder) Pop(ctx context.Context, tenant, queue, uri, authorization s
 	if err != nil {
 		failed(err)
 		done()
-		return nil
+		return nil, true
 	}
 	var once, settled sync.Once
 	status := resp.StatusCode
@@ -200,16 +208,19 @@ func (f *Forwarder) Pop(ctx context.Context, tenant, queue, uri, authorization s
 					f.settle(ctx, peer, sent, nil)
 				}
 			})
-		}}
+		}}, true
 }
 
 // get sends a forwarded GET to the peer at addr.
-func (f *Forwarder) get(ctx context.Context, addr, uri, authorization string) (*http.Response, error) {
+func (f *Forwarder) get(ctx context.Context, addr, uri, authorization, lease string) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+uri, nil)
 	if err != nil {
 		return nil, err
 	}
 	req.Header.Set(Header, "1")
+	if lease != "" {
+		req.Header.Set(LeaseHeader, lease)
+	}
 	if authorization != "" {
 		req.Header.Set("Authorization", authorization)
 	}

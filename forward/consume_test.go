@@ -219,9 +219,9 @@ func TestPopGoesToTheOwner(t *testing.T) {
 			f := New(DefaultConfig(), owners, nil)
 			defer f.Close()
 			q := queueOwnedBy(t, owners, "peer0")
-			a := f.Pop(context.Background(), "default", q, popURI(q), "Bearer tok", 30*time.Second)
-			if a == nil {
-				t.Fatal("the pop was served here")
+			a, sent := f.Pop(context.Background(), "default", q, popURI(q), "Bearer tok", "lease-1", 30*time.Second)
+			if a == nil || !sent {
+				t.Fatalf("the pop was served here (sent %v)", sent)
 			}
 			if a.Status != tc.status || a.ContentType != tc.ctype {
 				t.Fatalf("answer %d %q, owner sent %d %q", a.Status, a.ContentType, tc.status, tc.ctype)
@@ -237,12 +237,12 @@ func TestPopGoesToTheOwner(t *testing.T) {
 			if r.method != http.MethodGet || r.uri != popURI(q) {
 				t.Fatalf("owner got %s %s, client sent GET %s", r.method, r.uri, popURI(q))
 			}
-			if r.header.Get(Header) != "1" || r.header.Get("Authorization") != "Bearer tok" {
+			if r.header.Get(Header) != "1" || r.header.Get("Authorization") != "Bearer tok" || r.header.Get(LeaseHeader) != "lease-1" {
 				t.Fatalf("forwarded headers %v", r.header)
 			}
 			// The next pop goes too (no cool-down), and without a token
-			// sends none.
-			a = f.Pop(context.Background(), "default", q, popURI(q), "", 30*time.Second)
+			// or a lease sends neither.
+			a = popNoLease(f, context.Background(), "default", q, popURI(q), "", 30*time.Second)
 			if a == nil {
 				t.Fatal("the next pop was served here")
 			}
@@ -253,6 +253,9 @@ func TestPopGoesToTheOwner(t *testing.T) {
 			}
 			if _, ok := reqs[1].header["Authorization"]; ok {
 				t.Fatalf("a pop without a token sent Authorization %q", reqs[1].header.Get("Authorization"))
+			}
+			if _, ok := reqs[1].header[LeaseHeader]; ok {
+				t.Fatalf("a pop without a lease sent %s %q", LeaseHeader, reqs[1].header.Get(LeaseHeader))
 			}
 			if st := f.Stats(); st.Pops != 2 || st.PopFailures != 0 || st.PopsBusy != 0 {
 				t.Fatalf("stats %+v", st)
@@ -285,9 +288,11 @@ func TestPopServedHereWithoutARequest(t *testing.T) {
 			before := p.count()
 			f := New(tc.cfg, tc.owners, nil)
 			defer f.Close()
-			if a := f.Pop(context.Background(), "default", tc.queue, popURI(tc.queue), "", time.Second); a != nil {
-				readAnswer(t, a)
-				t.Fatal("the pop was forwarded")
+			if a, sent := f.Pop(context.Background(), "default", tc.queue, popURI(tc.queue), "", "l", time.Second); a != nil || sent {
+				if a != nil {
+					readAnswer(t, a)
+				}
+				t.Fatalf("the pop was forwarded (sent %v)", sent)
 			}
 			if n := p.count() - before; n != 0 {
 				t.Fatalf("%d requests reached the peer", n)
@@ -329,20 +334,26 @@ func TestAFailedPopOwnerCoolsDown(t *testing.T) {
 			clk := setClock(f)
 			q := queueOwnedBy(t, m.owners, "peer0")
 			// Pops that do not wait: only those may probe.
-			pop := func() *PopAnswer {
-				return f.Pop(context.Background(), "default", q, popURI(q), "", 0)
+			pop := func() (*PopAnswer, bool) {
+				return f.Pop(context.Background(), "default", q, popURI(q), "", "l", 0)
 			}
-			if a := pop(); a != nil {
-				readAnswer(t, a)
-				t.Fatal("a failed pop forward was given to the client")
+			// A failure after sending says so: the owner may have
+			// claimed under the lease.
+			if a, sent := pop(); a != nil || !sent {
+				if a != nil {
+					readAnswer(t, a)
+				}
+				t.Fatalf("a failed pop forward was given to the client, or not counted sent (%v)", sent)
 			}
 			sent := p.count()
 			if st := f.Stats(); st.Pops != 1 || st.PopFailures != 1 {
 				t.Fatalf("stats after the failure %+v", st)
 			}
 			clk.add(59 * time.Second)
-			if a := pop(); a != nil {
-				readAnswer(t, a)
+			if a, sent := pop(); a != nil || sent {
+				if a != nil {
+					readAnswer(t, a)
+				}
 				t.Fatal("a pop was forwarded to an owner cooling down")
 			}
 			if st := f.Stats(); st.Pops != 1 || p.count() != sent {
@@ -356,7 +367,7 @@ func TestAFailedPopOwnerCoolsDown(t *testing.T) {
 			clk.add(2 * time.Second)
 			// A long-poll is never the probe: it could hold the owner's
 			// queues here for its whole wait.
-			if a := f.Pop(context.Background(), "default", q, popURI(q), "", time.Minute); a != nil {
+			if a := popNoLease(f, context.Background(), "default", q, popURI(q), "", time.Minute); a != nil {
 				readAnswer(t, a)
 				t.Fatal("a long-poll probed the owner")
 			}
@@ -364,9 +375,9 @@ func TestAFailedPopOwnerCoolsDown(t *testing.T) {
 				t.Fatal("a long-poll was sent to an owner whose cool-down awaits its probe")
 			}
 			probe := make(chan *PopAnswer, 1)
-			go func() { probe <- pop() }()
+			go func() { a, _ := pop(); probe <- a }()
 			within(t, arrived, "the probe")
-			if a := pop(); a != nil {
+			if a, _ := pop(); a != nil {
 				readAnswer(t, a)
 				t.Fatal("a pop during the probe was forwarded")
 			}
@@ -381,7 +392,7 @@ func TestAFailedPopOwnerCoolsDown(t *testing.T) {
 			readAnswer(t, a)
 			// The probe worked: pops go to the owner again.
 			p.setHandler(answering(http.StatusNoContent, "", ""))
-			if a := pop(); a == nil {
+			if a, _ := pop(); a == nil {
 				t.Fatal("the owner still cools down after a probe that worked")
 			} else {
 				readAnswer(t, a)
@@ -408,14 +419,14 @@ func TestASlowPopOwnerCoolsDown(t *testing.T) {
 	defer f.Close()
 	setClock(f)
 	q := queueOwnedBy(t, owners, "peer0")
-	if a := f.Pop(context.Background(), "default", q, popURI(q), "", 0); a != nil {
+	if a := popNoLease(f, context.Background(), "default", q, popURI(q), "", 0); a != nil {
 		readAnswer(t, a)
 		t.Fatal("a pop that timed out was given to the client")
 	}
 	if st := f.Stats(); st.PopFailures != 1 {
 		t.Fatalf("stats %+v: want the timeout counted a failure", st)
 	}
-	if a := f.Pop(context.Background(), "default", q, popURI(q), "", 0); a != nil {
+	if a := popNoLease(f, context.Background(), "default", q, popURI(q), "", 0); a != nil {
 		readAnswer(t, a)
 	}
 	if n := p.count(); n != 1 {
@@ -446,7 +457,7 @@ func TestPopConnsBoundTheOwnersPops(t *testing.T) {
 	defer f.Close()
 	q := queueOwnedBy(t, owners, "peer0")
 	pop := func(ctx context.Context) *PopAnswer {
-		return f.Pop(ctx, "default", q, popURI(q), "", 30*time.Second)
+		return popNoLease(f, ctx, "default", q, popURI(q), "", 30*time.Second)
 	}
 	a1, a2 := pop(context.Background()), pop(context.Background())
 	if a1 == nil || a2 == nil {
@@ -504,7 +515,7 @@ func TestAPopWhoseClientLeaves(t *testing.T) {
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan *PopAnswer, 1)
-			go func() { done <- f.Pop(ctx, "default", q, popURI(q), "", wait) }()
+			go func() { done <- popNoLease(f, ctx, "default", q, popURI(q), "", wait) }()
 			within(t, arrived, "the forwarded pop")
 			cancel()
 			if a := within(t, done, "Pop to return"); a != nil {
@@ -516,7 +527,7 @@ func TestAPopWhoseClientLeaves(t *testing.T) {
 				t.Fatalf("stats %+v: a client leaving is not the owner's failure", st)
 			}
 			p.setHandler(answering(http.StatusNoContent, "", ""))
-			a := f.Pop(context.Background(), "default", q, popURI(q), "", wait)
+			a := popNoLease(f, context.Background(), "default", q, popURI(q), "", wait)
 			if a == nil {
 				t.Fatal("the owner cools down after a client left")
 			}
@@ -550,7 +561,7 @@ func TestAPopAnswerOutlivesItsClient(t *testing.T) {
 	defer f.Close()
 	q := queueOwnedBy(t, owners, "peer0")
 	ctx, cancel := context.WithCancel(context.Background())
-	a := f.Pop(ctx, "default", q, popURI(q), "", 30*time.Second)
+	a := popNoLease(f, ctx, "default", q, popURI(q), "", 30*time.Second)
 	if a == nil {
 		t.Fatal("the pop was served here")
 	}
@@ -1141,12 +1152,12 @@ func TestALongPollProbesAnOwnerNothingElseTried(t *testing.T) {
 	defer f.Close()
 	q := queueOwnedBy(t, owners, "peer0")
 	clock(cfg.Cooldown + time.Second)
-	if a := f.Pop(context.Background(), "default", q, popURI(q), "", time.Second); a != nil {
+	if a := popNoLease(f, context.Background(), "default", q, popURI(q), "", time.Second); a != nil {
 		readAnswer(t, a)
 		t.Fatal("a long-poll probed an owner whose cool-down had just ended")
 	}
 	clock(2*cfg.Cooldown + time.Second)
-	a := f.Pop(context.Background(), "default", q, popURI(q), "", time.Second)
+	a := popNoLease(f, context.Background(), "default", q, popURI(q), "", time.Second)
 	if a == nil {
 		t.Fatal("a long-poll never goes back to an owner nothing else tried")
 	}
@@ -1167,7 +1178,7 @@ func TestARefusedPopProbeKeepsTheCoolDown(t *testing.T) {
 	defer f.Close()
 	q := queueOwnedBy(t, owners, "peer0")
 	clock(cfg.Cooldown + time.Second)
-	a := f.Pop(context.Background(), "default", q, popURI(q), "", 0)
+	a := popNoLease(f, context.Background(), "default", q, popURI(q), "", 0)
 	if a == nil || a.Status != http.StatusUnauthorized {
 		t.Fatalf("probe answer %+v, want the 401 passed on", a)
 	}
@@ -1176,7 +1187,7 @@ func TestARefusedPopProbeKeepsTheCoolDown(t *testing.T) {
 		t.Fatal("a 401 answer ended the owner's cool-down")
 	}
 	// Closing an answer unread says nothing either, and frees the probe.
-	a = f.Pop(context.Background(), "default", q, popURI(q), "", 0)
+	a = popNoLease(f, context.Background(), "default", q, popURI(q), "", 0)
 	if a == nil {
 		t.Fatal("the next request did not probe")
 	}
@@ -1222,4 +1233,11 @@ func TestAFailureHereAfterAForwardIsPerItem(t *testing.T) {
 	if _, err := small.Ack(context.Background(), "default", "", items, failing); err == nil || a.count() != before {
 		t.Fatalf("a request none of which was sent: error %v, %d requests to the owner; want the request's error", err, a.count()-before)
 	}
+}
+
+// popNoLease is Pop for the tests that do not look at the lease header or
+// at whether the request was sent.
+func popNoLease(f *Forwarder, ctx context.Context, tenant, q, uri, auth string, wait time.Duration) *PopAnswer {
+	a, _ := f.Pop(ctx, tenant, q, uri, auth, "", wait)
+	return a
 }

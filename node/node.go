@@ -249,6 +249,9 @@ func (n *Node) Reads() *reads.Service { return n.reads }
 // Sampler is the node's stats sampler (tests call SampleNow).
 func (n *Node) Sampler() *stats.Sampler { return n.sampler }
 
+// API is the node's HTTP server (tests route its forwards through a proxy).
+func (n *Node) API() *api.Server { return n.api }
+
 // Mesh is the node's mesh, or nil when it is off.
 func (n *Node) Mesh() *mesh.Mesh { return n.mesh }
 

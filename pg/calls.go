@@ -243,24 +243,27 @@ func scanPop(rs pgx.Rows) (*PopOutcome, error) {
 }
 
 // ReleaseLease drops a lease that was taken for a response that could not be
-// delivered, so the partition is claimable again at once.
-func (db *DB) ReleaseLease(ctx context.Context, leaseID string) error {
+// delivered, so the partition is claimable again at once. It returns the
+// (partition, group) rows it released: none when nothing holds the lease.
+func (db *DB) ReleaseLease(ctx context.Context, leaseID string) (int64, error) {
+	var n int64
 	// Rows are locked in (partition, group) order, the order acks and pops
 	// take them in, so a multi-partition lease cannot deadlock with them.
 	err := db.Retry(ctx, func() error {
-		_, err := db.pool.Exec(ctx, `WITH l AS (
+		tag, err := db.pool.Exec(ctx, `WITH l AS (
 				SELECT partition_id, consumer_group FROM queen.consumers
 				WHERE lease_id = $1 ORDER BY partition_id, consumer_group FOR UPDATE)
 			UPDATE queen.consumers c
 			SET lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, batch_end = c.committed_offset
 			FROM l WHERE c.partition_id = l.partition_id AND c.consumer_group = l.consumer_group
 			  AND c.lease_id = $1`, leaseID)
+		n = tag.RowsAffected()
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("release lease: %w", err)
+		return 0, fmt.Errorf("release lease: %w", err)
 	}
-	return nil
+	return n, nil
 }
 
 // AckRow is one acknowledgement.
