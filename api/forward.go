@@ -89,8 +89,8 @@ func (s *Server) forwardPop(w http.ResponseWriter, r *http.Request, c caller, re
 	if a == nil {
 		if sent {
 			// The owner may still be claiming: released now and once
-			// more a moment later (releaseAgain).
-			s.releaseForwarded(lease, "", "no answer", true)
+			// more a moment later.
+			s.releaseForwarded(c.tenant, lease, "", "no answer", true)
 		}
 		switch {
 		case r.Context().Err() != nil:
@@ -113,7 +113,7 @@ func (s *Server) forwardPop(w http.ResponseWriter, r *http.Request, c caller, re
 	if a.Status == http.StatusOK {
 		headLease, queue, pid = answerHead(body[:min(len(body), maxAnswerHead)])
 	}
-	release := func(why string) { s.releaseForwarded(lease, headLease, why, false) }
+	release := func(why string) { s.releaseForwarded(c.tenant, lease, headLease, why, false) }
 	switch {
 	case err != nil:
 		// The owner's answer broke off (it died while answering) or is
@@ -154,30 +154,15 @@ func (s *Server) forwardPop(w http.ResponseWriter, r *http.Request, c caller, re
 	return true
 }
 
-// releaseAgain is how long after a forwarded pop without an answer its
-// lease is released a second time. The first release may run before the
-// owner's claim commits: the owner notices that this node closed the
-// connection only when its server reads the close, and a claim that
-// commits before that is answered into a closed connection.
-const releaseAgain = time.Second
-
 // releaseForwarded releases the lease this node chose for a forwarded pop
-// whose client did not get the answer, and the answer's own lease if it
-// names another (an owner that predates LeaseHeader chooses its own);
-// again, after releaseAgain, when the owner may still be claiming. A
-// lease nobody claimed costs one UPDATE that finds no row.
-func (s *Server) releaseForwarded(lease, headLease, why string, again bool) {
+// whose client did not get the answer (broker.ReleaseForwarded: again
+// when the owner may still be claiming), and the answer's own lease if it
+// names another (an owner that predates LeaseHeader chooses its own).
+func (s *Server) releaseForwarded(tenant, lease, headLease, why string, again bool) {
 	s.log.Debug("releasing lease of undelivered forwarded pop", "lease", lease, "why", why)
-	s.b.ReleaseUndelivered(&broker.PopResult{LeaseID: lease})
+	s.b.ReleaseForwarded(tenant, lease, again)
 	if headLease != "" && headLease != lease {
-		s.b.ReleaseUndelivered(&broker.PopResult{LeaseID: headLease})
-	}
-	if again {
-		time.AfterFunc(releaseAgain, func() {
-			if s.drainCtx.Err() == nil { // shutting down: the lease expires instead
-				s.b.ReleaseUndelivered(&broker.PopResult{LeaseID: lease})
-			}
-		})
+		s.b.ReleaseUndelivered(tenant, &broker.PopResult{LeaseID: headLease})
 	}
 }
 

@@ -52,9 +52,11 @@ func TestForwardedPopClaimsUnderTheChosenLease(t *testing.T) {
 		return a.LeaseID
 	}
 
-	bad := n.DoHeader(t, map[string]string{forward.Header: "1", forward.LeaseHeader: "lease-1"}, "GET", path, nil)
-	if bad.Status != 400 || !strings.Contains(string(bad.Body), forward.LeaseHeader) {
-		t.Fatalf("a forwarded pop with lease %q: %d %s, want 400 naming the header", "lease-1", bad.Status, bad.Body)
+	for _, l := range []string{"lease-1", "00000000-0000-0000-0000-000000000000"} {
+		bad := n.DoHeader(t, map[string]string{forward.Header: "1", forward.LeaseHeader: l}, "GET", path, nil)
+		if bad.Status != 400 || !strings.Contains(string(bad.Body), forward.LeaseHeader) {
+			t.Fatalf("a forwarded pop with lease %q: %d %s, want 400 naming the header", l, bad.Status, bad.Body)
+		}
 	}
 
 	chosen := uuid.NewString()
@@ -95,7 +97,9 @@ func TestForwardedPopAnswerThatNeverArrives(t *testing.T) {
 			}
 			type claim struct{ chosen, answered string }
 			claimed := make(chan claim, 1)
+			arrived := make(chan struct{}, 1)
 			proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				arrived <- struct{}{}
 				if tc.claimLate {
 					<-r.Context().Done()
 				}
@@ -138,13 +142,11 @@ func TestForwardedPopAnswerThatNeverArrives(t *testing.T) {
 				done <- popped{msgs, code, err}
 			}()
 			if tc.claimLate {
-				// Wait for the pop to reach the proxy before leaving.
-				deadline := time.Now().Add(15 * time.Second)
-				for f.Stats().Pops == 0 {
-					if time.Now().After(deadline) {
-						t.Fatal("the pop was never forwarded")
-					}
-					time.Sleep(5 * time.Millisecond)
+				// The pop has reached the proxy: the client leaves.
+				select {
+				case <-arrived:
+				case <-time.After(15 * time.Second):
+					t.Fatal("the pop was never forwarded")
 				}
 				cancel()
 			}

@@ -64,13 +64,17 @@ type fakeBroker struct {
 	maint        broker.MaintenanceState // switches of the MaintenanceBroker fake (maintenance_test.go)
 }
 
-func (f *fakeBroker) ReleaseUndelivered(res *broker.PopResult) {
+func (f *fakeBroker) ReleaseUndelivered(_ string, res *broker.PopResult) {
 	f.mu.Lock()
 	ch := f.released
 	f.mu.Unlock()
 	if ch != nil {
 		ch <- res.LeaseID
 	}
+}
+
+func (f *fakeBroker) ReleaseForwarded(tenant, leaseID string, _ bool) {
+	f.ReleaseUndelivered(tenant, &broker.PopResult{LeaseID: leaseID})
 }
 
 func (f *fakeBroker) record(name, tenant string) {

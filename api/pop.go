@@ -14,6 +14,10 @@ import (
 	"queen-node/protocol"
 )
 
+// nilUUID is refused as a chosen lease id: a constant any client might
+// send would let their leases release each other.
+const nilUUID = "00000000-0000-0000-0000-000000000000"
+
 // maxLeaseSeconds bounds client-chosen lease lengths (pop leaseSeconds,
 // lease extend seconds) so interval arithmetic stays sane.
 const maxLeaseSeconds = 31 * 24 * 3600
@@ -129,7 +133,7 @@ func (s *Server) handlePop(w http.ResponseWriter, r *http.Request, c caller) {
 	if s.forwardPop(w, r, c, &req) {
 		return
 	}
-	s.servePop(w, r, func(ctx context.Context) (*broker.PopResult, error) {
+	s.servePop(w, r, c.tenant, func(ctx context.Context) (*broker.PopResult, error) {
 		return s.b.Pop(ctx, c.tenant, req)
 	})
 }
@@ -157,13 +161,13 @@ func (s *Server) handlePopAny(w http.ResponseWriter, r *http.Request, c caller) 
 		writeReqError(w, err)
 		return
 	}
-	s.servePop(w, r, func(ctx context.Context) (*broker.PopResult, error) {
+	s.servePop(w, r, c.tenant, func(ctx context.Context) (*broker.PopResult, error) {
 		return s.b.PopAny(ctx, c.tenant, namespace, task, req)
 	})
 }
 
 // servePop runs a parsed pop and writes its answer.
-func (s *Server) servePop(w http.ResponseWriter, r *http.Request, pop func(ctx context.Context) (*broker.PopResult, error)) {
+func (s *Server) servePop(w http.ResponseWriter, r *http.Request, tenant string, pop func(ctx context.Context) (*broker.PopResult, error)) {
 	// The request context ends the long-poll when the client disconnects;
 	// Drain ends it when the node shuts down.
 	ctx, cancel := context.WithCancel(r.Context())
@@ -187,7 +191,7 @@ func (s *Server) servePop(w http.ResponseWriter, r *http.Request, pop func(ctx c
 	// A client that left while the claim ran must not keep the lease until
 	// it expires (docs/api.md, "Semantics", long-poll).
 	if r.Context().Err() != nil {
-		s.releaseUndelivered(res)
+		s.releaseUndelivered(tenant, res)
 		return
 	}
 	// The client has WriteTimeout plus a second per 64 KiB to take the
@@ -199,11 +203,11 @@ func (s *Server) servePop(w http.ResponseWriter, r *http.Request, pop func(ctx c
 		size += len(res.Messages[i].Data) + protocol.RowEnvelopeBytes
 	}
 	if err := writePop(w, res, s.popWriteTime(size)); err != nil {
-		s.releaseUndelivered(res)
+		s.releaseUndelivered(tenant, res)
 		return
 	}
 	if err := http.NewResponseController(w).Flush(); err != nil {
-		s.releaseUndelivered(res)
+		s.releaseUndelivered(tenant, res)
 	}
 }
 
@@ -216,12 +220,12 @@ func (s *Server) popWriteTime(size int) time.Duration {
 // releaseUndelivered hands back the lease of a pop whose answer never
 // reached its client, so its messages are redelivered without waiting for
 // the lease to expire.
-func (s *Server) releaseUndelivered(res *broker.PopResult) {
+func (s *Server) releaseUndelivered(tenant string, res *broker.PopResult) {
 	if res.LeaseID == "" {
 		return
 	}
 	s.log.Debug("releasing lease of undelivered pop", "lease", res.LeaseID)
-	s.b.ReleaseUndelivered(res)
+	s.b.ReleaseUndelivered(tenant, res)
 }
 
 // parsePop reads the path and query of a pop; anyQueue is a namespace/task
@@ -286,8 +290,8 @@ func (s *Server) parsePop(r *http.Request, anyQueue bool) (broker.PopRequest, er
 	// (api/forward.go); elsewhere the header means nothing.
 	if l := r.Header.Get(forward.LeaseHeader); l != "" && r.Header.Get(forward.Header) != "" {
 		id, ok := canonicalUUID(l)
-		if !ok {
-			return req, badRequest(forward.LeaseHeader + " must be a UUID")
+		if !ok || id == nilUUID {
+			return req, badRequest(forward.LeaseHeader + " must be a UUID, not the nil one")
 		}
 		req.LeaseID = id
 	}

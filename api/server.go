@@ -34,7 +34,8 @@ type Broker interface {
 	Push(ctx context.Context, tenant string, producerSub *string, items []broker.PushItem) ([]broker.PushResult, error)
 	Pop(ctx context.Context, tenant string, req broker.PopRequest) (*broker.PopResult, error)                     // nil or no messages => 204
 	PopAny(ctx context.Context, tenant, namespace, task string, req broker.PopRequest) (*broker.PopResult, error) // namespace/task pop; nil => 204
-	ReleaseUndelivered(res *broker.PopResult)                                                                     // a popped answer never reached its client
+	ReleaseUndelivered(tenant string, res *broker.PopResult)                                                      // a popped answer never reached its client
+	ReleaseForwarded(tenant, leaseID string, again bool)                                                          // nor did a forwarded pop's (api/forward.go)
 	Ack(ctx context.Context, tenant string, items []broker.AckItem) ([]broker.AckResult, error)
 	ExtendLease(ctx context.Context, tenant, leaseID string, seconds int) (broker.LeaseResult, error)
 	Transaction(ctx context.Context, tenant string, producerSub *string, ops []broker.TxOp, requiredLeases []string) (broker.TxResult, error)

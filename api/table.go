@@ -436,7 +436,7 @@ var Table = []Row{
 	{Status: "requests.transactions", Metric: "queen_transactions_total", Kind: Counter,
 		Help: "Transaction requests.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.Transactions })},
 	{Status: "requests.leases_released_undelivered", Metric: "queen_leases_released_undelivered_total", Kind: Counter,
-		Help: "Leases released because the pop's answer never reached its client.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.LeasesDropped })},
+		Help: "Leases released because the pop's answer never reached its client (releases that found a lease).", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.LeasesDropped })},
 
 	// retention: the background retention job on this node (docs/api.md,
 	// "Retention"). Deleted messages are one family by reason on /metrics,

@@ -58,6 +58,7 @@ type Broker struct {
 	endLife   context.CancelFunc
 	closeOnce sync.Once
 	wg        sync.WaitGroup
+	afterMu   sync.Mutex // orders after's wg.Add before Close's Wait
 }
 
 // Stats are the node core's counters. They only grow while the process lives.
@@ -204,7 +205,9 @@ func (c *Config) validate() error {
 // Close stops the background loops, waits for them, and closes the pool.
 func (b *Broker) Close() {
 	b.closeOnce.Do(func() {
+		b.afterMu.Lock()
 		b.endLife()
+		b.afterMu.Unlock()
 		b.wg.Wait()
 		b.db.Close()
 	})

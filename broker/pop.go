@@ -194,7 +194,7 @@ func (b *Broker) claimAlone(ctx context.Context, args pg.PopArgs) (*pg.PopOutcom
 	})
 	if ctx.Err() != nil {
 		if !args.AutoAck && (err != nil || len(out.Messages) > 0) {
-			b.dropLease(args.LeaseID)
+			b.dropLease(args.Tenant, args.LeaseID)
 		}
 		return nil, ctx.Err()
 	}
@@ -246,17 +246,61 @@ func (b *Broker) popResult(args pg.PopArgs, out *pg.PopOutcome) *PopResult {
 
 // ReleaseUndelivered releases the lease of a pop whose response could not be
 // written, so its messages are claimable at once instead of at lease expiry.
-func (b *Broker) ReleaseUndelivered(res *PopResult) {
+// Only the tenant's rows are released.
+func (b *Broker) ReleaseUndelivered(tenant string, res *PopResult) {
 	if res == nil || res.LeaseID == "" {
 		return
 	}
-	b.dropLease(res.LeaseID)
+	b.dropLease(tenant, res.LeaseID)
 }
 
-func (b *Broker) dropLease(leaseID string) {
+// releaseAgain is how long after a forwarded pop without an answer its
+// lease is released a second time. The first release may run before the
+// owner's claim commits: the owner notices that the forwarding node
+// closed the connection only when its server reads the close, and a claim
+// that commits before that is answered into a closed connection.
+const releaseAgain = time.Second
+
+// ReleaseForwarded releases the lease this node chose for a pop it
+// forwarded to the queue's owner (api/forward.go), whose answer its client
+// did not get: at once, and with again (the owner may still be claiming)
+// once more after releaseAgain, unless the broker closes first. A lease
+// nobody claimed costs one UPDATE that finds no row.
+func (b *Broker) ReleaseForwarded(tenant, leaseID string, again bool) {
+	if leaseID == "" {
+		return
+	}
+	b.dropLease(tenant, leaseID)
+	if again {
+		b.after(releaseAgain, func() { b.dropLease(tenant, leaseID) })
+	}
+}
+
+// after runs f once d has passed, in a goroutine Close waits for; Close
+// cancels the wait, and after does nothing once Close has begun.
+func (b *Broker) after(d time.Duration, f func()) {
+	b.afterMu.Lock()
+	defer b.afterMu.Unlock()
+	if b.life.Err() != nil {
+		return
+	}
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			f()
+		case <-b.life.Done():
+		}
+	}()
+}
+
+func (b *Broker) dropLease(tenant, leaseID string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	n, err := b.db.ReleaseLease(ctx, leaseID)
+	n, err := b.db.ReleaseLease(ctx, tenant, leaseID)
 	if err != nil {
 		if !errors.Is(err, context.Canceled) {
 			b.log.Warn("release undelivered lease", "lease", leaseID, "error", err)

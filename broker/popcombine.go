@@ -38,7 +38,7 @@ import (
 type popCombiner struct {
 	db      *pg.DB
 	alone   func(context.Context, pg.PopArgs) (*pg.PopOutcome, error)
-	drop    func(leaseID string)
+	drop    func(tenant, leaseID string)
 	flushes *atomic.Int64 // Stats.PopFlushes
 	// maxInflight is how many flushes may run at once now
 	// (Broker.flushesInFlight); nil means popMaxInflight.
@@ -75,7 +75,7 @@ type popJob struct {
 }
 
 func newPopCombiner(db *pg.DB, alone func(context.Context, pg.PopArgs) (*pg.PopOutcome, error),
-	drop func(string), flushes *atomic.Int64) *popCombiner {
+	drop func(tenant, leaseID string), flushes *atomic.Int64) *popCombiner {
 	return &popCombiner{db: db, alone: alone, drop: drop, flushes: flushes}
 }
 
@@ -104,7 +104,7 @@ func (c *popCombiner) claim(ctx context.Context, args pg.PopArgs) (*pg.PopOutcom
 	}
 	c.mu.Unlock()
 	if state == jobDone && !args.AutoAck && j.out != nil && len(j.out.Messages) > 0 {
-		c.drop(args.LeaseID)
+		c.drop(args.Tenant, args.LeaseID)
 	}
 	return nil, ctx.Err()
 }
@@ -183,7 +183,7 @@ func (c *popCombiner) again(j *popJob) {
 		}
 	}()
 	if !j.args.AutoAck {
-		c.drop(j.args.LeaseID)
+		c.drop(j.args.Tenant, j.args.LeaseID)
 	}
 	c.mu.Lock()
 	left := j.state == jobLeft
@@ -204,7 +204,7 @@ func (c *popCombiner) deliver(j *popJob, out *pg.PopOutcome, err error) {
 		// (an error left nothing to release: a failed flush released it
 		// before running the claim alone, which releases its own)
 		if !j.args.AutoAck && out != nil && len(out.Messages) > 0 {
-			c.drop(j.args.LeaseID)
+			c.drop(j.args.Tenant, j.args.LeaseID)
 		}
 		return
 	}

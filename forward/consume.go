@@ -138,8 +138,9 @@ const LeaseHeader = "X-Queen-Lease"
 // this node's, the owner is cooling down or has PopConns pops of this
 // node in flight, or it failed (unreachable, 5xx, 408, 429, slower than
 // wait plus Timeout). Any other answer (messages, 204, a 4xx refusal) is
-// the client's. The bool is false when nothing was sent; when true, the
-// owner may have claimed under lease even if the answer is nil.
+// the client's. The bool is false when the owner certainly saw nothing
+// (not tried, or no connection made); when true, the owner may have
+// claimed under lease even if the answer is nil.
 //
 // Once the answer has begun, the client leaving no longer cancels it: the
 // caller reads the answer, and releases the lease if its client cannot
@@ -185,7 +186,8 @@ func (f *Forwarder) Pop(ctx context.Context, tenant, queue, uri, authorization, 
 	if err != nil {
 		failed(err)
 		done()
-		return nil, true
+		var op *net.OpError // never connected: the owner saw nothing
+		return nil, !(errors.As(err, &op) && op.Op == "dial")
 	}
 	var once, settled sync.Once
 	status := resp.StatusCode
@@ -217,6 +219,12 @@ func (f *Forwarder) get(ctx context.Context, addr, uri, authorization, lease str
 	if err != nil {
 		return nil, err
 	}
+	// Not replayable: the transport resends a bodiless GET whose reused
+	// connection closed before an answer, and the owner, which may have
+	// read the first copy, would then hold two claims under one lease,
+	// the first one's release freeing the second's. An empty body without
+	// GetBody is sent as none and is never resent.
+	req.Body = io.NopCloser(strings.NewReader(""))
 	req.Header.Set(Header, "1")
 	if lease != "" {
 		req.Header.Set(LeaseHeader, lease)

@@ -337,13 +337,13 @@ func TestAFailedPopOwnerCoolsDown(t *testing.T) {
 			pop := func() (*PopAnswer, bool) {
 				return f.Pop(context.Background(), "default", q, popURI(q), "", "l", 0)
 			}
-			// A failure after sending says so: the owner may have
-			// claimed under the lease.
-			if a, sent := pop(); a != nil || !sent {
+			// A failure after sending says so (the owner may have
+			// claimed under the lease); one that never connected does not.
+			if a, sent := pop(); a != nil || sent != (tc.fail != nil) {
 				if a != nil {
 					readAnswer(t, a)
 				}
-				t.Fatalf("a failed pop forward was given to the client, or not counted sent (%v)", sent)
+				t.Fatalf("a failed pop forward was given to the client, or sent %v (owner reachable: %v)", sent, tc.fail != nil)
 			}
 			sent := p.count()
 			if st := f.Stats(); st.Pops != 1 || st.PopFailures != 1 {
@@ -1232,6 +1232,49 @@ func TestAFailureHereAfterAForwardIsPerItem(t *testing.T) {
 	before := a.count()
 	if _, err := small.Ack(context.Background(), "default", "", items, failing); err == nil || a.count() != before {
 		t.Fatalf("a request none of which was sent: error %v, %d requests to the owner; want the request's error", err, a.count()-before)
+	}
+}
+
+// A forwarded pop is sent once: when its reused connection closes before
+// an answer, the transport must not send it again on a new one (the owner
+// may have read the first copy and claimed under its lease; two claims
+// under one lease would let one's release free the other). Pop fails
+// instead, and says it sent the request.
+func TestForwardedPopIsNotResent(t *testing.T) {
+	var n atomic.Int32
+	p := newOwnerNode(t, func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1) == 1 {
+			w.WriteHeader(http.StatusNoContent) // leaves the connection open for reuse
+			return
+		}
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			conn.Close() // read, then gone without an answer
+		}
+	})
+	owners := table(p.addr())
+	f := New(DefaultConfig(), owners, nil)
+	defer f.Close()
+	q := queueOwnedBy(t, owners, "peer0")
+	a, sent := f.Pop(context.Background(), "default", q, popURI(q), "", "lease-1", 0)
+	if a == nil || a.Status != http.StatusNoContent {
+		t.Fatalf("first pop: %+v", a)
+	}
+	readAnswer(t, a)
+	a, sent = f.Pop(context.Background(), "default", q, popURI(q), "", "lease-2", 0)
+	if a != nil {
+		readAnswer(t, a)
+		t.Fatalf("a pop whose connection closed unanswered got answer %d", a.Status)
+	}
+	if !sent {
+		t.Fatal("the pop reached the owner, but Pop says it was not sent")
+	}
+	if got := n.Load(); got != 2 {
+		t.Fatalf("the owner read %d requests, want 2: the second pop was resent", got)
+	}
+	reqs := p.requests()
+	if len(reqs) == 2 && (reqs[1].header.Get(LeaseHeader) != "lease-2" || len(reqs[1].body) != 0 || reqs[1].header.Get("Transfer-Encoding") != "") {
+		t.Fatalf("the second pop arrived as %+v, want lease-2 and no body", reqs[1])
 	}
 }
 

@@ -243,20 +243,24 @@ func scanPop(rs pgx.Rows) (*PopOutcome, error) {
 }
 
 // ReleaseLease drops a lease that was taken for a response that could not be
-// delivered, so the partition is claimable again at once. It returns the
-// (partition, group) rows it released: none when nothing holds the lease.
-func (db *DB) ReleaseLease(ctx context.Context, leaseID string) (int64, error) {
+// delivered, so the partition is claimable again at once. Only the rows of
+// the tenant's queues are released (a forwarded pop's lease id is chosen
+// by whoever sent it, api/forward.go). It returns the (partition, group)
+// rows it released: none when nothing of the tenant holds the lease.
+func (db *DB) ReleaseLease(ctx context.Context, tenant, leaseID string) (int64, error) {
 	var n int64
 	// Rows are locked in (partition, group) order, the order acks and pops
 	// take them in, so a multi-partition lease cannot deadlock with them.
 	err := db.Retry(ctx, func() error {
 		tag, err := db.pool.Exec(ctx, `WITH l AS (
-				SELECT partition_id, consumer_group FROM queen.consumers
-				WHERE lease_id = $1 ORDER BY partition_id, consumer_group FOR UPDATE)
+				SELECT c.partition_id, c.consumer_group FROM queen.consumers c
+				JOIN queen.partitions p ON p.id = c.partition_id
+				JOIN queen.queues q ON q.id = p.queue_id AND q.tenant = $1
+				WHERE c.lease_id = $2 ORDER BY c.partition_id, c.consumer_group FOR UPDATE OF c)
 			UPDATE queen.consumers c
 			SET lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, batch_end = c.committed_offset
 			FROM l WHERE c.partition_id = l.partition_id AND c.consumer_group = l.consumer_group
-			  AND c.lease_id = $1`, leaseID)
+			  AND c.lease_id = $2`, tenant, leaseID)
 		n = tag.RowsAffected()
 		return err
 	})

@@ -8,8 +8,7 @@ package pg_test
 // and what a client's choice of transaction ids costs:
 //
 //   - uuid-key/v7-txid: the table as it is, with time-ordered transaction
-//     ids (UUIDv7, what Queen's clients and this node generate; the load
-//     generator's "<producer>-<seq>" ids behave the same);
+//     ids (UUIDv7, what Queen's clients and this node generate);
 //   - bigint-key/v7-txid: the partition key a bigint instead of a uuid;
 //   - uuid-key/v4-txid: random transaction ids (UUIDv4): each row lands at
 //     a random place of its partition's part of the unique index;
@@ -18,7 +17,10 @@ package pg_test
 // srv-cpu-us/row is the CPU time of the database's backends per row (as
 // in BenchmarkPushSpread); all-cpu-us/row adds the server's background
 // processes (WAL writer, checkpointer, background writer), which write
-// what the inserts dirtied. -count 3 runs each case three times in a row:
+// what the inserts dirtied. The table is not autovacuumed (a worker
+// starting mid-run would be counted). -count 3 runs each case three times
+// in a row. scripts/insert-keys-pgbench.sh measures the same with several
+// clients and larger tables, and the load generator's ids:
 //
 //	go run ./cmd/pgtemp -set fsync=on -set synchronous_commit=on -- \
 //	    go test -run '^$' -bench BenchmarkInsertKeys -benchtime 2000x -count 3 ./pg/
@@ -54,7 +56,8 @@ func BenchmarkInsertKeys(b *testing.B) {
 			}
 			e.exec(b, fmt.Sprintf(`CREATE TABLE bench.keyed (
 				partition_id %s NOT NULL, off bigint NOT NULL, id uuid NOT NULL, transaction_id text NOT NULL,
-				payload json, created_at timestamptz NOT NULL, PRIMARY KEY (partition_id, off))`, keyType))
+				payload json, created_at timestamptz NOT NULL, PRIMARY KEY (partition_id, off))
+				WITH (autovacuum_enabled = off)`, keyType))
 			if tc.txidIndex {
 				e.exec(b, `CREATE UNIQUE INDEX keyed_txid ON bench.keyed (partition_id, transaction_id)`)
 			}
