@@ -69,10 +69,15 @@ var meshKey = []byte("0123456789abcdef0123456789abcdef")
 
 // ownedCluster starts n nodes on a sealed mesh and waits until each one's
 // owner table holds all of them; it returns the nodes and, by node index,
-// queue names each node owns.
-func ownedCluster(t *testing.T, n, perNode int) ([]*nodetest.Node, [][]string) {
+// queue names each node owns. edits change the nodes' configuration.
+func ownedCluster(t *testing.T, n, perNode int, edits ...func(*node.Config)) ([]*nodetest.Node, [][]string) {
 	t.Helper()
-	nodes := nodetest.StartClusterConfig(t, n, func(c *node.Config) { c.Mesh.Secret = meshKey })
+	nodes := nodetest.StartClusterConfig(t, n, func(c *node.Config) {
+		c.Mesh.Secret = meshKey
+		for _, e := range edits {
+			e(c)
+		}
+	})
 	deadline := time.Now().Add(10 * time.Second)
 	for _, nd := range nodes {
 		for nd.Mesh.Owners().Len() != n {

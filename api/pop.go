@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -285,6 +286,15 @@ func (s *Server) parsePop(r *http.Request, anyQueue bool) (broker.PopRequest, er
 		// Clamp in milliseconds first: a huge value would overflow Duration.
 		ms = min(ms, int(s.cfg.MaxPopTimeout/time.Millisecond))
 		req.Timeout = time.Duration(ms) * time.Millisecond
+	}
+	if r.Header.Get(forward.Header) != "" {
+		// A forwarded pop is a GET whose empty body may come chunked
+		// (forward/consume.go): the server watches a connection for its
+		// client leaving only once the body is read to its end, and a
+		// forwarding node that gives up must end the long-poll here.
+		if n, _ := io.Copy(io.Discard, io.LimitReader(r.Body, 1)); n > 0 {
+			return req, badRequest("a forwarded pop has no body")
+		}
 	}
 	// A forwarded pop claims under the lease id its forwarding node chose
 	// (api/forward.go); elsewhere the header means nothing.

@@ -190,6 +190,9 @@ func (c *Config) validate() error {
 	if c.PopBackoffMax < c.PopBackoffMin {
 		c.PopBackoffMax = max(DefaultPopBackoffMax, c.PopBackoffMin)
 	}
+	if c.ReleaseAgain <= 0 {
+		c.ReleaseAgain = DefaultReleaseAgain
+	}
 	if err := c.Churn.validate(); err != nil {
 		return err
 	}

@@ -25,6 +25,7 @@ const (
 	DefaultHotlistEnabled = true
 	DefaultHotlistIdle    = 300 * time.Second // the idle sweep is the broker's loop (broker/hot.go)
 	DefaultLogTopN        = 10
+	DefaultReleaseAgain   = time.Second
 )
 
 // Config is the node core's configuration. Use DefaultConfig and change what
@@ -34,6 +35,13 @@ type Config struct {
 	NodeName      string        // recorded as lease owner; default: host name (set by the caller)
 	PopBackoffMin time.Duration // first re-poll delay of a parked long-poll, default 25 ms
 	PopBackoffMax time.Duration // re-poll delay cap of a parked long-poll, default 1 s
+	// ReleaseAgain is how long after a forwarded pop without an answer its
+	// lease is released a second time (ReleaseForwarded), default 1 s. The
+	// first release may run before the owner's claim commits: the owner
+	// notices that the forwarding node closed the connection only when its
+	// server reads the close, and a claim that commits before that is
+	// answered into a closed connection.
+	ReleaseAgain time.Duration
 	// MaxPopBytes bounds one pop response (QUEEN_POP_MAX_BYTES), default
 	// 16 MiB: messages past it are neither returned nor leased, but the
 	// first message of a response is always returned, whatever its size.
@@ -97,6 +105,7 @@ func DefaultConfig() Config {
 		PG:            PGConfig{MaxConns: DefaultPoolMaxConns},
 		PopBackoffMin: DefaultPopBackoffMin,
 		PopBackoffMax: DefaultPopBackoffMax,
+		ReleaseAgain:  DefaultReleaseAgain,
 		MaxPopBytes:   DefaultMaxPopBytes,
 		PushCombine:   DefaultPushCombine,
 		PopCombine:    DefaultPopCombine,

@@ -254,17 +254,10 @@ func (b *Broker) ReleaseUndelivered(tenant string, res *PopResult) {
 	b.dropLease(tenant, res.LeaseID)
 }
 
-// releaseAgain is how long after a forwarded pop without an answer its
-// lease is released a second time. The first release may run before the
-// owner's claim commits: the owner notices that the forwarding node
-// closed the connection only when its server reads the close, and a claim
-// that commits before that is answered into a closed connection.
-const releaseAgain = time.Second
-
 // ReleaseForwarded releases the lease this node chose for a pop it
 // forwarded to the queue's owner (api/forward.go), whose answer its client
 // did not get: at once, and with again (the owner may still be claiming)
-// once more after releaseAgain, unless the broker closes first. A lease
+// once more after Config.ReleaseAgain, unless the broker closes first. A lease
 // nobody claimed costs one UPDATE that finds no row.
 func (b *Broker) ReleaseForwarded(tenant, leaseID string, again bool) {
 	if leaseID == "" {
@@ -272,7 +265,7 @@ func (b *Broker) ReleaseForwarded(tenant, leaseID string, again bool) {
 	}
 	b.dropLease(tenant, leaseID)
 	if again {
-		b.after(releaseAgain, func() { b.dropLease(tenant, leaseID) })
+		b.after(b.cfg.ReleaseAgain, func() { b.dropLease(tenant, leaseID) })
 	}
 }
 

@@ -34,6 +34,8 @@ type seenRequest struct {
 	method, uri string
 	header      http.Header
 	body        []byte
+	te          []string // Transfer-Encoding, which the server moves out of header
+	length      int64
 }
 
 func newOwnerNode(t *testing.T, h http.HandlerFunc) *ownerNode {
@@ -42,7 +44,8 @@ func newOwnerNode(t *testing.T, h http.HandlerFunc) *ownerNode {
 		body, _ := io.ReadAll(r.Body)
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		n.mu.Lock()
-		n.reqs = append(n.reqs, seenRequest{method: r.Method, uri: r.RequestURI, header: r.Header.Clone(), body: body})
+		n.reqs = append(n.reqs, seenRequest{method: r.Method, uri: r.RequestURI, header: r.Header.Clone(), body: body,
+			te: r.TransferEncoding, length: r.ContentLength})
 		h := n.handle
 		n.mu.Unlock()
 		h(w, r)
@@ -1256,12 +1259,12 @@ func TestForwardedPopIsNotResent(t *testing.T) {
 	f := New(DefaultConfig(), owners, nil)
 	defer f.Close()
 	q := queueOwnedBy(t, owners, "peer0")
-	a, sent := f.Pop(context.Background(), "default", q, popURI(q), "", "lease-1", 0)
+	a, _ := f.Pop(context.Background(), "default", q, popURI(q), "", "lease-1", 0)
 	if a == nil || a.Status != http.StatusNoContent {
 		t.Fatalf("first pop: %+v", a)
 	}
 	readAnswer(t, a)
-	a, sent = f.Pop(context.Background(), "default", q, popURI(q), "", "lease-2", 0)
+	a, sent := f.Pop(context.Background(), "default", q, popURI(q), "", "lease-2", 0)
 	if a != nil {
 		readAnswer(t, a)
 		t.Fatalf("a pop whose connection closed unanswered got answer %d", a.Status)
@@ -1273,7 +1276,10 @@ func TestForwardedPopIsNotResent(t *testing.T) {
 		t.Fatalf("the owner read %d requests, want 2: the second pop was resent", got)
 	}
 	reqs := p.requests()
-	if len(reqs) == 2 && (reqs[1].header.Get(LeaseHeader) != "lease-2" || len(reqs[1].body) != 0 || reqs[1].header.Get("Transfer-Encoding") != "") {
+	// The empty body is sent as none (or, when the transport's probe of
+	// it is slow, chunked and empty: the owner reads it, api/pop.go).
+	if len(reqs) == 2 && (reqs[1].header.Get(LeaseHeader) != "lease-2" || len(reqs[1].body) != 0 ||
+		!(reqs[1].length == 0 && reqs[1].te == nil || reqs[1].length == -1 && len(reqs[1].te) == 1 && reqs[1].te[0] == "chunked")) {
 		t.Fatalf("the second pop arrived as %+v, want lease-2 and no body", reqs[1])
 	}
 }
