@@ -10,14 +10,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
+
 	"queen-node/broker"
 	"queen-node/forward"
 	"queen-node/protocol"
 )
-
-// nilUUID is refused as a chosen lease id: a constant any client might
-// send would let their leases release each other.
-const nilUUID = "00000000-0000-0000-0000-000000000000"
 
 // maxLeaseSeconds bounds client-chosen lease lengths (pop leaseSeconds,
 // lease extend seconds) so interval arithmetic stays sane.
@@ -299,8 +297,10 @@ func (s *Server) parsePop(r *http.Request, anyQueue bool) (broker.PopRequest, er
 	// A forwarded pop claims under the lease id its forwarding node chose
 	// (api/forward.go); elsewhere the header means nothing.
 	if l := r.Header.Get(forward.LeaseHeader); l != "" && r.Header.Get(forward.Header) != "" {
+		// The nil UUID is refused: a constant any client might send would
+		// let their leases release each other.
 		id, ok := canonicalUUID(l)
-		if !ok || id == nilUUID {
+		if !ok || id == uuid.Nil.String() {
 			return req, badRequest(forward.LeaseHeader + " must be a UUID, not the nil one")
 		}
 		req.LeaseID = id

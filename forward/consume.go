@@ -186,8 +186,7 @@ func (f *Forwarder) Pop(ctx context.Context, tenant, queue, uri, authorization, 
 	if err != nil {
 		failed(err)
 		done()
-		var op *net.OpError // never connected: the owner saw nothing
-		return nil, !(errors.As(err, &op) && op.Op == "dial")
+		return nil, !neverConnected(err) // else the owner may have read it
 	}
 	var once, settled sync.Once
 	status := resp.StatusCode
@@ -551,6 +550,12 @@ func notApplied(err error) bool {
 	if errors.As(err, &r) {
 		return r.status >= 400 && r.status < 500
 	}
+	return neverConnected(err)
+}
+
+// neverConnected reports whether a forward failed before any connection to
+// the owner was made: the owner saw nothing of it.
+func neverConnected(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial"
 }

@@ -31,8 +31,15 @@ import (
 	"queen-node/protocol"
 )
 
+// srvCPU is the CPU time (ns) of this database's backends.
 func (e *benchEnv) srvCPU(b *testing.B) int64 {
-	rs, err := e.pool.Query(context.Background(), `SELECT pid FROM pg_stat_activity WHERE datname = current_database()`)
+	return e.cpuOf(b, `SELECT pid FROM pg_stat_activity WHERE datname = current_database()`)
+}
+
+// cpuOf sums the CPU time (ns, /proc/PID/schedstat) of the server
+// processes whose pids query returns.
+func (e *benchEnv) cpuOf(b *testing.B, query string) int64 {
+	rs, err := e.pool.Query(context.Background(), query)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -135,19 +135,5 @@ func BenchmarkInsertKeys(b *testing.B) {
 // allCPU is srvCPU over every process of the server: the backends of all
 // databases and the background processes.
 func (e *benchEnv) allCPU(b *testing.B) int64 {
-	rs, err := e.pool.Query(context.Background(), `SELECT pid FROM pg_stat_activity`)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer rs.Close()
-	var sum int64
-	for rs.Next() {
-		var pid int
-		if err := rs.Scan(&pid); err != nil {
-			b.Fatal(err)
-		}
-		n, _ := schedRuntime(pid)
-		sum += n
-	}
-	return sum
+	return e.cpuOf(b, `SELECT pid FROM pg_stat_activity`)
 }
