@@ -85,7 +85,15 @@ func (s *Server) forwardPop(w http.ResponseWriter, r *http.Request, c caller, re
 	// answer never arrives (the client left, or the owner failed after
 	// claiming): any node can release a lease by its id.
 	lease := uuid.NewString()
-	a, sent := f.Pop(ctx, c.tenant, req.Queue, r.URL.RequestURI(), r.Header.Get("Authorization"), lease, req.Timeout)
+	renew := func(old string) string {
+		// Sent again after the owner closed the connection as it went
+		// out: it most likely never read it, but if it did, it may
+		// still claim under the first lease.
+		s.releaseForwarded(c.tenant, old, "", "resent", true)
+		lease = uuid.NewString()
+		return lease
+	}
+	a, sent := f.Pop(ctx, c.tenant, req.Queue, r.URL.RequestURI(), r.Header.Get("Authorization"), lease, req.Timeout, renew)
 	if a == nil {
 		if sent {
 			// The owner may still be claiming: released now and once

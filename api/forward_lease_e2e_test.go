@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -246,5 +247,84 @@ func TestForwardedPopAnswerThatNeverArrives(t *testing.T) {
 				time.Sleep(20 * time.Millisecond)
 			}
 		})
+	}
+}
+
+// A forwarded pop whose pooled connection to the owner breaks as it goes
+// out (the owner closing it as idle at that moment) is sent once more,
+// under a new lease, and the first lease is released first: when the
+// owner did read the first copy and claimed, the second copy claims the
+// same message at once. A proxy in front of the real owner relays the
+// first request of each connection; on a reused connection it relays the
+// pop, lets the owner claim, and closes the connection without answering.
+// The client gets the message from the owner, under the second lease, and
+// the owner does not cool down. Without the release the second copy finds
+// the message leased (204); without the resend the pop is served on the
+// forwarding node and counted a failure.
+func TestForwardedPopOnAClosedPooledConnection(t *testing.T) {
+	nodes, owned := ownedCluster(t, 2, 2)
+	warm, q := owned[1][0], owned[1][1] // node 1's
+	if code, body, err := postJSON(nodes[1].URL+"/api/v1/push", map[string]any{"items": []map[string]any{
+		{"queue": q, "partition": "p", "payload": map[string]int{"p": 0}}}}); err != nil || code != 201 {
+		t.Fatalf("push: %d %s %v", code, body, err)
+	}
+	var mu sync.Mutex
+	served := map[string]bool{}
+	var leases []string // as the owner received them
+	dropped := false
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		drop := !dropped && served[r.RemoteAddr]
+		dropped = dropped || drop
+		served[r.RemoteAddr] = true
+		leases = append(leases, r.Header.Get(forward.LeaseHeader))
+		mu.Unlock()
+		req, _ := http.NewRequestWithContext(r.Context(), r.Method, nodes[1].URL+r.URL.RequestURI(), nil)
+		req.Header = r.Header.Clone()
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if drop {
+			conn, _, err := http.NewResponseController(w).Hijack()
+			if err == nil {
+				conn.Close()
+			}
+			return
+		}
+		for k, v := range resp.Header {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(resp.StatusCode)
+		w.Write(body)
+	}))
+	defer proxy.Close()
+	tb := owner.New([]owner.Node{{Name: nodes[0].Node.Broker().NodeName(), Addr: "unused:1", Self: true},
+		{Name: nodes[1].Node.Broker().NodeName(), Addr: strings.TrimPrefix(proxy.URL, "http://")}})
+	f := forward.New(forward.DefaultConfig(), func() *owner.Table { return tb }, nil)
+	defer f.Close()
+	nodes[0].Node.API().SetPushForwarder(f)
+
+	if msgs, code, err := popVia(context.Background(), nodes[0].URL, warm, "batch=10"); err != nil || code != 204 || len(msgs) != 0 {
+		t.Fatalf("warm-up pop: %d %v %v", code, msgs, err)
+	}
+	msgs, code, err := popVia(context.Background(), nodes[0].URL, q, "batch=10")
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("pop over the closed connection: %d %+v %v, want the message", code, msgs, err)
+	}
+	mu.Lock()
+	got := append([]string(nil), leases...)
+	mu.Unlock()
+	if !dropped || len(got) != 3 {
+		t.Fatalf("the owner received leases %v (dropped %v), want the warm-up, the dropped pop and its resend", got, dropped)
+	}
+	if msgs[0].LeaseID != got[2] || got[1] == got[2] {
+		t.Fatalf("the message came under lease %q; the owner saw %q then %q", msgs[0].LeaseID, got[1], got[2])
+	}
+	if st := f.Stats(); st.Resends != 1 || st.PopFailures != 0 {
+		t.Fatalf("forwarder stats %+v, want one resend and no failure", st)
 	}
 }

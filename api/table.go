@@ -500,6 +500,8 @@ var Table = []Row{
 		Help: "Partitions whose queue this node remembers, to send their acks to the queue's owner.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.Routes })},
 	{Status: "forward.consume_received", Metric: "queen_consume_forward_received_total", Kind: Counter,
 		Help: "Pops and acks peers forwarded to this node, which served them.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.ConsumeInbox })},
+	{Status: "forward.resends", Metric: "queen_forward_resends_total", Kind: Counter,
+		Help: "Forwarded pushes and pops sent again, once, on another connection because the owner closed their pooled connection as they went out (a pop under a new lease, the first released).", Field: num[int64](func(s *Snapshot) *int64 { return &s.Forward.Resends })},
 
 	// http: the HTTP layer's connection counters (conn.go). /status keeps
 	// the short names of its "http" section; /metrics says connections.

@@ -145,7 +145,12 @@ const LeaseHeader = "X-Queen-Lease"
 // Once the answer has begun, the client leaving no longer cancels it: the
 // caller reads the answer, and releases the lease if its client cannot
 // take it (any node can).
-func (f *Forwarder) Pop(ctx context.Context, tenant, queue, uri, authorization, lease string, wait time.Duration) (*PopAnswer, bool) {
+//
+// When the owner closed the pooled connection as the pop went out
+// (stale.go), the pop is sent once more, on another connection, under
+// the lease renew returns: renew is handed the first lease, which the
+// owner may have claimed under, to release. A nil renew sends it once.
+func (f *Forwarder) Pop(ctx context.Context, tenant, queue, uri, authorization, lease string, wait time.Duration, renew func(old string) string) (*PopAnswer, bool) {
 	peer, addr, ok := f.consumePeer(tenant, queue, wait <= 0)
 	if !ok {
 		return nil, false
@@ -164,6 +169,10 @@ func (f *Forwarder) Pop(ctx context.Context, tenant, queue, uri, authorization, 
 	stop := context.AfterFunc(ctx, cancel)
 	done := func() { stop(); cancel(); f.popUnslot(peer) }
 	resp, err := f.get(rctx, addr, uri, authorization, lease)
+	if renew != nil && isStale(err) {
+		f.resent(addr, uri, err)
+		resp, err = f.get(rctx, addr, uri, authorization, renew(lease))
+	}
 	// A client that leaves between the answer's arrival and this stop
 	// cancels its reading too: the caller then releases the lease it
 	// chose, as for a client that leaves while the owner waits.
@@ -231,7 +240,7 @@ func (f *Forwarder) get(ctx context.Context, addr, uri, authorization, lease str
 	if authorization != "" {
 		req.Header.Set("Authorization", authorization)
 	}
-	return f.popClient.Do(req)
+	return do(f.popClient, req)
 }
 
 // routes remembers the queue of each partition this node has acked or
@@ -565,7 +574,9 @@ func neverConnected(err error) bool {
 func (f *Forwarder) sendAcks(ctx context.Context, addr, authorization string, body []byte, items []broker.AckItem, idx []int) ([]broker.AckResult, error) {
 	f.acks.Add(1)
 	f.ackItems.Add(int64(len(idx)))
-	answer, err := f.post(ctx, addr, "/api/v1/ack/batch", authorization, body, http.StatusOK)
+	// Not sent again after a stale connection: the owner may have
+	// applied it, and a failed ack applied twice counts twice.
+	answer, err := f.post(ctx, addr, "/api/v1/ack/batch", authorization, body, http.StatusOK, false)
 	if err != nil {
 		return nil, err
 	}

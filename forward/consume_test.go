@@ -222,7 +222,7 @@ func TestPopGoesToTheOwner(t *testing.T) {
 			f := New(DefaultConfig(), owners, nil)
 			defer f.Close()
 			q := queueOwnedBy(t, owners, "peer0")
-			a, sent := f.Pop(context.Background(), "default", q, popURI(q), "Bearer tok", "lease-1", 30*time.Second)
+			a, sent := f.Pop(context.Background(), "default", q, popURI(q), "Bearer tok", "lease-1", 30*time.Second, nil)
 			if a == nil || !sent {
 				t.Fatalf("the pop was served here (sent %v)", sent)
 			}
@@ -291,7 +291,7 @@ func TestPopServedHereWithoutARequest(t *testing.T) {
 			before := p.count()
 			f := New(tc.cfg, tc.owners, nil)
 			defer f.Close()
-			if a, sent := f.Pop(context.Background(), "default", tc.queue, popURI(tc.queue), "", "l", time.Second); a != nil || sent {
+			if a, sent := f.Pop(context.Background(), "default", tc.queue, popURI(tc.queue), "", "l", time.Second, nil); a != nil || sent {
 				if a != nil {
 					readAnswer(t, a)
 				}
@@ -338,7 +338,7 @@ func TestAFailedPopOwnerCoolsDown(t *testing.T) {
 			q := queueOwnedBy(t, m.owners, "peer0")
 			// Pops that do not wait: only those may probe.
 			pop := func() (*PopAnswer, bool) {
-				return f.Pop(context.Background(), "default", q, popURI(q), "", "l", 0)
+				return f.Pop(context.Background(), "default", q, popURI(q), "", "l", 0, nil)
 			}
 			// A failure after sending says so (the owner may have
 			// claimed under the lease); one that never connected does not.
@@ -1259,12 +1259,12 @@ func TestForwardedPopIsNotResent(t *testing.T) {
 	f := New(DefaultConfig(), owners, nil)
 	defer f.Close()
 	q := queueOwnedBy(t, owners, "peer0")
-	a, _ := f.Pop(context.Background(), "default", q, popURI(q), "", "lease-1", 0)
+	a, _ := f.Pop(context.Background(), "default", q, popURI(q), "", "lease-1", 0, nil)
 	if a == nil || a.Status != http.StatusNoContent {
 		t.Fatalf("first pop: %+v", a)
 	}
 	readAnswer(t, a)
-	a, sent := f.Pop(context.Background(), "default", q, popURI(q), "", "lease-2", 0)
+	a, sent := f.Pop(context.Background(), "default", q, popURI(q), "", "lease-2", 0, nil)
 	if a != nil {
 		readAnswer(t, a)
 		t.Fatalf("a pop whose connection closed unanswered got answer %d", a.Status)
@@ -1287,6 +1287,6 @@ func TestForwardedPopIsNotResent(t *testing.T) {
 // popNoLease is Pop for the tests that do not look at the lease header or
 // at whether the request was sent.
 func popNoLease(f *Forwarder, ctx context.Context, tenant, q, uri, auth string, wait time.Duration) *PopAnswer {
-	a, _ := f.Pop(ctx, tenant, q, uri, auth, "", wait)
+	a, _ := f.Pop(ctx, tenant, q, uri, auth, "", wait, nil)
 	return a
 }

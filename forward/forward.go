@@ -39,11 +39,12 @@ const Header = "X-Queen-Forwarded"
 
 // Defaults of Config.
 const (
-	DefaultTimeout        = 11 * time.Second
-	DefaultCooldown       = 5 * time.Second
-	DefaultConns          = 64
-	DefaultMaxAnswerBytes = 32 << 20
-	DefaultMaxBodyBytes   = broker.DefaultMaxPushBytes
+	DefaultTimeout         = 11 * time.Second
+	DefaultCooldown        = 5 * time.Second
+	DefaultConns           = 64
+	DefaultMaxAnswerBytes  = 32 << 20
+	DefaultMaxBodyBytes    = broker.DefaultMaxPushBytes
+	DefaultIdleConnTimeout = 90 * time.Second
 )
 
 // maxErrorBytes bounds what is read of a refusal, for the log.
@@ -94,13 +95,20 @@ type Config struct {
 	// api.Config.MaxBodyBytes; the node sets its own); default 10 MiB. A
 	// forward whose body would pass it is stored here instead.
 	MaxBodyBytes int64
+	// IdleConnTimeout is how long an unused connection to a peer is kept;
+	// default 90 s. Keep it below the peers' QUEEN_HTTP_IDLE_TIMEOUT_MS:
+	// a peer that closes a connection as this node reuses it costs a
+	// resend (stale.go). The node sets it to three quarters of its own
+	// API idle timeout, at most 90 s (every node of a cluster has the
+	// same settings).
+	IdleConnTimeout time.Duration
 }
 
 // DefaultConfig returns a Config with every default filled in.
 func DefaultConfig() Config {
 	return Config{Enabled: true, Timeout: DefaultTimeout, Cooldown: DefaultCooldown, Conns: DefaultConns,
 		Consume: true, PopConns: DefaultPopConns, Routes: DefaultRoutes,
-		MaxAnswerBytes: DefaultMaxAnswerBytes, MaxBodyBytes: DefaultMaxBodyBytes}
+		MaxAnswerBytes: DefaultMaxAnswerBytes, MaxBodyBytes: DefaultMaxBodyBytes, IdleConnTimeout: DefaultIdleConnTimeout}
 }
 
 // Stats are the forwarder's counters since start.
@@ -124,6 +132,7 @@ type Stats struct {
 	AckUnknownItems  int64 // items of failed ack forwards the owner may have applied, not completions: answered ErrOutcomeUnknown
 	Routes           int64 // partitions whose queue this node remembers for acks
 	ConsumeInbox     int64 // pops and acks peers forwarded to this node
+	Resends          int64 // pushes and pops sent again because the peer closed their pooled connection as they went out
 }
 
 // Forwarder routes pushes by queue owner.
@@ -144,6 +153,7 @@ type Forwarder struct {
 
 	requests, items, failures, fallback, local, inbox                                                         atomic.Int64
 	pops, popFailures, popsBusy, acks, ackItems, ackFailures, ackFallback, ackLocal, ackUnknown, consumeInbox atomic.Int64
+	resends                                                                                                   atomic.Int64
 }
 
 // New returns a forwarder; owners returns the
@@ -172,6 +182,9 @@ func New(cfg Config, owners func() *owner.Table, log hclog.Logger) *Forwarder {
 	if cfg.Routes <= 0 {
 		cfg.Routes = d.Routes
 	}
+	if cfg.IdleConnTimeout <= 0 {
+		cfg.IdleConnTimeout = d.IdleConnTimeout
+	}
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
@@ -180,7 +193,7 @@ func New(cfg Config, owners func() *owner.Table, log hclog.Logger) *Forwarder {
 		MaxIdleConns:        cfg.Conns * 8,
 		MaxIdleConnsPerHost: cfg.Conns,
 		MaxConnsPerHost:     cfg.Conns,
-		IdleConnTimeout:     90 * time.Second,
+		IdleConnTimeout:     cfg.IdleConnTimeout,
 	}
 	client := &http.Client{Transport: tr,
 		// A peer's redirect is an answer that cannot be used, never a
@@ -215,7 +228,7 @@ func (f *Forwarder) Stats() Stats {
 		Acks: f.acks.Load(), AckItems: f.ackItems.Load(), AckFailures: f.ackFailures.Load(),
 		AckFallbackItems: f.ackFallback.Load(), AckLocalItems: f.ackLocal.Load(), AckUnknownItems: f.ackUnknown.Load(),
 		Routes:       int64(f.routes.len()),
-		ConsumeInbox: f.consumeInbox.Load()}
+		ConsumeInbox: f.consumeInbox.Load(), Resends: f.resends.Load()}
 }
 
 func (f *Forwarder) table() *owner.Table {
@@ -350,6 +363,9 @@ func (f *Forwarder) worked(peer string, sent time.Time) {
 // a refusal of this request (another 4xx: a body or token another node
 // judges differently), which falls back without a cool-down.
 func blamesPeer(err error) bool {
+	if isStale(err) {
+		return false // a connection the peer closed as idle says nothing of it
+	}
 	var r *refusal
 	if errors.As(err, &r) {
 		return r.status >= 500 || r.status == http.StatusRequestTimeout || r.status == http.StatusTooManyRequests || r.status < 400
@@ -523,7 +539,9 @@ func (r *refusal) Error() string {
 func (f *Forwarder) send(ctx context.Context, addr, authorization string, body []byte, items []broker.PushItem, idx []int) ([]broker.PushResult, error) {
 	f.requests.Add(1)
 	f.items.Add(int64(len(idx)))
-	answer, err := f.post(ctx, addr, "/api/v1/push", authorization, body, http.StatusCreated)
+	// Sent again after a stale connection: every item has its
+	// transaction id, so a copy the owner did store is a duplicate.
+	answer, err := f.post(ctx, addr, "/api/v1/push", authorization, body, http.StatusCreated, true)
 	if err != nil {
 		return nil, err
 	}
@@ -538,21 +556,29 @@ func (f *Forwarder) send(ctx context.Context, addr, authorization string, body [
 // Timeout, and returns the answer's body when its status is want: another
 // status is a refusal (its body read up to maxErrorBytes, for the log), a
 // body past MaxAnswerBytes an unusable answer.
-func (f *Forwarder) post(ctx context.Context, addr, path, authorization string, body []byte, want int) ([]byte, error) {
+func (f *Forwarder) post(ctx context.Context, addr, path, authorization string, body []byte, want int, resend bool) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, f.cfg.Timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+path, bytes.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(Header, "1")
-	if authorization != "" {
-		req.Header.Set("Authorization", authorization)
-	}
-	resp, err := f.client.Do(req)
-	if err != nil {
-		return nil, err
+	var resp *http.Response
+	for try := 0; ; try++ {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+path, bytes.NewReader(body))
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set(Header, "1")
+		if authorization != "" {
+			req.Header.Set("Authorization", authorization)
+		}
+		resp, err = do(f.client, req)
+		if err != nil && resend && try == 0 && isStale(err) {
+			f.resent(addr, path, err)
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		break
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != want {
@@ -567,6 +593,12 @@ func (f *Forwarder) post(ctx context.Context, addr, path, authorization string, 
 		return nil, fmt.Errorf("%w: more than %d bytes", errAnswer, f.cfg.MaxAnswerBytes)
 	}
 	return answer, nil
+}
+
+// resent counts and logs a request sent again after a stale connection.
+func (f *Forwarder) resent(addr, path string, err error) {
+	f.resends.Add(1)
+	f.log.Debug("peer closed a pooled connection as the request went out; sending it again", "addr", addr, "path", path, "error", err)
 }
 
 // peerResult is what the push endpoint answers per item (docs/api.md).

@@ -170,6 +170,7 @@ func Start(ctx context.Context, cfg Config, logger hclog.Logger) (*Node, error) 
 			if acfg.MaxBodyBytes > 0 {
 				fc.MaxBodyBytes = acfg.MaxBodyBytes // the peers' limit: every node of a cluster has the same settings
 			}
+			fc.IdleConnTimeout = forwardIdle(acfg.IdleTimeout, fc.IdleConnTimeout)
 			n.fwd = forward.New(fc, m.Owners, logger.Named("forward"))
 			srv.SetPushForwarder(n.fwd)
 		}
@@ -302,3 +303,14 @@ func isLoopback(addr string) bool {
 
 // Routes lists the HTTP routes the node serves with the role each needs.
 func (n *Node) Routes() []api.Route { return n.api.Routes() }
+
+// forwardIdle is how long the forwarder keeps an unused connection to a
+// peer: three quarters of the API's idle timeout (the peers', as every
+// node of a cluster has the same settings), so this node drops it before
+// the peer closes it under a request (forward/stale.go), and at most def.
+func forwardIdle(api, def time.Duration) time.Duration {
+	if api <= 0 {
+		return def
+	}
+	return min(def, api*3/4)
+}
