@@ -40,7 +40,7 @@ func (s *Server) push(r *http.Request, c caller, items []broker.PushItem) ([]bro
 	if f == nil || !f.Pushes() {
 		return local(r.Context(), items)
 	}
-	if r.Header.Get(forward.Header) != "" {
+	if forwarded(r, f) {
 		f.Received()
 		return local(r.Context(), items)
 	}
@@ -53,6 +53,13 @@ func (s *Server) push(r *http.Request, c caller, items []broker.PushItem) ([]bro
 	return f.Push(r.Context(), c.tenant, r.Header.Get("Authorization"), items, local)
 }
 
+// forwarded reports whether r was forwarded here by a peer: its
+// forward.Header carries the mesh's mark (forward/mark.go). Without a
+// forwarder (no sealed mesh) nothing is.
+func forwarded(r *http.Request, f *forward.Forwarder) bool {
+	return f != nil && forward.Marked(r.Header.Get(forward.Header), f.Mark())
+}
+
 // forwardPop sends a pop to its queue's owner and copies the answer to the
 // client (docs/api.md, "Queue ownership"); false means the pop is served
 // here, with req.Timeout lowered to what is left of its wait. A forwarded
@@ -63,7 +70,7 @@ func (s *Server) forwardPop(w http.ResponseWriter, r *http.Request, c caller, re
 	if f == nil {
 		return false
 	}
-	if r.Header.Get(forward.Header) != "" {
+	if forwarded(r, f) {
 		f.ReceivedConsume()
 		return false
 	}
@@ -229,7 +236,7 @@ func (s *Server) ack(r *http.Request, c caller, items []broker.AckItem) ([]broke
 	if f == nil {
 		return local(r.Context(), items)
 	}
-	if r.Header.Get(forward.Header) != "" {
+	if forwarded(r, f) {
 		f.ReceivedConsume()
 		return local(r.Context(), items)
 	}

@@ -67,6 +67,15 @@ func statusOf(t *testing.T, n *nodetest.Node) nodeStatus {
 // authenticated members.
 var meshKey = []byte("0123456789abcdef0123456789abcdef")
 
+// meshForwarder is a forwarder over tb that marks its requests as the
+// members of a mesh sealed with meshKey do, so their owners take them as
+// forwarded (forward/mark.go).
+func meshForwarder(tb *owner.Table) *forward.Forwarder {
+	cfg := forward.DefaultConfig()
+	cfg.Mark = forward.Mark(meshKey)
+	return forward.New(cfg, func() *owner.Table { return tb }, nil)
+}
+
 // ownedCluster starts n nodes on a sealed mesh and waits until each one's
 // owner table holds all of them; it returns the nodes and, by node index,
 // queue names each node owns. edits change the nodes' configuration.
@@ -313,7 +322,7 @@ func TestForwardedPushIsStoredWhereItArrives(t *testing.T) {
 	nodes, owned := ownedCluster(t, 2, 1)
 	q := owned[1][0] // node 1's
 	before := statusOf(t, nodes[0])
-	r := nodes[0].DoHeader(t, map[string]string{"X-Queen-Forwarded": "elsewhere"}, "POST", "/api/v1/push",
+	r := nodes[0].DoHeader(t, map[string]string{forward.Header: forward.Mark(meshKey)}, "POST", "/api/v1/push",
 		map[string]any{"items": []map[string]any{{"queue": q, "payload": map[string]int{"n": 1}}}})
 	if r.Status != 201 {
 		t.Fatalf("push: %d %s", r.Status, r.Body)
@@ -389,7 +398,7 @@ func TestLostAnswerIsADuplicate(t *testing.T) {
 	self := nodes[0].Node.Broker().NodeName()
 	tb := owner.New([]owner.Node{{Name: self, Addr: "unused:1", Self: true},
 		{Name: nodes[1].Node.Broker().NodeName(), Addr: strings.TrimPrefix(proxy.URL, "http://")}})
-	f := forward.New(forward.DefaultConfig(), func() *owner.Table { return tb }, nil)
+	f := meshForwarder(tb)
 	defer f.Close()
 	items := make([]broker.PushItem, 10)
 	for i := range items {
@@ -451,5 +460,34 @@ func TestNoForwardWhileBuffering(t *testing.T) {
 	}
 	if after := statusOf(t, nodes[0]); after.Forward.Requests != before.Forward.Requests {
 		t.Fatalf("node 0 forwarded while buffering: %+v -> %+v", before.Forward, after.Forward)
+	}
+}
+
+// X-Queen-Forwarded is a peer's only with the mesh's mark: a client that
+// sends the header anyway ("1", or another mesh's mark) is a client, and
+// its push still goes to the queue's owner rather than being stored where
+// it arrived.
+func TestAnUnmarkedForwardedPushGoesToTheOwner(t *testing.T) {
+	nodes, owned := ownedCluster(t, 2, 1)
+	q := owned[1][0] // node 1's
+	received := func(n *nodetest.Node) float64 {
+		var st struct {
+			Forward map[string]any `json:"forward"`
+		}
+		n.Do(t, "GET", "/status", nil).JSON(t, &st)
+		v, _ := st.Forward["received"].(float64)
+		return v
+	}
+	for i, mark := range []string{"1", forward.Mark([]byte("another mesh's secret, 32 bytes.")), forward.Mark(meshKey)} {
+		r := nodes[0].DoHeader(t, map[string]string{forward.Header: mark}, "POST", "/api/v1/push", map[string]any{"items": []map[string]any{
+			{"queue": q, "partition": "p", "payload": map[string]int{"i": i}}}})
+		if r.Status != 201 {
+			t.Fatalf("push %d: %d %s", i, r.Status, r.Body)
+		}
+	}
+	// The first two reached the owner as forwards; the third, marked, was
+	// taken as one by node 0 and stored there.
+	if got0, got1 := received(nodes[0]), received(nodes[1]); got0 != 1 || got1 != 2 {
+		t.Fatalf("forwarded pushes received: node 0 %v, node 1 %v; want 1 and 2", got0, got1)
 	}
 }

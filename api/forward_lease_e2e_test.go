@@ -26,11 +26,14 @@ import (
 	"queen-node/owner"
 )
 
-// The owner honours X-Queen-Lease beside X-Queen-Forwarded (in any UUID
-// spelling, answered canonical), refuses one that is not a UUID, and
-// ignores it on a pop that is not forwarded.
+// The owner honours X-Queen-Lease beside X-Queen-Forwarded carrying the
+// mesh's mark (in any UUID spelling, answered canonical), refuses one that
+// is not a UUID, and ignores it on a pop that is not forwarded, or whose
+// X-Queen-Forwarded is not the mark: a client cannot choose its lease.
 func TestForwardedPopClaimsUnderTheChosenLease(t *testing.T) {
-	n := nodetest.Start(t)
+	nodes, _ := ownedCluster(t, 1, 0)
+	n := nodes[0]
+	mark := forward.Mark(meshKey)
 	const q = "chosen-lease"
 	for _, p := range []string{"a", "b"} {
 		if code, body, err := postJSON(n.URL+"/api/v1/push", map[string]any{"items": []map[string]any{
@@ -58,14 +61,14 @@ func TestForwardedPopClaimsUnderTheChosenLease(t *testing.T) {
 	}
 
 	for _, l := range []string{"lease-1", "00000000-0000-0000-0000-000000000000"} {
-		bad := n.DoHeader(t, map[string]string{forward.Header: "1", forward.LeaseHeader: l}, "GET", path, nil)
+		bad := n.DoHeader(t, map[string]string{forward.Header: mark, forward.LeaseHeader: l}, "GET", path, nil)
 		if bad.Status != 400 || !strings.Contains(string(bad.Body), forward.LeaseHeader) {
 			t.Fatalf("a forwarded pop with lease %q: %d %s, want 400 naming the header", l, bad.Status, bad.Body)
 		}
 	}
 
 	chosen := uuid.NewString()
-	got := leaseOf(n.DoHeader(t, map[string]string{forward.Header: "1", forward.LeaseHeader: strings.ToUpper(chosen)}, "GET", path, nil))
+	got := leaseOf(n.DoHeader(t, map[string]string{forward.Header: mark, forward.LeaseHeader: strings.ToUpper(chosen)}, "GET", path, nil))
 	if got != chosen {
 		t.Fatalf("forwarded pop claimed under %q, its forwarding node chose %q", got, chosen)
 	}
@@ -73,6 +76,23 @@ func TestForwardedPopClaimsUnderTheChosenLease(t *testing.T) {
 	other := uuid.NewString()
 	if got := leaseOf(n.DoHeader(t, map[string]string{forward.LeaseHeader: other}, "GET", path, nil)); got == other || got == chosen {
 		t.Fatalf("a pop that is not forwarded claimed under lease %q (header %q)", got, other)
+	}
+
+	// Without the mark the headers are a client's: ignored, not refused.
+	for _, fake := range []string{"1", forward.Mark([]byte("another mesh's secret, 32 bytes.")), mark[:len(mark)-1]} {
+		if r := n.DoHeader(t, map[string]string{forward.Header: fake, forward.LeaseHeader: "lease-1"}, "GET", path, nil); r.Status != 204 {
+			t.Fatalf("a pop marked %q with a bad lease: %d %s, want the queue's answer (204: it is empty)", fake, r.Status, r.Body)
+		}
+	}
+	for _, p := range []string{"c", "d"} {
+		if code, body, err := postJSON(n.URL+"/api/v1/push", map[string]any{"items": []map[string]any{
+			{"queue": q, "partition": p, "payload": map[string]string{"p": p}}}}); err != nil || code != 201 {
+			t.Fatalf("push: %d %s %v", code, body, err)
+		}
+	}
+	fake := uuid.NewString()
+	if got := leaseOf(n.DoHeader(t, map[string]string{forward.Header: "1", forward.LeaseHeader: fake}, "GET", path, nil)); got == fake {
+		t.Fatalf("a pop marked \"1\" claimed under the lease it chose")
 	}
 }
 
@@ -83,7 +103,8 @@ func TestForwardedPopClaimsUnderTheChosenLease(t *testing.T) {
 // Otherwise the owner could claim long after both of the forwarding
 // node's releases. A body that is not empty is refused.
 func TestForwardedPopWithAChunkedBodySeesItsClientLeave(t *testing.T) {
-	n := nodetest.Start(t)
+	nodes, _ := ownedCluster(t, 1, 0)
+	n := nodes[0]
 	parked := func() float64 {
 		r := n.Do(t, "GET", "/status", nil)
 		var st struct {
@@ -99,7 +120,7 @@ func TestForwardedPopWithAChunkedBodySeesItsClientLeave(t *testing.T) {
 			t.Fatal(err)
 		}
 		fmt.Fprintf(conn, "GET /api/v1/pop/queue/chunked?wait=true&timeout=20000 HTTP/1.1\r\nHost: x\r\n"+
-			"%s: 1\r\n%s: %s\r\nTransfer-Encoding: chunked\r\n\r\n%s", forward.Header, forward.LeaseHeader, uuid.NewString(), body)
+			"%s: %s\r\n%s: %s\r\nTransfer-Encoding: chunked\r\n\r\n%s", forward.Header, forward.Mark(meshKey), forward.LeaseHeader, uuid.NewString(), body)
 		return conn
 	}
 	waitParked := func(want float64, what string) {
@@ -186,7 +207,7 @@ func TestForwardedPopAnswerThatNeverArrives(t *testing.T) {
 			defer proxy.Close()
 			tb := owner.New([]owner.Node{{Name: nodes[0].Node.Broker().NodeName(), Addr: "unused:1", Self: true},
 				{Name: nodes[1].Node.Broker().NodeName(), Addr: strings.TrimPrefix(proxy.URL, "http://")}})
-			f := forward.New(forward.DefaultConfig(), func() *owner.Table { return tb }, nil)
+			f := meshForwarder(tb)
 			defer f.Close()
 			nodes[0].Node.API().SetPushForwarder(f)
 
@@ -304,7 +325,7 @@ func TestForwardedPopOnAClosedPooledConnection(t *testing.T) {
 	defer proxy.Close()
 	tb := owner.New([]owner.Node{{Name: nodes[0].Node.Broker().NodeName(), Addr: "unused:1", Self: true},
 		{Name: nodes[1].Node.Broker().NodeName(), Addr: strings.TrimPrefix(proxy.URL, "http://")}})
-	f := forward.New(forward.DefaultConfig(), func() *owner.Table { return tb }, nil)
+	f := meshForwarder(tb)
 	defer f.Close()
 	nodes[0].Node.API().SetPushForwarder(f)
 

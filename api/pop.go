@@ -285,7 +285,8 @@ func (s *Server) parsePop(r *http.Request, anyQueue bool) (broker.PopRequest, er
 		ms = min(ms, int(s.cfg.MaxPopTimeout/time.Millisecond))
 		req.Timeout = time.Duration(ms) * time.Millisecond
 	}
-	if r.Header.Get(forward.Header) != "" {
+	fwd := forwarded(r, s.fwd.Load())
+	if fwd {
 		// A forwarded pop is a GET whose empty body may come chunked
 		// (forward/consume.go): the server watches a connection for its
 		// client leaving only once the body is read to its end, and a
@@ -296,7 +297,7 @@ func (s *Server) parsePop(r *http.Request, anyQueue bool) (broker.PopRequest, er
 	}
 	// A forwarded pop claims under the lease id its forwarding node chose
 	// (api/forward.go); elsewhere the header means nothing.
-	if l := r.Header.Get(forward.LeaseHeader); l != "" && r.Header.Get(forward.Header) != "" {
+	if l := r.Header.Get(forward.LeaseHeader); l != "" && fwd {
 		// The nil UUID is refused: a constant any client might send would
 		// let their leases release each other.
 		id, ok := canonicalUUID(l)

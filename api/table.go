@@ -437,6 +437,8 @@ var Table = []Row{
 		Help: "Transaction requests.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.Transactions })},
 	{Status: "requests.leases_released_undelivered", Metric: "queen_leases_released_undelivered_total", Kind: Counter,
 		Help: "Leases released because the pop's answer never reached its client (releases that found a lease).", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.LeasesDropped })},
+	{Status: "requests.lease_release_flushes", Metric: "queen_lease_release_flushes_total", Kind: Counter,
+		Help: "Statements that released those leases: releases that arrive while one is written go together, one statement per tenant.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.ReleaseFlushes })},
 
 	// retention: the background retention job on this node (docs/api.md,
 	// "Retention"). Deleted messages are one family by reason on /metrics,

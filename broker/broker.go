@@ -31,6 +31,7 @@ type Broker struct {
 	gates *gates
 	push  *pushCombiner // nil with PushCombine off
 	popc  *popCombiner  // nil with PopCombine off
+	rel   releaser      // lease releases of undelivered answers (release.go)
 	prov  *provisioned  // consumer rows known to exist, for the claim core
 	// acks and leases are the CAS ack (ackcas.go); nil with AckCAS off
 	acks   *ackCombiner
@@ -82,6 +83,7 @@ type Stats struct {
 	DeadLettered    atomic.Int64 // messages moved to the DLQ
 	Transactions    atomic.Int64 // transaction requests
 	LeasesDropped   atomic.Int64 // leases released because the client was gone
+	ReleaseFlushes  atomic.Int64 // release statements that ran them (release.go)
 	// Claim-core verdicts by kind (protocol.Verdicts): how many candidates
 	// a pop's SQL evaluated for each one it took. Leased verdicts grow when
 	// nodes probe partitions another node's consumers hold.
@@ -156,6 +158,7 @@ func New(ctx context.Context, cfg Config, log hclog.Logger) (*Broker, error) {
 	if cfg.BulkProvision {
 		b.spawn(b.provisionLoop)
 	}
+	b.rel.b = b
 	if cfg.PopCombine {
 		b.popc = newPopCombiner(db, b.claimAlone, b.dropLease, &b.stats.PopFlushes)
 		b.popc.maxInflight = b.flushesInFlight

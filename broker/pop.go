@@ -2,7 +2,7 @@ package broker
 
 import (
 	"context"
-	"errors"
+
 	"time"
 
 	"github.com/google/uuid"
@@ -290,20 +290,7 @@ func (b *Broker) after(d time.Duration, f func()) {
 	}()
 }
 
-func (b *Broker) dropLease(tenant, leaseID string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	n, err := b.db.ReleaseLease(ctx, tenant, leaseID)
-	if err != nil {
-		if !errors.Is(err, context.Canceled) {
-			b.log.Warn("release undelivered lease", "lease", leaseID, "error", err)
-		}
-		return
-	}
-	if n > 0 { // a forwarded pop's lease may never have been claimed
-		b.stats.LeasesDropped.Add(1)
-	}
-}
+func (b *Broker) dropLease(tenant, leaseID string) { b.rel.drop(tenant, leaseID) }
 
 func clamp(v, lo, hi int) int {
 	return max(lo, min(v, hi))

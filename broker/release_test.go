@@ -2,12 +2,17 @@ package broker_test
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/hashicorp/go-hclog"
+	"github.com/jackc/pgx/v5"
 
 	"queen-node/broker"
+	"queen-node/internal/pgtest"
 )
 
 // A pop claims under the lease id its request names (a forwarded pop's,
@@ -63,5 +68,89 @@ func TestReleaseForwarded(t *testing.T) {
 			t.Fatal("the claim made after the first release was never released")
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Releases that arrive while one is being written go together, in one
+// statement: the first release here waits on a row lock held by another
+// transaction, the 39 others queue behind it, and once the lock goes
+// they run as one more flush. Every lease is released and counted.
+func TestReleasesOfABurstShareAStatement(t *testing.T) {
+	cfg := broker.DefaultConfig()
+	cfg.PG.URL = pgtest.NewDatabase(t)
+	cfg.NodeName = "release-burst"
+	cfg.Maintenance.BufferDir = t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	b, err := broker.New(ctx, cfg, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	const n = 40
+	leases := make([]string, n)
+	for i := range leases {
+		p := fmt.Sprintf("p%d", i)
+		if _, err := b.Push(ctx, "t", nil, goItems("q", p, "m"+p)); err != nil {
+			t.Fatal(err)
+		}
+		leases[i] = uuid.NewString()
+		if res, err := b.Pop(ctx, "t", broker.PopRequest{Queue: "q", Partition: p, Batch: 1, LeaseID: leases[i]}); err != nil || res == nil {
+			t.Fatalf("pop %s: %+v %v", p, res, err)
+		}
+	}
+	conn, err := pgx.Connect(ctx, cfg.PG.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM queen.consumers WHERE lease_id = $1 FOR UPDATE`, leases[0]); err != nil {
+		t.Fatal(err)
+	}
+	before := b.Snapshot().Requests
+	waitState := func(what string, ok func(pending int, running bool) bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			if p, r := b.ReleaseState(); ok(p, r) {
+				return
+			} else if time.Now().After(deadline) {
+				t.Fatalf("%s: %d pending, running %v", what, p, r)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	var wg sync.WaitGroup
+	release := func(l string) {
+		wg.Add(1)
+		go func() { defer wg.Done(); b.ReleaseForwarded("t", l, false) }()
+	}
+	release(leases[0])
+	waitState("the first release to be in flight", func(p int, r bool) bool { return p == 0 && r })
+	for _, l := range leases[1:] {
+		release(l)
+	}
+	waitState("the others to queue behind it", func(p int, r bool) bool { return p == n-1 })
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	after := b.Snapshot().Requests
+	if got := after.LeasesDropped - before.LeasesDropped; got != n {
+		t.Fatalf("%d releases counted, want %d", got, n)
+	}
+	if got := after.ReleaseFlushes - before.ReleaseFlushes; got != 2 {
+		t.Fatalf("%d release statements, want 2 (the held one and the burst)", got)
+	}
+	for i := range leases {
+		p := fmt.Sprintf("p%d", i)
+		if res, err := b.Pop(ctx, "t", broker.PopRequest{Queue: "q", Partition: p, Batch: 1}); err != nil || res == nil {
+			t.Fatalf("%s after its lease was released: %+v %v", p, res, err)
+		}
 	}
 }

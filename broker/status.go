@@ -59,6 +59,7 @@ type Counters struct {
 	DeadLettered    int64
 	Transactions    int64
 	LeasesDropped   int64
+	ReleaseFlushes  int64
 }
 
 // HotlistSnapshot is the hot-list's figures; Enabled is false (and the rest
@@ -93,6 +94,7 @@ func (s *Stats) Snapshot() Counters {
 		Acks: s.Acks.Load(), AcksRefused: s.AcksRefused.Load(), DeadLettered: s.DeadLettered.Load(),
 		AcksCAS: s.AcksCAS.Load(), AcksGeneral: s.AcksGeneral.Load(),
 		Transactions: s.Transactions.Load(), LeasesDropped: s.LeasesDropped.Load(),
+		ReleaseFlushes: s.ReleaseFlushes.Load(),
 	}
 }
 

@@ -128,7 +128,7 @@ func (f *Forwarder) settle(ctx context.Context, peer string, sent time.Time, err
 // node chose for it: the owner claims under that id, so the forwarding
 // node can release what its client will not take even when the owner's
 // answer never reached it (docs/api.md, "Queue ownership"). A lease id
-// is a UUID; the owner honours the header only beside Header.
+// is a UUID; the owner honours the header only beside Header's mark.
 const LeaseHeader = "X-Queen-Lease"
 
 // Pop sends a pop of (tenant, queue) to the queue's owner: uri is the
@@ -233,7 +233,7 @@ func (f *Forwarder) get(ctx context.Context, addr, uri, authorization, lease str
 	// the first one's release freeing the second's. An empty body without
 	// GetBody is sent as none and is never resent.
 	req.Body = io.NopCloser(strings.NewReader(""))
-	req.Header.Set(Header, "1")
+	req.Header.Set(Header, f.cfg.Mark)
 	if lease != "" {
 		req.Header.Set(LeaseHeader, lease)
 	}

@@ -33,8 +33,8 @@ import (
 	"queen-node/protocol"
 )
 
-// Header marks a forwarded push (value "1"). A push that carries it is
-// stored where it arrives.
+// Header marks a forwarded request; its value is the mesh's mark
+// (mark.go). A push that carries the mark is stored where it arrives.
 const Header = "X-Queen-Forwarded"
 
 // Defaults of Config.
@@ -102,6 +102,11 @@ type Config struct {
 	// API idle timeout, at most 90 s (every node of a cluster has the
 	// same settings).
 	IdleConnTimeout time.Duration
+	// Mark is the value of Header on forwarded requests, which peers check
+	// (Mark, mark.go); the node sets it from the mesh secret. Default
+	// "1", which no peer accepts: a forwarder without it suits tests of
+	// this package only.
+	Mark string
 }
 
 // DefaultConfig returns a Config with every default filled in.
@@ -184,6 +189,9 @@ func New(cfg Config, owners func() *owner.Table, log hclog.Logger) *Forwarder {
 	}
 	if cfg.IdleConnTimeout <= 0 {
 		cfg.IdleConnTimeout = d.IdleConnTimeout
+	}
+	if cfg.Mark == "" {
+		cfg.Mark = "1"
 	}
 	if log == nil {
 		log = hclog.NewNullLogger()
@@ -566,7 +574,7 @@ func (f *Forwarder) post(ctx context.Context, addr, path, authorization string, 
 			return nil, err
 		}
 		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set(Header, "1")
+		req.Header.Set(Header, f.cfg.Mark)
 		if authorization != "" {
 			req.Header.Set("Authorization", authorization)
 		}

@@ -171,6 +171,7 @@ func Start(ctx context.Context, cfg Config, logger hclog.Logger) (*Node, error) 
 				fc.MaxBodyBytes = acfg.MaxBodyBytes // the peers' limit: every node of a cluster has the same settings
 			}
 			fc.IdleConnTimeout = forwardIdle(acfg.IdleTimeout, fc.IdleConnTimeout)
+			fc.Mark = forward.Mark(mc.Secret) // peers serve only requests that carry it as forwarded
 			n.fwd = forward.New(fc, m.Owners, logger.Named("forward"))
 			srv.SetPushForwarder(n.fwd)
 		}

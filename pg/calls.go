@@ -242,30 +242,46 @@ func scanPop(rs pgx.Rows) (*PopOutcome, error) {
 	return out, nil
 }
 
-// ReleaseLease drops a lease that was taken for a response that could not be
-// delivered, so the partition is claimable again at once. Only the rows of
-// the tenant's queues are released (a forwarded pop's lease id is chosen
-// by whoever sent it, api/forward.go). It returns the (partition, group)
-// rows it released: none when nothing of the tenant holds the lease.
-func (db *DB) ReleaseLease(ctx context.Context, tenant, leaseID string) (int64, error) {
+// ReleaseLeases ends the given leases of tenant's queues (their messages
+// become claimable at once) in one statement, and returns how many of the
+// leases it found: a lease nobody claimed, or one already ended, finds no
+// row. Rows of other tenants are never touched.
+func (db *DB) ReleaseLeases(ctx context.Context, tenant string, leaseIDs []string) (int64, error) {
 	var n int64
 	// Rows are locked in (partition, group) order, the order acks and pops
 	// take them in, so a multi-partition lease cannot deadlock with them.
 	err := db.Retry(ctx, func() error {
-		tag, err := db.pool.Exec(ctx, `WITH l AS (
-				SELECT c.partition_id, c.consumer_group FROM queen.consumers c
+		n = 0
+		rows, err := db.pool.Query(ctx, `WITH l AS (
+				SELECT c.partition_id, c.consumer_group, c.lease_id FROM queen.consumers c
 				JOIN queen.partitions p ON p.id = c.partition_id
 				JOIN queen.queues q ON q.id = p.queue_id AND q.tenant = $1
-				WHERE c.lease_id = $2 ORDER BY c.partition_id, c.consumer_group FOR UPDATE OF c)
+				WHERE c.lease_id = ANY($2::text[]) ORDER BY c.partition_id, c.consumer_group FOR UPDATE OF c)
 			UPDATE queen.consumers c
 			SET lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, batch_end = c.committed_offset
 			FROM l WHERE c.partition_id = l.partition_id AND c.consumer_group = l.consumer_group
-			  AND c.lease_id = $2`, tenant, leaseID)
-		n = tag.RowsAffected()
-		return err
+			  AND c.lease_id = l.lease_id
+			RETURNING l.lease_id`, tenant, leaseIDs)
+		if err != nil {
+			return err
+		}
+		found := map[string]bool{}
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return err
+			}
+			found[id] = true
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		n = int64(len(found))
+		return nil
 	})
 	if err != nil {
-		return 0, fmt.Errorf("release lease: %w", err)
+		return 0, fmt.Errorf("release leases: %w", err)
 	}
 	return n, nil
 }
