@@ -114,13 +114,14 @@ func TestForwardedPopWithAChunkedBodySeesItsClientLeave(t *testing.T) {
 		v, _ := st.Requests["parked_long_polls"].(float64)
 		return v
 	}
+	mark := forward.Mark(meshKey)
 	send := func(body string) net.Conn {
 		conn, err := net.Dial("tcp", strings.TrimPrefix(n.URL, "http://"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		fmt.Fprintf(conn, "GET /api/v1/pop/queue/chunked?wait=true&timeout=20000 HTTP/1.1\r\nHost: x\r\n"+
-			"%s: %s\r\n%s: %s\r\nTransfer-Encoding: chunked\r\n\r\n%s", forward.Header, forward.Mark(meshKey), forward.LeaseHeader, uuid.NewString(), body)
+			"%s: %s\r\n%s: %s\r\nTransfer-Encoding: chunked\r\n\r\n%s", forward.Header, mark, forward.LeaseHeader, uuid.NewString(), body)
 		return conn
 	}
 	waitParked := func(want float64, what string) {
@@ -137,6 +138,15 @@ func TestForwardedPopWithAChunkedBodySeesItsClientLeave(t *testing.T) {
 	waitParked(1, "the forwarded long-poll")
 	conn.Close()
 	waitParked(0, "after the forwarding node hung up")
+
+	// A node of an older version marks its forwards "1", a client's
+	// header here: its long-poll ends the same way.
+	mark = "1"
+	conn = send("0\r\n\r\n")
+	waitParked(1, "the older node's forwarded long-poll")
+	conn.Close()
+	waitParked(0, "after the older node hung up")
+	mark = forward.Mark(meshKey)
 
 	conn = send("1\r\nx\r\n0\r\n\r\n")
 	defer conn.Close()

@@ -285,15 +285,16 @@ func (s *Server) parsePop(r *http.Request, anyQueue bool) (broker.PopRequest, er
 		ms = min(ms, int(s.cfg.MaxPopTimeout/time.Millisecond))
 		req.Timeout = time.Duration(ms) * time.Millisecond
 	}
+	// A forwarded pop is a GET whose empty body may come chunked
+	// (forward/consume.go): the server watches a connection for its
+	// client leaving only once the body is read to its end, and a
+	// forwarding node that gives up must end the long-poll here. Read for
+	// every pop, so a forward from a node of an older version (whose mark
+	// is "1", a client's header here) ends its long-poll too.
+	body, _ := io.Copy(io.Discard, io.LimitReader(r.Body, 1))
 	fwd := forwarded(r, s.fwd.Load())
-	if fwd {
-		// A forwarded pop is a GET whose empty body may come chunked
-		// (forward/consume.go): the server watches a connection for its
-		// client leaving only once the body is read to its end, and a
-		// forwarding node that gives up must end the long-poll here.
-		if n, _ := io.Copy(io.Discard, io.LimitReader(r.Body, 1)); n > 0 {
-			return req, badRequest("a forwarded pop has no body")
-		}
+	if fwd && body > 0 {
+		return req, badRequest("a forwarded pop has no body")
 	}
 	// A forwarded pop claims under the lease id its forwarding node chose
 	// (api/forward.go); elsewhere the header means nothing.

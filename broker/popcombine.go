@@ -204,7 +204,9 @@ func (c *popCombiner) deliver(j *popJob, out *pg.PopOutcome, err error) {
 		// (an error left nothing to release: a failed flush released it
 		// before running the claim alone, which releases its own)
 		if !j.args.AutoAck && out != nil && len(out.Messages) > 0 {
-			c.drop(j.args.Tenant, j.args.LeaseID)
+			// Not waited for: nobody needs its outcome, and this may
+			// be the flush's goroutine, which other claims wait on.
+			go c.drop(j.args.Tenant, j.args.LeaseID)
 		}
 		return
 	}

@@ -15,11 +15,16 @@ import (
 // (ReleaseForwarded, twice). Those come in bursts (a load balancer
 // cutting its long-polls, a peer failing under many pops), and one
 // statement for a burst costs PostgreSQL one round trip and one commit
-// instead of one per lease. Each caller waits for the flush that carries
-// its lease: a pop served here after a release must find the messages
-// free.
+// instead of one per lease. Each caller waits for its own release: a pop
+// served after a release must find the messages free.
+//
+// The merged statement skips rows another transaction holds (an ack of
+// that lease, a purge), so one held row cannot hold up the others; the
+// leases of skipped rows are then released each on its own, waiting for
+// the lock, in their own goroutine, while the flushes go on.
 type releaser struct {
 	b       *Broker
+	timeout time.Duration // bounds each statement; releaseTimeout
 	mu      sync.Mutex
 	pending []*release
 	running bool
@@ -30,10 +35,13 @@ type release struct {
 	done          chan struct{}
 }
 
-// releaseMax bounds the leases of one flush; the rest wait for the next.
-const releaseMax = 1000
+const (
+	releaseMax     = 1000            // leases in one flush; the rest wait for the next
+	releaseTimeout = 5 * time.Second // one release statement
+)
 
-// drop releases lease (of tenant) and returns once a flush has run it.
+// drop releases lease (of tenant) and returns once it is released, or
+// its statement failed (logged; the lease then ends at its expiry).
 func (r *releaser) drop(tenant, lease string) {
 	j := &release{tenant: tenant, lease: lease, done: make(chan struct{})}
 	r.mu.Lock()
@@ -64,28 +72,54 @@ func (r *releaser) run() {
 }
 
 func (r *releaser) flush(batch []*release) {
-	defer func() {
-		for _, j := range batch {
-			close(j.done)
-		}
-	}()
-	byTenant := map[string][]string{}
+	byTenant := map[string][]*release{}
 	for _, j := range batch {
-		byTenant[j.tenant] = append(byTenant[j.tenant], j.lease)
+		byTenant[j.tenant] = append(byTenant[j.tenant], j)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	for tenant, leases := range byTenant {
-		found, err := r.b.db.ReleaseLeases(ctx, tenant, leases)
+	for tenant, jobs := range byTenant {
+		leases := make([]string, len(jobs))
+		for i, j := range jobs {
+			leases[i] = j.lease
+		}
+		released, busy, err := r.release(tenant, leases, true)
 		if err != nil {
-			if !errors.Is(err, context.Canceled) {
-				r.b.log.Warn("release undelivered leases", "tenant", tenant, "leases", len(leases), "error", err)
+			for _, j := range jobs {
+				close(j.done)
 			}
 			continue
 		}
-		// A forwarded pop's lease may never have been claimed: only
-		// those found count.
-		r.b.stats.LeasesDropped.Add(found)
-		r.b.stats.ReleaseFlushes.Add(1)
+		for _, j := range jobs {
+			if !busy[j.lease] {
+				if released[j.lease] {
+					r.b.stats.LeasesDropped.Add(1)
+				}
+				close(j.done)
+				continue
+			}
+			// A row of this lease is held: release it alone, once the
+			// holder is done with it.
+			found := released[j.lease]
+			go func() {
+				defer close(j.done)
+				if again, _, err := r.release(tenant, []string{j.lease}, false); (err == nil && again[j.lease]) || found {
+					r.b.stats.LeasesDropped.Add(1)
+				}
+			}()
+		}
 	}
+}
+
+// release runs one statement under its own deadline, and counts it.
+func (r *releaser) release(tenant string, leases []string, skipLocked bool) (released, busy map[string]bool, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
+	defer cancel()
+	released, busy, err = r.b.db.ReleaseLeases(ctx, tenant, leases, skipLocked)
+	if err != nil {
+		if !errors.Is(err, context.Canceled) {
+			r.b.log.Warn("release undelivered leases", "tenant", tenant, "leases", len(leases), "error", err)
+		}
+		return nil, nil, err
+	}
+	r.b.stats.ReleaseFlushes.Add(1)
+	return released, busy, nil
 }

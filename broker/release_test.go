@@ -71,14 +71,15 @@ func TestReleaseForwarded(t *testing.T) {
 	}
 }
 
-// Releases that arrive while one is being written go together, in one
-// statement: the first release here waits on a row lock held by another
-// transaction, the 39 others queue behind it, and once the lock goes
-// they run as one more flush. Every lease is released and counted.
-func TestReleasesOfABurstShareAStatement(t *testing.T) {
+// releaseBroker is a broker on its own database (URL returned) with n
+// messages claimed, one per partition p0..p<n-1>, each under its own
+// lease, and release statements bounded by a minute, so a test may hold
+// their rows without racing the bound.
+func releaseBroker(t *testing.T, n int) (*broker.Broker, string, []string) {
+	t.Helper()
 	cfg := broker.DefaultConfig()
 	cfg.PG.URL = pgtest.NewDatabase(t)
-	cfg.NodeName = "release-burst"
+	cfg.NodeName = "release"
 	cfg.Maintenance.BufferDir = t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -87,7 +88,7 @@ func TestReleasesOfABurstShareAStatement(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(b.Close)
-	const n = 40
+	b.SetReleaseTimeout(time.Minute)
 	leases := make([]string, n)
 	for i := range leases {
 		p := fmt.Sprintf("p%d", i)
@@ -99,19 +100,81 @@ func TestReleasesOfABurstShareAStatement(t *testing.T) {
 			t.Fatalf("pop %s: %+v %v", p, res, err)
 		}
 	}
-	conn, err := pgx.Connect(ctx, cfg.PG.URL)
+	return b, cfg.PG.URL, leases
+}
+
+// holdTx opens a transaction on url that runs sql (with args) and stays
+// open until the test rolls it back (or ends).
+func holdTx(t *testing.T, url, sql string, args ...any) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close(context.Background())
+	t.Cleanup(func() { conn.Close(context.Background()) })
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tx.Rollback(context.Background())
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM queen.consumers WHERE lease_id = $1 FOR UPDATE`, leases[0]); err != nil {
+	t.Cleanup(func() { tx.Rollback(context.Background()) })
+	if _, err := tx.Exec(ctx, sql, args...); err != nil {
 		t.Fatal(err)
 	}
+	return tx
+}
+
+// waitLockWaiters waits until n backends of url's database wait for a
+// lock.
+func waitLockWaiters(t *testing.T, url string, n int) {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var got int
+		if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d backends wait for a lock, want %d", got, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// leased counts the consumer rows still held by lease.
+func leased(t *testing.T, url, lease string) int {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var n int
+	if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM queen.consumers WHERE lease_id = $1`, lease).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// Releases that arrive while one is being written go together, in one
+// statement: the first release here waits for the consumers table, which
+// another transaction holds, the 39 others queue behind it, and once the
+// lock goes they run as one more flush. Every lease is released and
+// counted.
+func TestReleasesOfABurstShareAStatement(t *testing.T) {
+	const n = 40
+	b, url, leases := releaseBroker(t, n)
+	ctx := context.Background()
+	tx := holdTx(t, url, `LOCK TABLE queen.consumers IN ACCESS EXCLUSIVE MODE`)
 	before := b.Snapshot().Requests
 	waitState := func(what string, ok func(pending int, running bool) bool) {
 		t.Helper()
@@ -152,5 +215,50 @@ func TestReleasesOfABurstShareAStatement(t *testing.T) {
 		if res, err := b.Pop(ctx, "t", broker.PopRequest{Queue: "q", Partition: p, Batch: 1}); err != nil || res == nil {
 			t.Fatalf("%s after its lease was released: %+v %v", p, res, err)
 		}
+	}
+}
+
+// A row held by another transaction (an ack of that lease, a purge) does
+// not hold up the release of the others: with the rows of leases 0 and 2
+// held, the release of lease 1 returns with its row free, and those of 0
+// and 2 return once the holder is done, their rows free too.
+func TestAHeldRowDoesNotHoldUpOtherReleases(t *testing.T) {
+	b, url, leases := releaseBroker(t, 3)
+	tx := holdTx(t, url, `SELECT 1 FROM queen.consumers WHERE lease_id = ANY($1) FOR UPDATE`, []string{leases[0], leases[2]})
+	before := b.Snapshot().Requests
+	done := make([]chan struct{}, 3)
+	release := func(i int) {
+		done[i] = make(chan struct{})
+		go func() { defer close(done[i]); b.ReleaseForwarded("t", leases[i], false) }()
+	}
+	// Lease 0's release first, until it waits for the held row; then the
+	// others, which a release that waited in its flush would hold up.
+	release(0)
+	waitLockWaiters(t, url, 1)
+	release(2)
+	release(1)
+	select {
+	case <-done[1]:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the release of a free row waited for the held ones")
+	}
+	if n := leased(t, url, leases[1]); n != 0 {
+		t.Fatalf("lease 1 still holds %d rows after its release returned", n)
+	}
+	if err := tx.Rollback(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range []int{0, 2} {
+		select {
+		case <-done[i]:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("the release of lease %d never returned", i)
+		}
+		if n := leased(t, url, leases[i]); n != 0 {
+			t.Fatalf("lease %d still holds %d rows after its release returned", i, n)
+		}
+	}
+	if got := b.Snapshot().Requests.LeasesDropped - before.LeasesDropped; got != 3 {
+		t.Fatalf("%d releases counted, want 3", got)
 	}
 }

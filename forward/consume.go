@@ -168,10 +168,16 @@ func (f *Forwarder) Pop(ctx context.Context, tenant, queue, uri, authorization, 
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait+f.cfg.Timeout)
 	stop := context.AfterFunc(ctx, cancel)
 	done := func() { stop(); cancel(); f.popUnslot(peer) }
-	resp, err := f.get(rctx, addr, uri, authorization, lease)
-	if renew != nil && isStale(err) {
-		f.resent(addr, uri, err)
-		resp, err = f.get(rctx, addr, uri, authorization, renew(lease))
+	resp, err := f.get(rctx, f.popClient, addr, uri, authorization, lease)
+	if renew != nil && isStale(err) && ctx.Err() == nil {
+		// The owner most likely never read it (a failure within
+		// staleWindow of sending): sent again under a new lease, the
+		// first handed to renew to release, unless the client left
+		// meanwhile (the caller releases the lease it holds then).
+		if next := renew(lease); ctx.Err() == nil {
+			f.resent(addr, uri, err)
+			resp, err = f.get(rctx, f.fresh, addr, uri, authorization, next)
+		}
 	}
 	// A client that leaves between the answer's arrival and this stop
 	// cancels its reading too: the caller then releases the lease it
@@ -221,8 +227,8 @@ func (f *Forwarder) Pop(ctx context.Context, tenant, queue, uri, authorization, 
 		}}, true
 }
 
-// get sends a forwarded GET to the peer at addr.
-func (f *Forwarder) get(ctx context.Context, addr, uri, authorization, lease string) (*http.Response, error) {
+// get sends a forwarded GET to the peer at addr, through c.
+func (f *Forwarder) get(ctx context.Context, c *http.Client, addr, uri, authorization, lease string) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+uri, nil)
 	if err != nil {
 		return nil, err
@@ -240,7 +246,7 @@ func (f *Forwarder) get(ctx context.Context, addr, uri, authorization, lease str
 	if authorization != "" {
 		req.Header.Set("Authorization", authorization)
 	}
-	return do(f.popClient, req)
+	return do(c, req)
 }
 
 // routes remembers the queue of each partition this node has acked or

@@ -152,6 +152,7 @@ type Forwarder struct {
 	down   map[string]*cooling // peers that failed, by name
 
 	popClient *http.Client // forwarded pops: their own bound of connections (PopConns)
+	fresh     *http.Client // a request sent again after a stale connection: always a new one (stale.go)
 	popMu     sync.Mutex
 	popsOut   map[string]int // forwarded pops in flight, by peer
 	routes    routes
@@ -191,7 +192,7 @@ func New(cfg Config, owners func() *owner.Table, log hclog.Logger) *Forwarder {
 		cfg.IdleConnTimeout = d.IdleConnTimeout
 	}
 	if cfg.Mark == "" {
-		cfg.Mark = "1"
+		cfg.Mark = defaultMark
 	}
 	if log == nil {
 		log = hclog.NewNullLogger()
@@ -210,8 +211,11 @@ func New(cfg Config, owners func() *owner.Table, log hclog.Logger) *Forwarder {
 	popTr := tr.Clone()
 	popTr.MaxIdleConnsPerHost, popTr.MaxConnsPerHost = cfg.PopConns, cfg.PopConns
 	popClient := &http.Client{Transport: popTr, CheckRedirect: client.CheckRedirect}
+	freshTr := tr.Clone()
+	freshTr.DisableKeepAlives = true
+	fresh := &http.Client{Transport: freshTr, CheckRedirect: client.CheckRedirect}
 	return &Forwarder{cfg: cfg, owners: owners, client: client, log: log, now: time.Now,
-		down: map[string]*cooling{}, popClient: popClient, popsOut: map[string]int{},
+		down: map[string]*cooling{}, popClient: popClient, fresh: fresh, popsOut: map[string]int{},
 		routes: routes{max: cfg.Routes, m: map[routeKey]string{}}}
 }
 
@@ -219,6 +223,7 @@ func New(cfg Config, owners func() *owner.Table, log hclog.Logger) *Forwarder {
 func (f *Forwarder) Close() {
 	f.client.CloseIdleConnections()
 	f.popClient.CloseIdleConnections()
+	f.fresh.CloseIdleConnections()
 }
 
 // Pushes reports whether pushes are forwarded (Config.Enabled).
@@ -578,7 +583,11 @@ func (f *Forwarder) post(ctx context.Context, addr, path, authorization string, 
 		if authorization != "" {
 			req.Header.Set("Authorization", authorization)
 		}
-		resp, err = do(f.client, req)
+		c := f.client
+		if try > 0 {
+			c = f.fresh
+		}
+		resp, err = do(c, req)
 		if err != nil && resend && try == 0 && isStale(err) {
 			f.resent(addr, path, err)
 			continue

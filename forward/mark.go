@@ -32,10 +32,15 @@ func Mark(secret []byte) string {
 }
 
 // Marked reports whether value, a request's Header, is mark; never with
-// an empty mark.
+// an empty mark or a forwarder's default one ("1", Config.Mark), which any
+// client can send.
 func Marked(value, mark string) bool {
-	return mark != "" && subtle.ConstantTimeCompare([]byte(value), []byte(mark)) == 1
+	return mark != "" && mark != defaultMark && subtle.ConstantTimeCompare([]byte(value), []byte(mark)) == 1
 }
+
+// defaultMark is what a forwarder without Config.Mark sends (this
+// package's tests); no node accepts it.
+const defaultMark = "1"
 
 // Mark returns the Header value this forwarder sends (Config.Mark).
 func (f *Forwarder) Mark() string { return f.cfg.Mark }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"sync/atomic"
+	"time"
 )
 
 // A pooled connection to a peer can be closed by the peer (its
@@ -21,25 +22,42 @@ import (
 // refuses the connection.
 //
 // Config.IdleConnTimeout keeps this rare: connections are dropped here
-// before the peer's own idle timeout closes them.
+// before the peer's own idle timeout closes them. The second attempt
+// goes on a new connection (Forwarder.fresh), never another pooled one
+// that may be as old.
 
 // connTrace notes, for one attempt, whether the request went out on a
-// reused connection and whether any of its answer came back.
-type connTrace struct{ reused, answered atomic.Bool }
+// reused connection, when, and whether any of its answer came back.
+type connTrace struct {
+	reused, answered atomic.Bool
+	sent             atomic.Int64 // unix nanoseconds: the connection was got, then the request written
+}
+
+// staleWindow bounds how long after its request went out a failure can be
+// a closed idle connection: the peer closed it before reading the
+// request, so the failure follows at once. A later one (a long-poll the
+// owner parked, then a reset) is the peer's, and not sent again.
+const staleWindow = time.Second
 
 // on returns ctx with a client trace that fills t.
 func (t *connTrace) on(ctx context.Context) context.Context {
 	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-		GotConn:              func(i httptrace.GotConnInfo) { t.reused.Store(i.Reused) },
+		GotConn: func(i httptrace.GotConnInfo) {
+			t.reused.Store(i.Reused)
+			t.sent.Store(time.Now().UnixNano())
+		},
+		WroteRequest:         func(httptrace.WroteRequestInfo) { t.sent.Store(time.Now().UnixNano()) },
 		GotFirstResponseByte: func() { t.answered.Store(true) },
 	})
 }
 
 // stale reports whether err, from an attempt traced by t under ctx, is a
-// pooled connection that broke before any answer: neither the caller nor
-// a deadline ended the attempt.
+// pooled connection that broke before any answer and within staleWindow
+// of the request going out: neither the caller nor a deadline ended the
+// attempt.
 func (t *connTrace) stale(ctx context.Context, err error) bool {
-	return err != nil && ctx.Err() == nil && t.reused.Load() && !t.answered.Load()
+	return err != nil && ctx.Err() == nil && t.reused.Load() && !t.answered.Load() &&
+		time.Since(time.Unix(0, t.sent.Load())) < staleWindow
 }
 
 // staleConn marks the failure of a request whose pooled connection broke

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"sync"
 	"testing"
+	"time"
 
 	"queen-node/broker"
 	"queen-node/protocol"
@@ -186,4 +187,68 @@ func TestAnAckOnAClosedPooledConnectionIsNotSentAgain(t *testing.T) {
 	if n := o.count(); n != 3 {
 		t.Fatalf("after the closed connection the owner saw %d ack requests, want 3 (no cool-down)", n)
 	}
+}
+
+// Only a failure within staleWindow of sending is stale: a long-poll the
+// owner parked and then lost is the owner's failure, not sent again
+// (the owner had read it, and may have claimed). And a client that leaves
+// while renew releases the first lease gets no resend.
+func TestOnlyAnImmediateFailureIsSentAgain(t *testing.T) {
+	t.Run("late", func(t *testing.T) {
+		var mu sync.Mutex
+		served := map[string]bool{}
+		p := newOwnerNode(t, func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			reused := served[r.RemoteAddr]
+			served[r.RemoteAddr] = true
+			mu.Unlock()
+			if !reused {
+				w.WriteHeader(http.StatusNoContent)
+				return
+			}
+			time.Sleep(staleWindow + 200*time.Millisecond) // parked, then lost
+			if c, _, err := http.NewResponseController(w).Hijack(); err == nil {
+				c.Close()
+			}
+		})
+		owners := table(p.addr())
+		f := New(DefaultConfig(), owners, nil)
+		defer f.Close()
+		q := queueOwnedBy(t, owners, "peer0")
+		if a, _ := f.Pop(context.Background(), "default", q, popURI(q), "", "l0", 0, nil); a == nil {
+			t.Fatal("the first pop was served here")
+		} else {
+			readAnswer(t, a)
+		}
+		renewed := false
+		a, sent := f.Pop(context.Background(), "default", q, popURI(q), "", "l1", 5*time.Second,
+			func(string) string { renewed = true; return "l2" })
+		if st := f.Stats(); a != nil || !sent || renewed || st.Resends != 0 || st.PopFailures != 1 || p.count() != 2 {
+			t.Fatalf("answer %v sent %v renewed %v, stats %+v, %d requests; want a failure, not sent again", a, sent, renewed, st, p.count())
+		}
+	})
+	t.Run("client leaves during renew", func(t *testing.T) {
+		h, dropped := dropOnce(t, answering(http.StatusNoContent, "", ""))
+		p := newOwnerNode(t, h)
+		owners := table(p.addr())
+		f := New(DefaultConfig(), owners, nil)
+		defer f.Close()
+		q := queueOwnedBy(t, owners, "peer0")
+		if a, _ := f.Pop(context.Background(), "default", q, popURI(q), "", "l0", 0, nil); a == nil {
+			t.Fatal("the first pop was served here")
+		} else {
+			readAnswer(t, a)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		var renewed []string
+		a, _ := f.Pop(ctx, "default", q, popURI(q), "", "l1", 0, func(old string) string {
+			renewed = append(renewed, old)
+			cancel() // the client leaves while the first lease is released
+			return "l2"
+		})
+		if st := f.Stats(); !dropped() || a != nil || len(renewed) != 1 || st.Resends != 0 || p.count() != 2 {
+			t.Fatalf("answer %v renewed %v, stats %+v, %d requests; want the first lease handed back and nothing sent again", a, renewed, st, p.count())
+		}
+	})
 }

@@ -310,6 +310,9 @@ func (n *Node) Routes() []api.Route { return n.api.Routes() }
 // node of a cluster has the same settings), so this node drops it before
 // the peer closes it under a request (forward/stale.go), and at most def.
 func forwardIdle(api, def time.Duration) time.Duration {
+	if def <= 0 {
+		def = forward.DefaultIdleConnTimeout
+	}
 	if api <= 0 {
 		return def
 	}

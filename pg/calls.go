@@ -243,47 +243,64 @@ func scanPop(rs pgx.Rows) (*PopOutcome, error) {
 }
 
 // ReleaseLeases ends the given leases of tenant's queues (their messages
-// become claimable at once) in one statement, and returns how many of the
-// leases it found: a lease nobody claimed, or one already ended, finds no
-// row. Rows of other tenants are never touched.
-func (db *DB) ReleaseLeases(ctx context.Context, tenant string, leaseIDs []string) (int64, error) {
-	var n int64
+// become claimable at once) in one statement. Rows of other tenants are
+// never touched. It returns the leases it released rows of; a lease
+// nobody claimed, or one already ended, has none. With skipLocked, rows
+// another transaction holds are left as they are, and their leases are
+// returned in busy instead (to be released on their own, waiting for the
+// lock): one held row then cannot hold up the others' release.
+func (db *DB) ReleaseLeases(ctx context.Context, tenant string, leaseIDs []string, skipLocked bool) (released, busy map[string]bool, err error) {
 	// Rows are locked in (partition, group) order, the order acks and pops
 	// take them in, so a multi-partition lease cannot deadlock with them.
-	err := db.Retry(ctx, func() error {
-		n = 0
-		rows, err := db.pool.Query(ctx, `WITH l AS (
+	lock := "FOR UPDATE OF c"
+	if skipLocked {
+		lock += " SKIP LOCKED"
+	}
+	err = db.Retry(ctx, func() error {
+		released, busy = map[string]bool{}, map[string]bool{}
+		rows, err := db.pool.Query(ctx, `WITH seen AS (
 				SELECT c.partition_id, c.consumer_group, c.lease_id FROM queen.consumers c
 				JOIN queen.partitions p ON p.id = c.partition_id
 				JOIN queen.queues q ON q.id = p.queue_id AND q.tenant = $1
-				WHERE c.lease_id = ANY($2::text[]) ORDER BY c.partition_id, c.consumer_group FOR UPDATE OF c)
-			UPDATE queen.consumers c
-			SET lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, batch_end = c.committed_offset
-			FROM l WHERE c.partition_id = l.partition_id AND c.consumer_group = l.consumer_group
-			  AND c.lease_id = l.lease_id
-			RETURNING l.lease_id`, tenant, leaseIDs)
+				WHERE c.lease_id = ANY($2::text[])),
+			l AS (
+				SELECT c.partition_id, c.consumer_group, c.lease_id FROM queen.consumers c
+				JOIN seen s ON s.partition_id = c.partition_id AND s.consumer_group = c.consumer_group
+				WHERE c.lease_id = s.lease_id
+				ORDER BY c.partition_id, c.consumer_group `+lock+`),
+			u AS (
+				UPDATE queen.consumers c
+				SET lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, batch_end = c.committed_offset
+				FROM l WHERE c.partition_id = l.partition_id AND c.consumer_group = l.consumer_group
+				  AND c.lease_id = l.lease_id
+				RETURNING l.partition_id, l.consumer_group, l.lease_id)
+			SELECT u.lease_id, true FROM u
+			UNION ALL
+			SELECT s.lease_id, false FROM seen s
+			WHERE NOT EXISTS (SELECT 1 FROM l WHERE l.partition_id = s.partition_id AND l.consumer_group = s.consumer_group)`,
+			tenant, leaseIDs)
 		if err != nil {
 			return err
 		}
-		found := map[string]bool{}
 		for rows.Next() {
 			var id string
-			if err := rows.Scan(&id); err != nil {
+			var done bool
+			if err := rows.Scan(&id, &done); err != nil {
 				rows.Close()
 				return err
 			}
-			found[id] = true
+			if done {
+				released[id] = true
+			} else {
+				busy[id] = true
+			}
 		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		n = int64(len(found))
-		return nil
+		return rows.Err()
 	})
 	if err != nil {
-		return 0, fmt.Errorf("release leases: %w", err)
+		return nil, nil, fmt.Errorf("release leases: %w", err)
 	}
-	return n, nil
+	return released, busy, nil
 }
 
 // AckRow is one acknowledgement.
@@ -381,7 +398,7 @@ func (t *Tx) CheckLeases(ctx context.Context, tenant string, leaseIDs []string) 
 // on every partition it holds. It returns the new expiry, or found=false
 // with expired telling why.
 func (db *DB) ExtendLease(ctx context.Context, tenant, leaseID string, seconds int) (until time.Time, found, expired bool, err error) {
-	// Rows are locked in (partition, group) order, as in ReleaseLease.
+	// Rows are locked in (partition, group) order, as in ReleaseLeases.
 	var ts []time.Time
 	err = db.Retry(ctx, func() error {
 		rs, err := db.pool.Query(ctx, `WITH l AS (
