@@ -40,7 +40,7 @@ func (s *Server) push(r *http.Request, c caller, items []broker.PushItem) ([]bro
 	if f == nil || !f.Pushes() {
 		return local(r.Context(), items)
 	}
-	if forwarded(r, f) {
+	if s.forwarded(r) {
 		f.Received()
 		return local(r.Context(), items)
 	}
@@ -54,10 +54,10 @@ func (s *Server) push(r *http.Request, c caller, items []broker.PushItem) ([]bro
 }
 
 // forwarded reports whether r was forwarded here by a peer: its
-// forward.Header carries the mesh's mark (forward/mark.go). Without a
-// forwarder (no sealed mesh) nothing is.
-func forwarded(r *http.Request, f *forward.Forwarder) bool {
-	return f != nil && forward.Marked(r.Header.Get(forward.Header), f.Mark())
+// forward.Header carries the mesh's mark (Config.ForwardMark,
+// forward/mark.go). Without a sealed mesh nothing is.
+func (s *Server) forwarded(r *http.Request) bool {
+	return forward.Marked(r.Header.Get(forward.Header), s.cfg.ForwardMark)
 }
 
 // forwardPop sends a pop to its queue's owner and copies the answer to the
@@ -70,7 +70,7 @@ func (s *Server) forwardPop(w http.ResponseWriter, r *http.Request, c caller, re
 	if f == nil {
 		return false
 	}
-	if forwarded(r, f) {
+	if s.forwarded(r) {
 		f.ReceivedConsume()
 		return false
 	}
@@ -236,7 +236,7 @@ func (s *Server) ack(r *http.Request, c caller, items []broker.AckItem) ([]broke
 	if f == nil {
 		return local(r.Context(), items)
 	}
-	if forwarded(r, f) {
+	if s.forwarded(r) {
 		f.ReceivedConsume()
 		return local(r.Context(), items)
 	}

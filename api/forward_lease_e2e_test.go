@@ -30,8 +30,18 @@ import (
 // mesh's mark (in any UUID spelling, answered canonical), refuses one that
 // is not a UUID, and ignores it on a pop that is not forwarded, or whose
 // X-Queen-Forwarded is not the mark: a client cannot choose its lease.
+// A node that forwards nothing itself (both forwarding switches off) is
+// still an owner peers forward to, and honours the header the same way.
 func TestForwardedPopClaimsUnderTheChosenLease(t *testing.T) {
-	nodes, _ := ownedCluster(t, 1, 0)
+	for _, forwarding := range []bool{true, false} {
+		t.Run(fmt.Sprintf("forwarding %v", forwarding), func(t *testing.T) {
+			testChosenLease(t, func(c *node.Config) { c.Forward.Enabled, c.Forward.Consume = forwarding, forwarding })
+		})
+	}
+}
+
+func testChosenLease(t *testing.T, edit func(*node.Config)) {
+	nodes, _ := ownedCluster(t, 1, 0, edit)
 	n := nodes[0]
 	mark := forward.Mark(meshKey)
 	const q = "chosen-lease"

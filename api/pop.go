@@ -292,7 +292,7 @@ func (s *Server) parsePop(r *http.Request, anyQueue bool) (broker.PopRequest, er
 	// every pop, so a forward from a node of an older version (whose mark
 	// is "1", a client's header here) ends its long-poll too.
 	body, _ := io.Copy(io.Discard, io.LimitReader(r.Body, 1))
-	fwd := forwarded(r, s.fwd.Load())
+	fwd := s.forwarded(r)
 	if fwd && body > 0 {
 		return req, badRequest("a forwarded pop has no body")
 	}

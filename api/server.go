@@ -108,6 +108,12 @@ type Config struct {
 	MaxConns          int           // open client connections; a new one beyond gets 503 and is closed; default 4096
 	MaxConnsPerAddr   int           // of those, from one source IP (IPv6: one /64); beyond, 503 as above; default 1024, at most MaxConns
 
+	// ForwardMark is the X-Queen-Forwarded value of requests peers
+	// forwarded here (forward.Mark of the mesh secret, forward/mark.go),
+	// whether or not this node forwards anything itself; "" (no sealed
+	// mesh): no request is taken as forwarded.
+	ForwardMark string
+
 	// Auth, when non-nil, guards every API route except /health and routes
 	// added with Handle. nil = authentication off (the default).
 	Auth Authenticator

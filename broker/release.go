@@ -20,14 +20,17 @@ import (
 //
 // The merged statement skips rows another transaction holds (an ack of
 // that lease, a purge), so one held row cannot hold up the others; the
-// leases of skipped rows are then released each on its own, waiting for
-// the lock, in their own goroutine, while the flushes go on.
+// leases of a flush's skipped rows are then released together in one
+// statement that waits for the locks, in a goroutine, one such statement
+// at a time (releaseBlocking), while the flushes go on. A lease whose
+// rows stay held past the bound (releaseTimeout) is left to expire.
 type releaser struct {
-	b       *Broker
-	timeout time.Duration // bounds each statement; releaseTimeout
-	mu      sync.Mutex
-	pending []*release
-	running bool
+	b        *Broker
+	timeout  time.Duration // bounds each statement; releaseTimeout
+	blocking chan struct{} // the blocking statements running; releaseBlocking at most
+	mu       sync.Mutex
+	pending  []*release
+	running  bool
 }
 
 type release struct {
@@ -38,6 +41,9 @@ type release struct {
 const (
 	releaseMax     = 1000            // leases in one flush; the rest wait for the next
 	releaseTimeout = 5 * time.Second // one release statement
+	// releaseBlocking bounds the statements that wait for held rows, each
+	// on a pool connection, so held rows cannot take the pool.
+	releaseBlocking = 1
 )
 
 // drop releases lease (of tenant) and returns once it is released, or
@@ -81,38 +87,79 @@ func (r *releaser) flush(batch []*release) {
 		for i, j := range jobs {
 			leases[i] = j.lease
 		}
-		released, busy, err := r.release(tenant, leases, true)
+		ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
+		released, busy, err := r.release(ctx, tenant, leases, true)
+		cancel()
 		if err != nil {
 			for _, j := range jobs {
 				close(j.done)
 			}
 			continue
 		}
-		for _, j := range jobs {
-			if !busy[j.lease] {
-				if released[j.lease] {
-					r.b.stats.LeasesDropped.Add(1)
-				}
-				close(j.done)
-				continue
+		now := map[string]bool{}
+		for l := range released {
+			if !busy[l] {
+				now[l] = true
 			}
-			// A row of this lease is held: release it alone, once the
-			// holder is done with it.
-			found := released[j.lease]
-			go func() {
-				defer close(j.done)
-				if again, _, err := r.release(tenant, []string{j.lease}, false); (err == nil && again[j.lease]) || found {
-					r.b.stats.LeasesDropped.Add(1)
+		}
+		r.count(now) // before their callers return
+		var waiting []*release
+		for _, j := range jobs {
+			if busy[j.lease] {
+				waiting = append(waiting, j)
+			} else {
+				close(j.done)
+			}
+		}
+		if len(waiting) == 0 {
+			continue
+		}
+		// Rows of these leases are held: released together, once the
+		// holders are done, by one statement that waits for the locks;
+		// one such statement at a time (each holds a pool connection
+		// while it waits), all within the bound from now.
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
+			defer cancel()
+			defer func() {
+				for _, j := range waiting {
+					close(j.done)
 				}
 			}()
-		}
+			again := make([]string, len(waiting))
+			for i, j := range waiting {
+				again[i] = j.lease
+			}
+			var late map[string]bool
+			var err error
+			select {
+			case r.blocking <- struct{}{}:
+				late, _, err = r.release(ctx, tenant, again, false)
+				<-r.blocking
+			case <-ctx.Done():
+				err = ctx.Err()
+				r.b.log.Warn("release undelivered leases: rows held past the bound", "tenant", tenant, "leases", len(again))
+			}
+			found := map[string]bool{}
+			for _, l := range again {
+				// (rows of a busy lease the first statement did take
+				// count it too)
+				if (err == nil && late[l]) || released[l] {
+					found[l] = true
+				}
+			}
+			r.count(found)
+		}()
 	}
 }
 
-// release runs one statement under its own deadline, and counts it.
-func (r *releaser) release(tenant string, leases []string, skipLocked bool) (released, busy map[string]bool, err error) {
-	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
-	defer cancel()
+// count adds the leases a flush found to the counter, each once.
+func (r *releaser) count(released map[string]bool) {
+	r.b.stats.LeasesDropped.Add(int64(len(released)))
+}
+
+// release runs one statement, and counts it.
+func (r *releaser) release(ctx context.Context, tenant string, leases []string, skipLocked bool) (released, busy map[string]bool, err error) {
 	released, busy, err = r.b.db.ReleaseLeases(ctx, tenant, leases, skipLocked)
 	if err != nil {
 		if !errors.Is(err, context.Canceled) {

@@ -75,10 +75,13 @@ func TestReleaseForwarded(t *testing.T) {
 // messages claimed, one per partition p0..p<n-1>, each under its own
 // lease, and release statements bounded by a minute, so a test may hold
 // their rows without racing the bound.
-func releaseBroker(t *testing.T, n int) (*broker.Broker, string, []string) {
+func releaseBroker(t *testing.T, n int, edits ...func(*broker.Config)) (*broker.Broker, string, []string) {
 	t.Helper()
 	cfg := broker.DefaultConfig()
 	cfg.PG.URL = pgtest.NewDatabase(t)
+	for _, e := range edits {
+		e(&cfg)
+	}
 	cfg.NodeName = "release"
 	cfg.Maintenance.BufferDir = t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -260,5 +263,47 @@ func TestAHeldRowDoesNotHoldUpOtherReleases(t *testing.T) {
 	}
 	if got := b.Snapshot().Requests.LeasesDropped - before.LeasesDropped; got != 3 {
 		t.Fatalf("%d releases counted, want 3", got)
+	}
+}
+
+// Releases waiting for held rows cannot take the connection pool: with
+// the rows of 12 leases held and each release in a flush of its own
+// (12 statements that would wait, against a pool of 8), an unrelated
+// push and pop still get connections at once; once the rows go, every
+// lease is released.
+func TestHeldReleasesLeaveThePoolFree(t *testing.T) {
+	const n = 12
+	b, url, leases := releaseBroker(t, n, func(c *broker.Config) { c.PG.MaxConns = 8 })
+	tx := holdTx(t, url, `SELECT 1 FROM queen.consumers WHERE lease_id = ANY($1) FOR UPDATE`, leases)
+	var wg sync.WaitGroup
+	for _, l := range leases {
+		flushes := b.Snapshot().Requests.ReleaseFlushes
+		wg.Add(1)
+		go func() { defer wg.Done(); b.ReleaseForwarded("t", l, false) }()
+		// Its flush has run (and left the lease to a release that waits).
+		deadline := time.Now().Add(10 * time.Second)
+		for b.Snapshot().Requests.ReleaseFlushes == flushes {
+			if time.Now().After(deadline) {
+				t.Fatal("the release flush never ran: releases waiting for held rows took the pool")
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := b.Push(ctx, "t", nil, goItems("other", "p", "o1")); err != nil {
+		t.Fatalf("a push while releases wait for held rows: %v", err)
+	}
+	if res, err := b.Pop(ctx, "t", broker.PopRequest{Queue: "other", Batch: 1}); err != nil || res == nil {
+		t.Fatalf("a pop while releases wait for held rows: %+v %v", res, err)
+	}
+	if err := tx.Rollback(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	for i, l := range leases {
+		if got := leased(t, url, l); got != 0 {
+			t.Fatalf("lease %d still holds %d rows", i, got)
+		}
 	}
 }

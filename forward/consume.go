@@ -176,7 +176,7 @@ func (f *Forwarder) Pop(ctx context.Context, tenant, queue, uri, authorization, 
 		// meanwhile (the caller releases the lease it holds then).
 		if next := renew(lease); ctx.Err() == nil {
 			f.resent(addr, uri, err)
-			resp, err = f.get(rctx, f.fresh, addr, uri, authorization, next)
+			resp, err = f.get(rctx, f.freshPop, addr, uri, authorization, next)
 		}
 	}
 	// A client that leaves between the answer's arrival and this stop

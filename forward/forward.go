@@ -152,10 +152,13 @@ type Forwarder struct {
 	down   map[string]*cooling // peers that failed, by name
 
 	popClient *http.Client // forwarded pops: their own bound of connections (PopConns)
-	fresh     *http.Client // a request sent again after a stale connection: always a new one (stale.go)
-	popMu     sync.Mutex
-	popsOut   map[string]int // forwarded pops in flight, by peer
-	routes    routes
+	// A request sent again after a stale connection goes on a new one
+	// (stale.go): pushes and pops each with their own bound, so resent
+	// long-polls cannot hold up resent pushes.
+	freshPush, freshPop *http.Client
+	popMu               sync.Mutex
+	popsOut             map[string]int // forwarded pops in flight, by peer
+	routes              routes
 
 	requests, items, failures, fallback, local, inbox                                                         atomic.Int64
 	pops, popFailures, popsBusy, acks, ackItems, ackFailures, ackFallback, ackLocal, ackUnknown, consumeInbox atomic.Int64
@@ -211,11 +214,13 @@ func New(cfg Config, owners func() *owner.Table, log hclog.Logger) *Forwarder {
 	popTr := tr.Clone()
 	popTr.MaxIdleConnsPerHost, popTr.MaxConnsPerHost = cfg.PopConns, cfg.PopConns
 	popClient := &http.Client{Transport: popTr, CheckRedirect: client.CheckRedirect}
-	freshTr := tr.Clone()
-	freshTr.DisableKeepAlives = true
-	fresh := &http.Client{Transport: freshTr, CheckRedirect: client.CheckRedirect}
+	fresh := func(t *http.Transport) *http.Client {
+		t = t.Clone()
+		t.DisableKeepAlives = true
+		return &http.Client{Transport: t, CheckRedirect: client.CheckRedirect}
+	}
 	return &Forwarder{cfg: cfg, owners: owners, client: client, log: log, now: time.Now,
-		down: map[string]*cooling{}, popClient: popClient, fresh: fresh, popsOut: map[string]int{},
+		down: map[string]*cooling{}, popClient: popClient, freshPush: fresh(tr), freshPop: fresh(popTr), popsOut: map[string]int{},
 		routes: routes{max: cfg.Routes, m: map[routeKey]string{}}}
 }
 
@@ -223,7 +228,8 @@ func New(cfg Config, owners func() *owner.Table, log hclog.Logger) *Forwarder {
 func (f *Forwarder) Close() {
 	f.client.CloseIdleConnections()
 	f.popClient.CloseIdleConnections()
-	f.fresh.CloseIdleConnections()
+	f.freshPush.CloseIdleConnections()
+	f.freshPop.CloseIdleConnections()
 }
 
 // Pushes reports whether pushes are forwarded (Config.Enabled).
@@ -585,7 +591,7 @@ func (f *Forwarder) post(ctx context.Context, addr, path, authorization string, 
 		}
 		c := f.client
 		if try > 0 {
-			c = f.fresh
+			c = f.freshPush
 		}
 		resp, err = do(c, req)
 		if err != nil && resend && try == 0 && isStale(err) {

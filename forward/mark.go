@@ -41,6 +41,3 @@ func Marked(value, mark string) bool {
 // defaultMark is what a forwarder without Config.Mark sends (this
 // package's tests); no node accepts it.
 const defaultMark = "1"
-
-// Mark returns the Header value this forwarder sends (Config.Mark).
-func (f *Forwarder) Mark() string { return f.cfg.Mark }

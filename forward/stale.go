@@ -23,14 +23,14 @@ import (
 //
 // Config.IdleConnTimeout keeps this rare: connections are dropped here
 // before the peer's own idle timeout closes them. The second attempt
-// goes on a new connection (Forwarder.fresh), never another pooled one
-// that may be as old.
+// goes on a new connection (Forwarder.freshPush, freshPop), never
+// another pooled one that may be as old.
 
 // connTrace notes, for one attempt, whether the request went out on a
 // reused connection, when, and whether any of its answer came back.
 type connTrace struct {
 	reused, answered atomic.Bool
-	sent             atomic.Int64 // unix nanoseconds: the connection was got, then the request written
+	sent             atomic.Int64 // unix nanoseconds: the connection was got for the request
 }
 
 // staleWindow bounds how long after its request went out a failure can be
@@ -46,7 +46,6 @@ func (t *connTrace) on(ctx context.Context) context.Context {
 			t.reused.Store(i.Reused)
 			t.sent.Store(time.Now().UnixNano())
 		},
-		WroteRequest:         func(httptrace.WroteRequestInfo) { t.sent.Store(time.Now().UnixNano()) },
 		GotFirstResponseByte: func() { t.answered.Store(true) },
 	})
 }

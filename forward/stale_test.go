@@ -252,3 +252,57 @@ func TestOnlyAnImmediateFailureIsSentAgain(t *testing.T) {
 		}
 	})
 }
+
+// The second attempt goes on a new connection, not another pooled one
+// that may be as old as the one that broke: with two connections idle in
+// the pool, the pop that breaks on one is sent again on a third.
+func TestTheResendGoesOnANewConnection(t *testing.T) {
+	var mu sync.Mutex
+	var addrs []string // remote address of each request, in order
+	both := make(chan struct{})
+	arrived := 0
+	h, dropped := dropOnce(t, func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		arrived++
+		if arrived == 2 {
+			close(both)
+		}
+		mu.Unlock()
+		<-both // the first two are in flight together: two connections
+		w.WriteHeader(http.StatusNoContent)
+	})
+	p := newOwnerNode(t, func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		addrs = append(addrs, r.RemoteAddr)
+		mu.Unlock()
+		h(w, r)
+	})
+	owners := table(p.addr())
+	f := New(DefaultConfig(), owners, nil)
+	defer f.Close()
+	q := queueOwnedBy(t, owners, "peer0")
+	var wg sync.WaitGroup
+	for i := 0; i < 2; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if a, _ := f.Pop(context.Background(), "default", q, popURI(q), "", "l0", 0, nil); a != nil {
+				a.ReadAll(1 << 20)
+			}
+		}()
+	}
+	wg.Wait()
+	a, _ := f.Pop(context.Background(), "default", q, popURI(q), "", "l1", 0, func(string) string { return "l2" })
+	if a == nil || !dropped() {
+		t.Fatalf("answer %v, dropped %v: want the pop sent again after its connection broke", a, dropped())
+	}
+	readAnswer(t, a)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(addrs) != 4 || addrs[0] == addrs[1] {
+		t.Fatalf("requests from %v: want two pops on two connections, the dropped one and its resend", addrs)
+	}
+	if last := addrs[3]; last == addrs[0] || last == addrs[1] {
+		t.Fatalf("the resend went on a pooled connection (%s; the pool held %s and %s)", last, addrs[0], addrs[1])
+	}
+}

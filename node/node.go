@@ -79,6 +79,11 @@ func Start(ctx context.Context, cfg Config, logger hclog.Logger) (*Node, error) 
 	// other request with 503, instead of leaving the port mute.
 	acfg := cfg.API
 	acfg.Version = cfg.Version
+	if cfg.Mesh.Enabled {
+		// Peers forward to this node as a queue's owner whatever its
+		// own forwarding settings, from the moment they see it.
+		acfg.ForwardMark = forward.Mark(cfg.Mesh.Config.Secret)
+	}
 	if authn != nil {
 		acfg.Auth = authn.Authenticate
 	}
@@ -171,7 +176,7 @@ func Start(ctx context.Context, cfg Config, logger hclog.Logger) (*Node, error) 
 				fc.MaxBodyBytes = acfg.MaxBodyBytes // the peers' limit: every node of a cluster has the same settings
 			}
 			fc.IdleConnTimeout = forwardIdle(acfg.IdleTimeout, fc.IdleConnTimeout)
-			fc.Mark = forward.Mark(mc.Secret) // peers serve only requests that carry it as forwarded
+			fc.Mark = acfg.ForwardMark // peers serve only requests that carry it as forwarded
 			n.fwd = forward.New(fc, m.Owners, logger.Named("forward"))
 			srv.SetPushForwarder(n.fwd)
 		}
