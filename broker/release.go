@@ -20,17 +20,16 @@ import (
 //
 // The merged statement skips rows another transaction holds (an ack of
 // that lease, a purge), so one held row cannot hold up the others; the
-// leases of a flush's skipped rows are then released together in one
-// statement that waits for the locks, in a goroutine, one such statement
-// at a time (releaseBlocking), while the flushes go on. A lease whose
-// rows stay held past the bound (releaseTimeout) is left to expire.
+// leases of skipped rows are tried again, skipping still, with a growing
+// pause (5 ms to 100 ms), each answered as soon as its rows are free. No
+// statement waits for a lock: held rows take no pool connection. A lease
+// whose rows stay held past releaseTimeout is logged and left to expire.
 type releaser struct {
-	b        *Broker
-	timeout  time.Duration // bounds each statement; releaseTimeout
-	blocking chan struct{} // the blocking statements running; releaseBlocking at most
-	mu       sync.Mutex
-	pending  []*release
-	running  bool
+	b       *Broker
+	timeout time.Duration // bounds a release, from its flush; releaseTimeout
+	mu      sync.Mutex
+	pending []*release
+	running bool
 }
 
 type release struct {
@@ -40,10 +39,7 @@ type release struct {
 
 const (
 	releaseMax     = 1000            // leases in one flush; the rest wait for the next
-	releaseTimeout = 5 * time.Second // one release statement
-	// releaseBlocking bounds the statements that wait for held rows, each
-	// on a pool connection, so held rows cannot take the pool.
-	releaseBlocking = 1
+	releaseTimeout = 5 * time.Second // a release, including its waits for held rows
 )
 
 // drop releases lease (of tenant) and returns once it is released, or
@@ -83,74 +79,88 @@ func (r *releaser) flush(batch []*release) {
 		byTenant[j.tenant] = append(byTenant[j.tenant], j)
 	}
 	for tenant, jobs := range byTenant {
-		leases := make([]string, len(jobs))
-		for i, j := range jobs {
-			leases[i] = j.lease
-		}
+		// The bound counts from here, for the leases that have to wait
+		// too.
 		ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
-		released, busy, err := r.release(ctx, tenant, leases, true)
-		cancel()
+		released, busy, err := r.release(ctx, tenant, leasesOf(jobs), true)
 		if err != nil {
+			cancel()
 			for _, j := range jobs {
 				close(j.done)
 			}
 			continue
 		}
-		now := map[string]bool{}
-		for l := range released {
-			if !busy[l] {
-				now[l] = true
-			}
-		}
-		r.count(now) // before their callers return
-		var waiting []*release
-		for _, j := range jobs {
-			if busy[j.lease] {
-				waiting = append(waiting, j)
-			} else {
-				close(j.done)
-			}
-		}
+		found := map[string]bool{} // busy leases some of whose rows were released
+		waiting := r.settle(jobs, released, busy, found)
 		if len(waiting) == 0 {
+			cancel()
 			continue
 		}
-		// Rows of these leases are held: released together, once the
-		// holders are done, by one statement that waits for the locks;
-		// one such statement at a time (each holds a pool connection
-		// while it waits), all within the bound from now.
+		// Rows of these leases are held: tried again, still skipping
+		// what is held, until each is free or the bound passes. No
+		// statement waits for a lock, so held rows take no pool
+		// connection, and each lease returns as soon as its own rows
+		// are free.
 		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
 			defer cancel()
-			defer func() {
-				for _, j := range waiting {
-					close(j.done)
+			pause := 5 * time.Millisecond
+			for len(waiting) > 0 {
+				t := time.NewTimer(pause)
+				select {
+				case <-t.C:
+				case <-ctx.Done():
+					t.Stop()
+					r.b.log.Warn("release undelivered leases: their rows stayed held past the bound", "tenant", tenant,
+						"leases", len(waiting), "bound", r.timeout)
+					for _, j := range waiting {
+						close(j.done)
+					}
+					return
 				}
-			}()
-			again := make([]string, len(waiting))
-			for i, j := range waiting {
-				again[i] = j.lease
-			}
-			var late map[string]bool
-			var err error
-			select {
-			case r.blocking <- struct{}{}:
-				late, _, err = r.release(ctx, tenant, again, false)
-				<-r.blocking
-			case <-ctx.Done():
-				err = ctx.Err()
-				r.b.log.Warn("release undelivered leases: rows held past the bound", "tenant", tenant, "leases", len(again))
-			}
-			found := map[string]bool{}
-			for _, l := range again {
-				// (rows of a busy lease the first statement did take
-				// count it too)
-				if (err == nil && late[l]) || released[l] {
-					found[l] = true
+				pause = min(2*pause, 100*time.Millisecond)
+				released, busy, err := r.release(ctx, tenant, leasesOf(waiting), true)
+				if err != nil {
+					continue // the bound ends it
 				}
+				waiting = r.settle(waiting, released, busy, found)
 			}
-			r.count(found)
 		}()
 	}
+}
+
+// settle counts and answers the jobs whose leases are not busy, and
+// returns the others. found holds the leases of the jobs still waiting
+// that earlier statements released rows of.
+func (r *releaser) settle(jobs []*release, released, busy, found map[string]bool) []*release {
+	var waiting []*release
+	done := map[string]bool{}
+	for _, j := range jobs {
+		if busy[j.lease] {
+			if released[j.lease] {
+				found[j.lease] = true
+			}
+			waiting = append(waiting, j)
+			continue
+		}
+		if released[j.lease] || found[j.lease] {
+			done[j.lease] = true
+		}
+	}
+	r.count(done) // before their callers return
+	for _, j := range jobs {
+		if !busy[j.lease] {
+			close(j.done)
+		}
+	}
+	return waiting
+}
+
+func leasesOf(jobs []*release) []string {
+	out := make([]string, len(jobs))
+	for i, j := range jobs {
+		out[i] = j.lease
+	}
+	return out
 }
 
 // count adds the leases a flush found to the counter, each once.

@@ -127,32 +127,6 @@ func holdTx(t *testing.T, url, sql string, args ...any) pgx.Tx {
 	return tx
 }
 
-// waitLockWaiters waits until n backends of url's database wait for a
-// lock.
-func waitLockWaiters(t *testing.T, url string, n int) {
-	t.Helper()
-	conn, err := pgx.Connect(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		var got int
-		if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&got); err != nil {
-			t.Fatal(err)
-		}
-		if got >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d backends wait for a lock, want %d", got, n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // leased counts the consumer rows still held by lease.
 func leased(t *testing.T, url, lease string) int {
 	t.Helper()
@@ -234,10 +208,16 @@ func TestAHeldRowDoesNotHoldUpOtherReleases(t *testing.T) {
 		done[i] = make(chan struct{})
 		go func() { defer close(done[i]); b.ReleaseForwarded("t", leases[i], false) }()
 	}
-	// Lease 0's release first, until it waits for the held row; then the
-	// others, which a release that waited in its flush would hold up.
+	// Lease 0's release first, until its statement found the row held;
+	// then the others, which a release that waited in its flush would hold
+	// up.
 	release(0)
-	waitLockWaiters(t, url, 1)
+	for deadline := time.Now().Add(10 * time.Second); b.Snapshot().Requests.ReleaseFlushes == before.ReleaseFlushes; {
+		if time.Now().After(deadline) {
+			t.Fatal("the release of lease 0 never ran")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
 	release(2)
 	release(1)
 	select {
@@ -305,5 +285,55 @@ func TestHeldReleasesLeaveThePoolFree(t *testing.T) {
 		if got := leased(t, url, l); got != 0 {
 			t.Fatalf("lease %d still holds %d rows", i, got)
 		}
+	}
+}
+
+// A lease whose rows are held a moment is released as soon as they are
+// free, even when another lease of the same burst stays held: neither
+// waits for the other, and the long-held one is released once its holder
+// is done.
+func TestAShortHoldIsNotHeldUpByALongOne(t *testing.T) {
+	b, url, leases := releaseBroker(t, 2)
+	long := holdTx(t, url, `SELECT 1 FROM queen.consumers WHERE lease_id = $1 FOR UPDATE`, leases[0])
+	short := holdTx(t, url, `SELECT 1 FROM queen.consumers WHERE lease_id = $1 FOR UPDATE`, leases[1])
+	flushes := b.Snapshot().Requests.ReleaseFlushes
+	done := make([]chan struct{}, 2)
+	for i := range leases {
+		done[i] = make(chan struct{})
+		go func() { defer close(done[i]); b.ReleaseForwarded("t", leases[i], false) }()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for b.Snapshot().Requests.ReleaseFlushes < flushes+2 { // both tried at least once (or retried)
+		if time.Now().After(deadline) {
+			t.Fatal("the releases never ran")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	if err := short.Rollback(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done[1]:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the release of the briefly held lease waited for the long-held one")
+	}
+	if n := leased(t, url, leases[1]); n != 0 {
+		t.Fatalf("lease 1 holds %d rows after its release returned", n)
+	}
+	select {
+	case <-done[0]:
+		t.Fatal("the long-held lease's release returned while its row is still held")
+	default:
+	}
+	if err := long.Rollback(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done[0]:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the long-held lease's release never returned")
+	}
+	if n := leased(t, url, leases[0]); n != 0 {
+		t.Fatalf("lease 0 holds %d rows after its release returned", n)
 	}
 }

@@ -69,7 +69,8 @@ type Config struct {
 	// per cool-down, not every one until memberlist declares it dead.
 	Cooldown time.Duration
 	// Conns bounds the connections to one peer (and the idle ones kept);
-	// default 64. Peers cap the connections of one address
+	// default 64. A push sent again after a stale connection (stale.go)
+	// goes on a connection of its own, within another such bound. Peers cap the connections of one address
 	// (api.Config.MaxConnsPerAddr), which forwards share with clients on
 	// the same host.
 	Conns int
