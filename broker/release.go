@@ -18,23 +18,33 @@ import (
 // instead of one per lease. Each caller waits for its own release: a pop
 // served after a release must find the messages free.
 //
-// The merged statement skips rows another transaction holds (an ack of
-// that lease, a purge), so one held row cannot hold up the others; the
-// leases of skipped rows are tried again, skipping still, with a growing
-// pause (5 ms to 100 ms), each answered as soon as its rows are free. No
-// statement waits for a lock: held rows take no pool connection. A lease
-// whose rows stay held past releaseTimeout is logged and left to expire.
+// The statement skips rows another transaction holds (an ack of that
+// lease, a purge), so one held row cannot hold up the others. The leases
+// of skipped rows join one set of held leases, which a single goroutine
+// tries again, one statement per tenant per round, still skipping, after
+// a growing pause (5 ms to 100 ms); each caller is answered at the first
+// round that finds its lease's rows free. No statement waits for a lock,
+// so held rows take no pool connection while they are held. A lease whose
+// rows stay held past releaseTimeout from its flush is logged and left to
+// expire.
 type releaser struct {
 	b       *Broker
 	timeout time.Duration // bounds a release, from its flush; releaseTimeout
+
 	mu      sync.Mutex
 	pending []*release
 	running bool
+
+	heldMu   sync.Mutex
+	held     map[string][]*release // by tenant: callers whose leases' rows were held
+	retrying bool
 }
 
 type release struct {
 	tenant, lease string
 	done          chan struct{}
+	until         time.Time // the bound, once its rows were found held
+	found         bool      // a statement released rows of its lease
 }
 
 const (
@@ -42,8 +52,9 @@ const (
 	releaseTimeout = 5 * time.Second // a release, including its waits for held rows
 )
 
-// drop releases lease (of tenant) and returns once it is released, or
-// its statement failed (logged; the lease then ends at its expiry).
+// drop releases lease (of tenant) and returns once it is released, its
+// statement failed, or its rows stayed held past the bound (each logged;
+// the lease then ends at its expiry).
 func (r *releaser) drop(tenant, lease string) {
 	j := &release{tenant: tenant, lease: lease, done: make(chan struct{})}
 	r.mu.Lock()
@@ -79,104 +90,161 @@ func (r *releaser) flush(batch []*release) {
 		byTenant[j.tenant] = append(byTenant[j.tenant], j)
 	}
 	for tenant, jobs := range byTenant {
-		// The bound counts from here, for the leases that have to wait
-		// too.
-		ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
-		released, busy, err := r.release(ctx, tenant, leasesOf(jobs), true)
+		until := time.Now().Add(r.timeout)
+		released, busy, err := r.release(tenant, jobs, until)
 		if err != nil {
-			cancel()
-			for _, j := range jobs {
-				close(j.done)
+			if !errors.Is(err, context.Canceled) { // (the broker closing)
+				r.b.log.Warn("release undelivered leases", "tenant", tenant, "leases", len(jobs), "error", err)
 			}
+			r.answer(jobs)
 			continue
 		}
-		found := map[string]bool{} // busy leases some of whose rows were released
-		waiting := r.settle(jobs, released, busy, found)
-		if len(waiting) == 0 {
-			cancel()
-			continue
-		}
-		// Rows of these leases are held: tried again, still skipping
-		// what is held, until each is free or the bound passes. No
-		// statement waits for a lock, so held rows take no pool
-		// connection, and each lease returns as soon as its own rows
-		// are free.
-		go func() {
-			defer cancel()
-			pause := 5 * time.Millisecond
-			for len(waiting) > 0 {
-				t := time.NewTimer(pause)
-				select {
-				case <-t.C:
-				case <-ctx.Done():
-					t.Stop()
-					r.b.log.Warn("release undelivered leases: their rows stayed held past the bound", "tenant", tenant,
-						"leases", len(waiting), "bound", r.timeout)
-					for _, j := range waiting {
-						close(j.done)
-					}
-					return
-				}
-				pause = min(2*pause, 100*time.Millisecond)
-				released, busy, err := r.release(ctx, tenant, leasesOf(waiting), true)
-				if err != nil {
-					continue // the bound ends it
-				}
-				waiting = r.settle(waiting, released, busy, found)
+		var held []*release
+		for _, j := range jobs {
+			j.until, j.found = until, released[j.lease]
+			if busy[j.lease] {
+				held = append(held, j)
 			}
-		}()
+		}
+		r.settle(jobs, busy)
+		if len(held) > 0 {
+			r.hold(tenant, held)
+		}
 	}
 }
 
-// settle counts and answers the jobs whose leases are not busy, and
-// returns the others. found holds the leases of the jobs still waiting
-// that earlier statements released rows of.
-func (r *releaser) settle(jobs []*release, released, busy, found map[string]bool) []*release {
-	var waiting []*release
-	done := map[string]bool{}
-	for _, j := range jobs {
-		if busy[j.lease] {
-			if released[j.lease] {
-				found[j.lease] = true
-			}
-			waiting = append(waiting, j)
-			continue
-		}
-		if released[j.lease] || found[j.lease] {
-			done[j.lease] = true
-		}
-	}
-	r.count(done) // before their callers return
-	for _, j := range jobs {
-		if !busy[j.lease] {
-			close(j.done)
-		}
-	}
-	return waiting
-}
-
-func leasesOf(jobs []*release) []string {
-	out := make([]string, len(jobs))
+// release runs one statement for the leases of jobs, bounded by until,
+// and counts it.
+func (r *releaser) release(tenant string, jobs []*release, until time.Time) (released, busy map[string]bool, err error) {
+	ctx, cancel := context.WithDeadline(r.b.life, until)
+	defer cancel()
+	leases := make([]string, len(jobs))
 	for i, j := range jobs {
-		out[i] = j.lease
+		leases[i] = j.lease
 	}
-	return out
-}
-
-// count adds the leases a flush found to the counter, each once.
-func (r *releaser) count(released map[string]bool) {
-	r.b.stats.LeasesDropped.Add(int64(len(released)))
-}
-
-// release runs one statement, and counts it.
-func (r *releaser) release(ctx context.Context, tenant string, leases []string, skipLocked bool) (released, busy map[string]bool, err error) {
-	released, busy, err = r.b.db.ReleaseLeases(ctx, tenant, leases, skipLocked)
+	released, busy, err = r.b.db.ReleaseLeases(ctx, tenant, leases)
 	if err != nil {
-		if !errors.Is(err, context.Canceled) {
-			r.b.log.Warn("release undelivered leases", "tenant", tenant, "leases", len(leases), "error", err)
-		}
 		return nil, nil, err
 	}
 	r.b.stats.ReleaseFlushes.Add(1)
 	return released, busy, nil
+}
+
+// settle counts and answers the jobs whose leases are not busy: a lease
+// counts once, when a statement released rows of it.
+func (r *releaser) settle(jobs []*release, busy map[string]bool) {
+	var done []*release
+	for _, j := range jobs {
+		if !busy[j.lease] {
+			done = append(done, j)
+		}
+	}
+	r.answer(done)
+}
+
+// answer counts the distinct leases of jobs found and closes the jobs:
+// counted before their callers return.
+func (r *releaser) answer(jobs []*release) {
+	found := map[string]bool{}
+	for _, j := range jobs {
+		if j.found {
+			found[j.tenant+"\x00"+j.lease] = true
+		}
+	}
+	r.b.stats.LeasesDropped.Add(int64(len(found)))
+	for _, j := range jobs {
+		close(j.done)
+	}
+}
+
+// hold adds jobs whose leases' rows were held to the retried set.
+func (r *releaser) hold(tenant string, jobs []*release) {
+	r.heldMu.Lock()
+	defer r.heldMu.Unlock()
+	if r.held == nil {
+		r.held = map[string][]*release{}
+	}
+	r.held[tenant] = append(r.held[tenant], jobs...)
+	if !r.retrying {
+		r.retrying = true
+		go r.retry()
+	}
+}
+
+// retry tries the held leases again until none is left.
+func (r *releaser) retry() {
+	pause := 5 * time.Millisecond
+	for {
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-r.b.life.Done():
+			t.Stop()
+		}
+		pause = min(2*pause, 100*time.Millisecond)
+		r.heldMu.Lock()
+		held := r.held
+		r.held = nil
+		r.heldMu.Unlock()
+		for tenant, jobs := range held {
+			if left := r.again(tenant, jobs); len(left) > 0 {
+				r.heldMu.Lock()
+				if r.held == nil {
+					r.held = map[string][]*release{}
+				}
+				r.held[tenant] = append(r.held[tenant], left...)
+				r.heldMu.Unlock()
+			}
+		}
+		r.heldMu.Lock()
+		if len(r.held) == 0 {
+			r.retrying = false
+			r.heldMu.Unlock()
+			return
+		}
+		r.heldMu.Unlock()
+	}
+}
+
+// again runs one round for a tenant's held jobs: those past their bound
+// (or all, once the broker closes) are answered as they are, the others
+// tried once more; it returns the ones still held.
+func (r *releaser) again(tenant string, jobs []*release) []*release {
+	now := time.Now()
+	var live, expired []*release
+	until := now
+	for _, j := range jobs {
+		if r.b.life.Err() != nil || !now.Before(j.until) {
+			expired = append(expired, j)
+			continue
+		}
+		live = append(live, j)
+		if j.until.After(until) {
+			until = j.until
+		}
+	}
+	if len(expired) > 0 {
+		r.b.log.Warn("release undelivered leases: their rows stayed held past the bound; they end at their expiry",
+			"tenant", tenant, "leases", len(expired), "bound", r.timeout)
+		r.answer(expired)
+	}
+	if len(live) == 0 {
+		return nil
+	}
+	released, busy, err := r.release(tenant, live, until)
+	if err != nil {
+		if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+			r.b.log.Debug("retry of held leases failed", "tenant", tenant, "leases", len(live), "error", err)
+		}
+		return live // the bound ends them
+	}
+	var left []*release
+	for _, j := range live {
+		j.found = j.found || released[j.lease]
+		if busy[j.lease] {
+			left = append(left, j)
+		}
+	}
+	r.settle(live, busy)
+	return left
 }

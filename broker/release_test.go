@@ -269,6 +269,15 @@ func TestHeldReleasesLeaveThePoolFree(t *testing.T) {
 			time.Sleep(2 * time.Millisecond)
 		}
 	}
+	// The held leases are tried again together: one statement a round
+	// for the tenant, not one per flush that found rows held (12 here).
+	// In half a second the pause (5 ms doubling to 100) allows about 9
+	// rounds.
+	f0 := b.Snapshot().Requests.ReleaseFlushes
+	time.Sleep(500 * time.Millisecond) // a measurement window, not a wait for an event
+	if got := b.Snapshot().Requests.ReleaseFlushes - f0; got > 24 {
+		t.Fatalf("%d retry statements in 0.5 s for 12 held leases of one tenant: retries are not merged", got)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if _, err := b.Push(ctx, "t", nil, goItems("other", "p", "o1")); err != nil {
@@ -335,5 +344,38 @@ func TestAShortHoldIsNotHeldUpByALongOne(t *testing.T) {
 	}
 	if n := leased(t, url, leases[0]); n != 0 {
 		t.Fatalf("lease 0 holds %d rows after its release returned", n)
+	}
+}
+
+// A lease whose rows are released in part before the bound passes (its
+// other rows still held) counts as a release that found a lease, and its
+// caller is answered at the bound.
+func TestAPartlyReleasedLeaseCountsAtTheBound(t *testing.T) {
+	b, url, _ := releaseBroker(t, 0)
+	b.SetReleaseTimeout(time.Second)
+	ctx := context.Background()
+	for _, p := range []string{"x0", "x1"} {
+		if _, err := b.Push(ctx, "t", nil, goItems("two", p, "m"+p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lease := uuid.NewString()
+	res, err := b.Pop(ctx, "t", broker.PopRequest{Queue: "two", Batch: 10, Partitions: 2, LeaseID: lease})
+	if err != nil || res == nil || res.PartitionsClaimed != 2 {
+		t.Fatalf("pop of two partitions under one lease: %+v %v", res, err)
+	}
+	holdTx(t, url, `SELECT 1 FROM queen.consumers c JOIN queen.partitions p ON p.id = c.partition_id
+		WHERE c.lease_id = $1 AND p.name = 'x1' FOR UPDATE OF c`, lease)
+	before := b.Snapshot().Requests.LeasesDropped
+	start := time.Now()
+	b.ReleaseForwarded("t", lease, false)
+	if took := time.Since(start); took < time.Second {
+		t.Fatalf("the release returned after %v, before the bound, with a row still held", took)
+	}
+	if n := leased(t, url, lease); n != 1 {
+		t.Fatalf("lease holds %d rows, want 1 (x0 released, x1 held)", n)
+	}
+	if got := b.Snapshot().Requests.LeasesDropped - before; got != 1 {
+		t.Fatalf("%d releases counted, want 1: the lease was found", got)
 	}
 }

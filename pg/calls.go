@@ -244,18 +244,14 @@ func scanPop(rs pgx.Rows) (*PopOutcome, error) {
 
 // ReleaseLeases ends the given leases of tenant's queues (their messages
 // become claimable at once) in one statement. Rows of other tenants are
-// never touched. It returns the leases it released rows of; a lease
-// nobody claimed, or one already ended, has none. With skipLocked, rows
-// another transaction holds are left as they are, and their leases are
-// returned in busy instead (to be released on their own, waiting for the
-// lock): one held row then cannot hold up the others' release.
-func (db *DB) ReleaseLeases(ctx context.Context, tenant string, leaseIDs []string, skipLocked bool) (released, busy map[string]bool, err error) {
+// never touched. It returns the leases it released rows of (a lease
+// nobody claimed, or one already ended, has none) and, in busy, those
+// with rows another transaction holds: those rows are skipped, not waited
+// for, so one held row cannot hold up the others (the caller tries those
+// leases again, broker/release.go).
+func (db *DB) ReleaseLeases(ctx context.Context, tenant string, leaseIDs []string) (released, busy map[string]bool, err error) {
 	// Rows are locked in (partition, group) order, the order acks and pops
-	// take them in, so a multi-partition lease cannot deadlock with them.
-	lock := "FOR UPDATE OF c"
-	if skipLocked {
-		lock += " SKIP LOCKED"
-	}
+	// take them in.
 	err = db.Retry(ctx, func() error {
 		released, busy = map[string]bool{}, map[string]bool{}
 		rows, err := db.pool.Query(ctx, `WITH seen AS (
@@ -267,7 +263,7 @@ func (db *DB) ReleaseLeases(ctx context.Context, tenant string, leaseIDs []strin
 				SELECT c.partition_id, c.consumer_group, c.lease_id FROM queen.consumers c
 				JOIN seen s ON s.partition_id = c.partition_id AND s.consumer_group = c.consumer_group
 				WHERE c.lease_id = s.lease_id
-				ORDER BY c.partition_id, c.consumer_group `+lock+`),
+				ORDER BY c.partition_id, c.consumer_group FOR UPDATE OF c SKIP LOCKED),
 			u AS (
 				UPDATE queen.consumers c
 				SET lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, batch_end = c.committed_offset
