@@ -158,7 +158,7 @@ func New(ctx context.Context, cfg Config, log hclog.Logger) (*Broker, error) {
 	if cfg.BulkProvision {
 		b.spawn(b.provisionLoop)
 	}
-	b.rel.b, b.rel.timeout = b, releaseTimeout
+	b.rel.b, b.rel.timeout, b.rel.kick = b, releaseTimeout, make(chan struct{}, 1)
 	if cfg.PopCombine {
 		b.popc = newPopCombiner(db, b.claimAlone, b.dropLease, &b.stats.PopFlushes)
 		b.popc.maxInflight = b.flushesInFlight

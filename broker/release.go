@@ -22,8 +22,8 @@ import (
 // lease, a purge), so one held row cannot hold up the others. The leases
 // of skipped rows join one set of held leases, which a single goroutine
 // tries again, one statement per tenant per round, still skipping, after
-// a growing pause (5 ms to 100 ms); each caller is answered at the first
-// round that finds its lease's rows free. No statement waits for a lock,
+// a growing pause (5 ms to 100 ms, 5 ms again when a lease joins); each
+// caller is answered at the first round that finds its lease's rows free. No statement waits for a lock,
 // so held rows take no pool connection while they are held. A lease whose
 // rows stay held past releaseTimeout from its flush is logged and left to
 // expire.
@@ -38,6 +38,7 @@ type releaser struct {
 	heldMu   sync.Mutex
 	held     map[string][]*release // by tenant: callers whose leases' rows were held
 	retrying bool
+	kick     chan struct{} // a lease joined held: the retry loop's pause starts again
 }
 
 type release struct {
@@ -93,7 +94,7 @@ func (r *releaser) flush(batch []*release) {
 		until := time.Now().Add(r.timeout)
 		released, busy, err := r.release(tenant, jobs, until)
 		if err != nil {
-			if !errors.Is(err, context.Canceled) { // (the broker closing)
+			if r.b.life.Err() == nil { // (else the broker is closing)
 				r.b.log.Warn("release undelivered leases", "tenant", tenant, "leases", len(jobs), "error", err)
 			}
 			r.answer(jobs)
@@ -168,34 +169,39 @@ func (r *releaser) hold(tenant string, jobs []*release) {
 	if !r.retrying {
 		r.retrying = true
 		go r.retry()
+		return
+	}
+	select {
+	case r.kick <- struct{}{}:
+	default: // already kicked
 	}
 }
 
-// retry tries the held leases again until none is left.
+// retry tries the held leases again until none is left. The pause
+// between rounds grows from 5 ms to 100 ms, and starts again at 5 ms when
+// a lease joins the set (hold kicks it).
 func (r *releaser) retry() {
 	pause := 5 * time.Millisecond
 	for {
 		t := time.NewTimer(pause)
 		select {
 		case <-t.C:
+			pause = min(2*pause, 100*time.Millisecond)
+		case <-r.kick:
+			t.Stop()
+			pause = 10 * time.Millisecond
+			select { // the first round for the newcomer, 5 ms on
+			case <-time.After(5 * time.Millisecond):
+			case <-r.b.life.Done():
+			}
 		case <-r.b.life.Done():
 			t.Stop()
 		}
-		pause = min(2*pause, 100*time.Millisecond)
 		r.heldMu.Lock()
 		held := r.held
 		r.held = nil
 		r.heldMu.Unlock()
-		for tenant, jobs := range held {
-			if left := r.again(tenant, jobs); len(left) > 0 {
-				r.heldMu.Lock()
-				if r.held == nil {
-					r.held = map[string][]*release{}
-				}
-				r.held[tenant] = append(r.held[tenant], left...)
-				r.heldMu.Unlock()
-			}
-		}
+		r.round(held)
 		r.heldMu.Lock()
 		if len(r.held) == 0 {
 			r.retrying = false
@@ -206,45 +212,57 @@ func (r *releaser) retry() {
 	}
 }
 
-// again runs one round for a tenant's held jobs: those past their bound
-// (or all, once the broker closes) are answered as they are, the others
-// tried once more; it returns the ones still held.
-func (r *releaser) again(tenant string, jobs []*release) []*release {
+// round answers the held jobs past their bound (all of them once the
+// broker closes), tries the others once more, every statement bounded by
+// the earliest bound among them (a job with a later bound takes more
+// rounds, none waits past its own), and puts back the ones still held.
+func (r *releaser) round(held map[string][]*release) {
 	now := time.Now()
-	var live, expired []*release
-	until := now
-	for _, j := range jobs {
-		if r.b.life.Err() != nil || !now.Before(j.until) {
-			expired = append(expired, j)
-			continue
+	closing := r.b.life.Err() != nil
+	live := map[string][]*release{}
+	var first time.Time
+	for tenant, jobs := range held {
+		var expired []*release
+		for _, j := range jobs {
+			if closing || !now.Before(j.until) {
+				expired = append(expired, j)
+				continue
+			}
+			live[tenant] = append(live[tenant], j)
+			if first.IsZero() || j.until.Before(first) {
+				first = j.until
+			}
 		}
-		live = append(live, j)
-		if j.until.After(until) {
-			until = j.until
-		}
-	}
-	if len(expired) > 0 {
-		r.b.log.Warn("release undelivered leases: their rows stayed held past the bound; they end at their expiry",
-			"tenant", tenant, "leases", len(expired), "bound", r.timeout)
-		r.answer(expired)
-	}
-	if len(live) == 0 {
-		return nil
-	}
-	released, busy, err := r.release(tenant, live, until)
-	if err != nil {
-		if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
-			r.b.log.Debug("retry of held leases failed", "tenant", tenant, "leases", len(live), "error", err)
-		}
-		return live // the bound ends them
-	}
-	var left []*release
-	for _, j := range live {
-		j.found = j.found || released[j.lease]
-		if busy[j.lease] {
-			left = append(left, j)
+		if len(expired) > 0 {
+			if !closing {
+				r.b.log.Warn("release undelivered leases: their rows stayed held past the bound; they end at their expiry",
+					"tenant", tenant, "leases", len(expired), "bound", r.timeout)
+			}
+			r.answer(expired)
 		}
 	}
-	r.settle(live, busy)
-	return left
+	for tenant, jobs := range live {
+		left := jobs // on an error, all of them: the bound ends them
+		released, busy, err := r.release(tenant, jobs, first)
+		if err == nil {
+			left = nil
+			for _, j := range jobs {
+				j.found = j.found || released[j.lease]
+				if busy[j.lease] {
+					left = append(left, j)
+				}
+			}
+			r.settle(jobs, busy)
+		} else if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+			r.b.log.Debug("retry of held leases failed", "tenant", tenant, "leases", len(jobs), "error", err)
+		}
+		if len(left) > 0 {
+			r.heldMu.Lock()
+			if r.held == nil {
+				r.held = map[string][]*release{}
+			}
+			r.held[tenant] = append(r.held[tenant], left...)
+			r.heldMu.Unlock()
+		}
+	}
 }

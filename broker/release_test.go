@@ -379,3 +379,45 @@ func TestAPartlyReleasedLeaseCountsAtTheBound(t *testing.T) {
 		t.Fatalf("%d releases counted, want 1: the lease was found", got)
 	}
 }
+
+// No held caller waits past its own bound for another's later one: with
+// statements on the consumers table blocked (a queued table lock), lease
+// A (bound 3 s) and lease B (joining 2 s later, bound 5 s) are retried in
+// the same rounds, and A is answered near its own bound, not B's.
+func TestAHeldReleaseEndsAtItsOwnBound(t *testing.T) {
+	b, url, leases := releaseBroker(t, 2)
+	b.SetReleaseTimeout(3 * time.Second)
+	holdTx(t, url, `SELECT 1 FROM queen.consumers WHERE lease_id = ANY($1) FOR UPDATE`, leases)
+	startA := time.Now()
+	doneA := make(chan time.Duration, 1)
+	go func() { b.ReleaseForwarded("t", leases[0], false); doneA <- time.Since(startA) }()
+	time.Sleep(2 * time.Second) // B's bound comes 2 s after A's (an offset, not a wait for an event)
+	go b.ReleaseForwarded("t", leases[1], false)
+	// A table lock queued behind the held rows: every later statement on
+	// the table waits behind it, skipping or not.
+	conn, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	tx, err := conn.Begin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tx.Rollback(context.Background()) })
+	lockCtx, stopLock := context.WithCancel(context.Background())
+	locking := make(chan struct{})
+	go func() {
+		defer close(locking)
+		tx.Exec(lockCtx, `LOCK TABLE queen.consumers IN ACCESS EXCLUSIVE MODE`)
+	}()
+	t.Cleanup(func() { stopLock(); <-locking }) // before the rollback: one goroutine per connection
+	select {
+	case took := <-doneA:
+		if took > 4200*time.Millisecond {
+			t.Fatalf("lease A (bound 3 s) answered after %v: it waited for lease B's bound (5 s)", took)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("lease A was never answered")
+	}
+}
