@@ -67,13 +67,18 @@ func statusOf(t *testing.T, n *nodetest.Node) nodeStatus {
 // authenticated members.
 var meshKey = []byte("0123456789abcdef0123456789abcdef")
 
-// meshForwarder is a forwarder over tb that marks its requests as the
-// members of a mesh sealed with meshKey do, so their owners take them as
-// forwarded (forward/mark.go).
-func meshForwarder(tb *owner.Table) *forward.Forwarder {
+// forwarderVia is a forwarder for node from whose one peer, to, is
+// reached at proxyURL (a proxy in front of it), marking its requests as
+// the members of a mesh sealed with meshKey do, so the owner takes them as
+// forwarded (forward/mark.go). It closes with the test.
+func forwarderVia(t *testing.T, from, to *nodetest.Node, proxyURL string) *forward.Forwarder {
+	tb := owner.New([]owner.Node{{Name: from.Node.Broker().NodeName(), Addr: "unused:1", Self: true},
+		{Name: to.Node.Broker().NodeName(), Addr: strings.TrimPrefix(proxyURL, "http://")}})
 	cfg := forward.DefaultConfig()
 	cfg.Mark = forward.Mark(meshKey)
-	return forward.New(cfg, func() *owner.Table { return tb }, nil)
+	f := forward.New(cfg, func() *owner.Table { return tb }, nil)
+	t.Cleanup(f.Close)
+	return f
 }
 
 // ownedCluster starts n nodes on a sealed mesh and waits until each one's
@@ -395,11 +400,7 @@ func TestLostAnswerIsADuplicate(t *testing.T) {
 		http.Error(w, "bad gateway", http.StatusBadGateway)
 	}))
 	defer proxy.Close()
-	self := nodes[0].Node.Broker().NodeName()
-	tb := owner.New([]owner.Node{{Name: self, Addr: "unused:1", Self: true},
-		{Name: nodes[1].Node.Broker().NodeName(), Addr: strings.TrimPrefix(proxy.URL, "http://")}})
-	f := meshForwarder(tb)
-	defer f.Close()
+	f := forwarderVia(t, nodes[0], nodes[1], proxy.URL)
 	items := make([]broker.PushItem, 10)
 	for i := range items {
 		items[i] = broker.PushItem{Queue: q, Partition: fmt.Sprintf("p%d", i%2), Payload: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))}

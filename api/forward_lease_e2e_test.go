@@ -23,7 +23,6 @@ import (
 	"queen-node/forward"
 	"queen-node/internal/nodetest"
 	"queen-node/node"
-	"queen-node/owner"
 )
 
 // The owner honours X-Queen-Lease beside X-Queen-Forwarded carrying the
@@ -225,10 +224,7 @@ func TestForwardedPopAnswerThatNeverArrives(t *testing.T) {
 				http.Error(w, "bad gateway", http.StatusBadGateway)
 			}))
 			defer proxy.Close()
-			tb := owner.New([]owner.Node{{Name: nodes[0].Node.Broker().NodeName(), Addr: "unused:1", Self: true},
-				{Name: nodes[1].Node.Broker().NodeName(), Addr: strings.TrimPrefix(proxy.URL, "http://")}})
-			f := meshForwarder(tb)
-			defer f.Close()
+			f := forwarderVia(t, nodes[0], nodes[1], proxy.URL)
 			nodes[0].Node.API().SetPushForwarder(f)
 
 			ctx, cancel := context.WithCancel(context.Background())
@@ -343,10 +339,7 @@ func TestForwardedPopOnAClosedPooledConnection(t *testing.T) {
 		w.Write(body)
 	}))
 	defer proxy.Close()
-	tb := owner.New([]owner.Node{{Name: nodes[0].Node.Broker().NodeName(), Addr: "unused:1", Self: true},
-		{Name: nodes[1].Node.Broker().NodeName(), Addr: strings.TrimPrefix(proxy.URL, "http://")}})
-	f := meshForwarder(tb)
-	defer f.Close()
+	f := forwarderVia(t, nodes[0], nodes[1], proxy.URL)
 	nodes[0].Node.API().SetPushForwarder(f)
 
 	if msgs, code, err := popVia(context.Background(), nodes[0].URL, warm, "batch=10"); err != nil || code != 204 || len(msgs) != 0 {

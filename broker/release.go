@@ -100,15 +100,10 @@ func (r *releaser) flush(batch []*release) {
 			r.answer(jobs)
 			continue
 		}
-		var held []*release
 		for _, j := range jobs {
-			j.until, j.found = until, released[j.lease]
-			if busy[j.lease] {
-				held = append(held, j)
-			}
+			j.until = until
 		}
-		r.settle(jobs, busy)
-		if len(held) > 0 {
+		if held := r.settle(jobs, released, busy); len(held) > 0 {
 			r.hold(tenant, held)
 		}
 	}
@@ -131,16 +126,22 @@ func (r *releaser) release(tenant string, jobs []*release, until time.Time) (rel
 	return released, busy, nil
 }
 
-// settle counts and answers the jobs whose leases are not busy: a lease
-// counts once, when a statement released rows of it.
-func (r *releaser) settle(jobs []*release, busy map[string]bool) {
+// settle takes a statement's outcome for jobs: it notes the leases it
+// released rows of, counts and answers the jobs whose leases are not
+// busy (a lease counts once, when some statement released rows of it),
+// and returns the others.
+func (r *releaser) settle(jobs []*release, released, busy map[string]bool) (held []*release) {
 	var done []*release
 	for _, j := range jobs {
-		if !busy[j.lease] {
+		j.found = j.found || released[j.lease]
+		if busy[j.lease] {
+			held = append(held, j)
+		} else {
 			done = append(done, j)
 		}
 	}
 	r.answer(done)
+	return held
 }
 
 // answer counts the distinct leases of jobs found and closes the jobs:
@@ -162,10 +163,7 @@ func (r *releaser) answer(jobs []*release) {
 func (r *releaser) hold(tenant string, jobs []*release) {
 	r.heldMu.Lock()
 	defer r.heldMu.Unlock()
-	if r.held == nil {
-		r.held = map[string][]*release{}
-	}
-	r.held[tenant] = append(r.held[tenant], jobs...)
+	r.addHeldLocked(tenant, jobs)
 	if !r.retrying {
 		r.retrying = true
 		go r.retry()
@@ -245,24 +243,22 @@ func (r *releaser) round(held map[string][]*release) {
 		left := jobs // on an error, all of them: the bound ends them
 		released, busy, err := r.release(tenant, jobs, first)
 		if err == nil {
-			left = nil
-			for _, j := range jobs {
-				j.found = j.found || released[j.lease]
-				if busy[j.lease] {
-					left = append(left, j)
-				}
-			}
-			r.settle(jobs, busy)
+			left = r.settle(jobs, released, busy)
 		} else if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 			r.b.log.Debug("retry of held leases failed", "tenant", tenant, "leases", len(jobs), "error", err)
 		}
 		if len(left) > 0 {
 			r.heldMu.Lock()
-			if r.held == nil {
-				r.held = map[string][]*release{}
-			}
-			r.held[tenant] = append(r.held[tenant], left...)
+			r.addHeldLocked(tenant, left)
 			r.heldMu.Unlock()
 		}
 	}
+}
+
+// addHeldLocked puts jobs in the retried set; heldMu is held.
+func (r *releaser) addHeldLocked(tenant string, jobs []*release) {
+	if r.held == nil {
+		r.held = map[string][]*release{}
+	}
+	r.held[tenant] = append(r.held[tenant], jobs...)
 }

@@ -127,6 +127,33 @@ func holdTx(t *testing.T, url, sql string, args ...any) pgx.Tx {
 	return tx
 }
 
+// waitFlushes waits until b has run at least n release statements in
+// all; what says what did not happen.
+func waitFlushes(t *testing.T, b *broker.Broker, n int64, what string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for b.Snapshot().Requests.ReleaseFlushes < n {
+		if time.Now().After(deadline) {
+			t.Fatal(what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// waitReleased waits for a release's done (what names it), then checks
+// that its lease holds no row.
+func waitReleased(t *testing.T, url string, done <-chan struct{}, lease, what string) {
+	t.Helper()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s never returned", what)
+	}
+	if n := leased(t, url, lease); n != 0 {
+		t.Fatalf("%s returned with %d rows still held", what, n)
+	}
+}
+
 // leased counts the consumer rows still held by lease.
 func leased(t *testing.T, url, lease string) int {
 	t.Helper()
@@ -212,34 +239,15 @@ func TestAHeldRowDoesNotHoldUpOtherReleases(t *testing.T) {
 	// then the others, which a release that waited in its flush would hold
 	// up.
 	release(0)
-	for deadline := time.Now().Add(10 * time.Second); b.Snapshot().Requests.ReleaseFlushes == before.ReleaseFlushes; {
-		if time.Now().After(deadline) {
-			t.Fatal("the release of lease 0 never ran")
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	waitFlushes(t, b, before.ReleaseFlushes+1, "the release of lease 0 never ran")
 	release(2)
 	release(1)
-	select {
-	case <-done[1]:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the release of a free row waited for the held ones")
-	}
-	if n := leased(t, url, leases[1]); n != 0 {
-		t.Fatalf("lease 1 still holds %d rows after its release returned", n)
-	}
+	waitReleased(t, url, done[1], leases[1], "the release of a free row (lease 1), while others are held")
 	if err := tx.Rollback(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	for _, i := range []int{0, 2} {
-		select {
-		case <-done[i]:
-		case <-time.After(30 * time.Second):
-			t.Fatalf("the release of lease %d never returned", i)
-		}
-		if n := leased(t, url, leases[i]); n != 0 {
-			t.Fatalf("lease %d still holds %d rows after its release returned", i, n)
-		}
+		waitReleased(t, url, done[i], leases[i], fmt.Sprintf("the release of lease %d", i))
 	}
 	if got := b.Snapshot().Requests.LeasesDropped - before.LeasesDropped; got != 3 {
 		t.Fatalf("%d releases counted, want 3", got)
@@ -261,13 +269,7 @@ func TestHeldReleasesLeaveThePoolFree(t *testing.T) {
 		wg.Add(1)
 		go func() { defer wg.Done(); b.ReleaseForwarded("t", l, false) }()
 		// Its flush has run (and left the lease to a release that waits).
-		deadline := time.Now().Add(10 * time.Second)
-		for b.Snapshot().Requests.ReleaseFlushes == flushes {
-			if time.Now().After(deadline) {
-				t.Fatal("the release flush never ran: releases waiting for held rows took the pool")
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
+		waitFlushes(t, b, flushes+1, "the release flush never ran: releases waiting for held rows took the pool")
 	}
 	// The held leases are tried again together: one statement a round
 	// for the tenant, not one per flush that found rows held (12 here).
@@ -311,24 +313,11 @@ func TestAShortHoldIsNotHeldUpByALongOne(t *testing.T) {
 		done[i] = make(chan struct{})
 		go func() { defer close(done[i]); b.ReleaseForwarded("t", leases[i], false) }()
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for b.Snapshot().Requests.ReleaseFlushes < flushes+2 { // both tried at least once (or retried)
-		if time.Now().After(deadline) {
-			t.Fatal("the releases never ran")
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	waitFlushes(t, b, flushes+2, "the releases never ran") // both tried at least once (or retried)
 	if err := short.Rollback(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-done[1]:
-	case <-time.After(20 * time.Second):
-		t.Fatal("the release of the briefly held lease waited for the long-held one")
-	}
-	if n := leased(t, url, leases[1]); n != 0 {
-		t.Fatalf("lease 1 holds %d rows after its release returned", n)
-	}
+	waitReleased(t, url, done[1], leases[1], "the release of the briefly held lease, while the other stays held")
 	select {
 	case <-done[0]:
 		t.Fatal("the long-held lease's release returned while its row is still held")
@@ -337,14 +326,7 @@ func TestAShortHoldIsNotHeldUpByALongOne(t *testing.T) {
 	if err := long.Rollback(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-done[0]:
-	case <-time.After(20 * time.Second):
-		t.Fatal("the long-held lease's release never returned")
-	}
-	if n := leased(t, url, leases[0]); n != 0 {
-		t.Fatalf("lease 0 holds %d rows after its release returned", n)
-	}
+	waitReleased(t, url, done[0], leases[0], "the long-held lease's release")
 }
 
 // A lease whose rows are released in part before the bound passes (its

@@ -70,9 +70,9 @@ type Config struct {
 	Cooldown time.Duration
 	// Conns bounds the connections to one peer (and the idle ones kept);
 	// default 64. A push sent again after a stale connection (stale.go)
-	// goes on a connection of its own, within another such bound. Peers cap the connections of one address
-	// (api.Config.MaxConnsPerAddr), which forwards share with clients on
-	// the same host.
+	// goes on a connection of its own, within another such bound. Peers
+	// cap the connections of one address (api.Config.MaxConnsPerAddr),
+	// which forwards share with clients on the same host.
 	Conns int
 	// MaxAnswerBytes bounds a peer's answer; default 32 MiB (a push of
 	// 10,000 items answers about 3 MiB).

@@ -45,6 +45,24 @@ func dropOnce(t *testing.T, h http.HandlerFunc) (http.HandlerFunc, func() bool) 
 		}
 }
 
+// pooledOwner starts an owner answering with h, a forwarder to it and a
+// queue it owns, and sends one pop (under lease first) so that a
+// connection to the owner sits in the forwarder's pool.
+func pooledOwner(t *testing.T, h http.HandlerFunc, first string) (*Forwarder, *ownerNode, string) {
+	t.Helper()
+	p := newOwnerNode(t, h)
+	owners := table(p.addr())
+	f := New(DefaultConfig(), owners, nil)
+	t.Cleanup(f.Close)
+	q := queueOwnedBy(t, owners, "peer0")
+	a, _ := f.Pop(context.Background(), "default", q, popURI(q), "", first, 0, nil)
+	if a == nil {
+		t.Fatal("the first pop was served here")
+	}
+	readAnswer(t, a) // its connection goes back to the pool
+	return f, p, q
+}
+
 // A forwarded pop whose pooled connection the owner closes as it goes
 // out is sent once more, on another connection, under the lease renew
 // gives (the first one handed to renew, for release); it is not a
@@ -58,18 +76,9 @@ func TestAPopOnAClosedPooledConnectionIsSentAgain(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			h, dropped := dropOnce(t, answering(http.StatusOK, "application/json", `{"messages":[]}`))
-			p := newOwnerNode(t, h)
-			owners := table(p.addr())
-			f := New(DefaultConfig(), owners, nil)
-			defer f.Close()
-			q := queueOwnedBy(t, owners, "peer0")
+			f, p, q := pooledOwner(t, h, "lease-1")
 			pop := func(lease string, renew func(string) string) (*PopAnswer, bool) {
 				return f.Pop(context.Background(), "default", q, popURI(q), "", lease, 0, renew)
-			}
-			if a, _ := pop("lease-1", nil); a == nil {
-				t.Fatal("the first pop was served here")
-			} else {
-				readAnswer(t, a) // its connection goes back to the pool
 			}
 			var renewed []string
 			var renew func(string) string
@@ -197,7 +206,7 @@ func TestOnlyAnImmediateFailureIsSentAgain(t *testing.T) {
 	t.Run("late", func(t *testing.T) {
 		var mu sync.Mutex
 		served := map[string]bool{}
-		p := newOwnerNode(t, func(w http.ResponseWriter, r *http.Request) {
+		h := func(w http.ResponseWriter, r *http.Request) {
 			mu.Lock()
 			reused := served[r.RemoteAddr]
 			served[r.RemoteAddr] = true
@@ -210,16 +219,8 @@ func TestOnlyAnImmediateFailureIsSentAgain(t *testing.T) {
 			if c, _, err := http.NewResponseController(w).Hijack(); err == nil {
 				c.Close()
 			}
-		})
-		owners := table(p.addr())
-		f := New(DefaultConfig(), owners, nil)
-		defer f.Close()
-		q := queueOwnedBy(t, owners, "peer0")
-		if a, _ := f.Pop(context.Background(), "default", q, popURI(q), "", "l0", 0, nil); a == nil {
-			t.Fatal("the first pop was served here")
-		} else {
-			readAnswer(t, a)
 		}
+		f, p, q := pooledOwner(t, h, "l0")
 		renewed := false
 		a, sent := f.Pop(context.Background(), "default", q, popURI(q), "", "l1", 5*time.Second,
 			func(string) string { renewed = true; return "l2" })
@@ -229,16 +230,7 @@ func TestOnlyAnImmediateFailureIsSentAgain(t *testing.T) {
 	})
 	t.Run("client leaves during renew", func(t *testing.T) {
 		h, dropped := dropOnce(t, answering(http.StatusNoContent, "", ""))
-		p := newOwnerNode(t, h)
-		owners := table(p.addr())
-		f := New(DefaultConfig(), owners, nil)
-		defer f.Close()
-		q := queueOwnedBy(t, owners, "peer0")
-		if a, _ := f.Pop(context.Background(), "default", q, popURI(q), "", "l0", 0, nil); a == nil {
-			t.Fatal("the first pop was served here")
-		} else {
-			readAnswer(t, a)
-		}
+		f, p, q := pooledOwner(t, h, "l0")
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		var renewed []string
