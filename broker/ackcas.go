@@ -189,30 +189,36 @@ func casOnly(outs []pg.AckOutcome, done []bool) []pg.AckOutcome {
 
 // ackCombiner merges the CAS pairs of concurrent ack requests into one
 // pg.AckCAS statement per flush, like pushCombiner does for pushes: a
-// request that arrives while ackMaxInFlight flushes run (one with live
-// peers: Broker.flushesInFlight) waits and goes with
-// the next one; an idle node flushes at once (no timer). A request is
-// answered only once the flush carrying it committed; one whose client left
+// request that arrives while a flush runs (ackMaxInFlight) waits and goes
+// with the next one; an idle node flushes at once (no timer). The
+// statement skips rows another transaction holds (their pairs take the
+// general path), so one flush at a time is not held up by a row lock. A
+// request is answered only once the flush carrying it committed; one whose client left
 // before its pairs were sent is skipped. A flush that fails wrote nothing:
 // its requests take the general path under their own contexts.
 type ackCombiner struct {
 	db       *pg.DB
 	maxPairs int
 	flushes  *atomic.Int64
-	// maxInflight is how many flushes may run at once now
-	// (Broker.flushesInFlight); nil means ackMaxInFlight.
-	maxInflight func() int
 
 	mu       sync.Mutex
 	pending  []*casReq
 	inflight int
 }
 
-// flushesAlone is the claim and CAS-ack flushes a node alone runs at once
-// (Broker.flushesInFlight).
-const flushesAlone = 2
+// flushesInFlight: a node runs one claim flush and one CAS-ack flush at a
+// time, alone or in a cluster, as it runs one push flush. A second flight
+// of each kind only split the same requests into more, smaller
+// transactions: its PostgreSQL shares the cores with the push flush, the
+// other kind's flush and the node itself, and consumers answered sooner
+// claim more often and smaller, each claim and ack a fixed cost
+// (docs/benchmarks.md, "twelfth session": one node, 0.89-0.95x
+// PostgreSQL CPU per message at full load, 0.85x at half load). In a
+// cluster each node running its own second flight also multiplied the
+// transactions by the nodes ("fifth session").
+const flushesInFlight = 1
 
-const ackMaxInFlight = flushesAlone
+const ackMaxInFlight = flushesInFlight
 
 // maxCASPairs bounds the (partition, group) pairs of one CAS flush; a
 // larger request flushes alone.
@@ -243,7 +249,7 @@ func (c *ackCombiner) submit(ctx context.Context, pairs []pg.CASPair) ([]pg.CASR
 	r := &casReq{ctx: ctx, pairs: pairs, done: make(chan struct{})}
 	c.mu.Lock()
 	c.pending = append(c.pending, r)
-	if c.inflight < boundOf(c.maxInflight, ackMaxInFlight) {
+	if c.inflight < ackMaxInFlight {
 		c.inflight++
 		go c.run()
 	}
@@ -267,12 +273,6 @@ func (c *ackCombiner) submit(ctx context.Context, pairs []pg.CASPair) ([]pg.CASR
 func (c *ackCombiner) run() {
 	for {
 		c.mu.Lock()
-		if c.inflight > boundOf(c.maxInflight, ackMaxInFlight) {
-			// The bound dropped (a peer came): another runner goes on.
-			c.inflight--
-			c.mu.Unlock()
-			return
-		}
 		if len(c.pending) == 0 {
 			c.inflight--
 			c.mu.Unlock()

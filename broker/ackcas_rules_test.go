@@ -295,9 +295,9 @@ func TestAckCASConcurrent(t *testing.T) {
 	}
 }
 
-// While two CAS flushes are in flight (held up here by a row lock), more
-// acks wait and then go together in one flush, and one whose client left
-// meanwhile is skipped: its batch stays leased.
+// While the node's CAS flush is in flight (held up here by a table lock),
+// more acks wait and then go together in one flush, and one whose client
+// left meanwhile is skipped: its batch stays leased.
 func TestAckCASMerges(t *testing.T) {
 	n := nodetest.Start(t)
 	b := n.Broker
@@ -325,8 +325,9 @@ func TestAckCASMerges(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM queen.consumers c JOIN queen.partitions p ON p.id = c.partition_id
-		WHERE p.name IN ('p0', 'p1') FOR UPDATE OF c`); err != nil {
+	// A row lock no longer holds a flush up (TestAckCASSkipsAHeldRow): a
+	// table lock does.
+	if _, err := tx.Exec(ctx, `LOCK TABLE queen.partitions IN ACCESS EXCLUSIVE MODE`); err != nil {
 		t.Fatal(err)
 	}
 	flushes0, cas0 := b.Stats().AckCASFlushes.Load(), b.Stats().AcksCAS.Load()
@@ -349,21 +350,19 @@ func TestAckCASMerges(t *testing.T) {
 			time.Sleep(time.Millisecond) // polling, not synchronisation
 		}
 	}
-	// One at a time: sent together, the two could merge into one flush
-	// (it happened under -race), and the test needs both flushes in flight.
 	go ack(ctx, 0)
 	waitFor("the first flush", func() bool { return b.Stats().AckCASFlushes.Load()-flushes0 == 1 })
-	go ack(ctx, 1)
-	waitFor("two flushes", func() bool { return b.Stats().AckCASFlushes.Load()-flushes0 == 2 })
 	gone, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go ack(gone, 2)
-	for p := 3; p < parts; p++ {
-		go ack(ctx, p)
+	for p := 1; p < parts; p++ {
+		if p != 2 {
+			go ack(ctx, p)
+		}
 	}
-	waitFor("six waiting acks", func() bool { return broker.AckCASPending(b) == parts-2 })
-	if got := b.Stats().AckCASFlushes.Load() - flushes0; got != 2 {
-		t.Fatalf("%d flushes in flight, want 2", got)
+	waitFor("seven waiting acks", func() bool { return broker.AckCASPending(b) == parts-1 })
+	if got := b.Stats().AckCASFlushes.Load() - flushes0; got != 1 {
+		t.Fatalf("%d flushes in flight, want 1", got)
 	}
 	cancel()
 	a := <-answers
@@ -384,8 +383,8 @@ func TestAckCASMerges(t *testing.T) {
 			}
 		}
 	}
-	if got := b.Stats().AckCASFlushes.Load() - flushes0; got != 3 {
-		t.Fatalf("%d flushes, want 3 (two held up, then the five waiting ones together)", got)
+	if got := b.Stats().AckCASFlushes.Load() - flushes0; got != 2 {
+		t.Fatalf("%d flushes, want 2 (one held up, then the six waiting ones together)", got)
 	}
 	if got := b.Stats().AcksCAS.Load() - cas0; got != (parts-1)*5 {
 		t.Fatalf("%d items by CAS, want %d", got, (parts-1)*5)
@@ -397,5 +396,95 @@ func TestAckCASMerges(t *testing.T) {
 	}
 	if lease == nil || *lease != pops[2].LeaseID {
 		t.Fatalf("the cancelled ack's batch: lease %v, want still %s", lease, pops[2].LeaseID)
+	}
+}
+
+// A consumer row another transaction holds does not hold up the CAS: the
+// statement skips it, and its pair takes the general path, which waits for
+// it alone. One request acks two batches, p0's row held: p1's batch must be
+// resolved while p0's row is still held (waiting for the lock, the flush
+// would resolve neither until its bound, and the general path, one
+// transaction, neither until the lock ends), then p0's once it is free.
+func TestAckCASSkipsAHeldRow(t *testing.T) {
+	n := nodetest.Start(t)
+	b := n.Broker
+	ctx := context.Background()
+	queue := "cas-held"
+	configure(t, n, queue, msg{"leaseTime": 600})
+	var items []broker.AckItem
+	for p := 0; p < 2; p++ {
+		part := fmt.Sprint("p", p)
+		casPush(t, b, queue, part, 5, part)
+		res, err := b.Pop(ctx, broker.DefaultTenant, broker.PopRequest{Queue: queue, Partition: part, Batch: 5})
+		if err != nil || res == nil || len(res.Messages) != 5 {
+			t.Fatalf("pop %s: %+v %v", part, res, err)
+		}
+		items = append(items, casAckAll(res, res.LeaseID)...)
+	}
+	conn, err := pgx.Connect(ctx, n.DBURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	look, err := pgx.Connect(ctx, n.DBURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer look.Close(ctx)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM queen.consumers c JOIN queen.partitions p ON p.id = c.partition_id
+		JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1 AND p.name = 'p0' FOR UPDATE OF c`, queue); err != nil {
+		t.Fatal(err)
+	}
+	cas0, gen0 := b.Stats().AcksCAS.Load(), b.Stats().AcksGeneral.Load()
+	type answer struct {
+		res []broker.AckResult
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		res, err := b.Ack(ctx, broker.DefaultTenant, items)
+		done <- answer{res, err}
+	}()
+	resolved := func(part string) bool {
+		var lease *string
+		if err := look.QueryRow(ctx, `SELECT c.lease_id FROM queen.consumers c JOIN queen.partitions p ON p.id = c.partition_id
+			JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1 AND p.name = $2`, queue, part).Scan(&lease); err != nil {
+			t.Fatal(err)
+		}
+		return lease == nil
+	}
+	for deadline := time.Now().Add(10 * time.Second); !resolved("p1"); {
+		if time.Now().After(deadline) {
+			t.Fatal("p1's batch was not resolved while p0's row was held")
+		}
+		time.Sleep(time.Millisecond) // polling, not synchronisation
+	}
+	select {
+	case a := <-done:
+		t.Fatalf("the ack was answered while p0's row was held: %+v %v", a.res, a.err)
+	default:
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a := <-done
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	for _, r := range a.res {
+		if !r.Success || !r.LeaseReleased {
+			t.Fatalf("ack: %+v", r)
+		}
+	}
+	if !resolved("p0") {
+		t.Fatal("p0's batch still leased")
+	}
+	if cas, gen := b.Stats().AcksCAS.Load()-cas0, b.Stats().AcksGeneral.Load()-gen0; cas != 5 || gen != 5 {
+		t.Fatalf("%d items by CAS and %d by the general path, want 5 and 5", cas, gen)
 	}
 }

@@ -161,11 +161,9 @@ func New(ctx context.Context, cfg Config, log hclog.Logger) (*Broker, error) {
 	b.rel.b, b.rel.timeout, b.rel.kick = b, releaseTimeout, make(chan struct{}, 1)
 	if cfg.PopCombine {
 		b.popc = newPopCombiner(db, b.claimAlone, b.dropLease, &b.stats.PopFlushes)
-		b.popc.maxInflight = b.flushesInFlight
 	}
 	if cfg.AckCAS {
 		b.acks = newAckCombiner(db, maxCASPairs, &b.stats.AckCASFlushes)
-		b.acks.maxInflight = b.flushesInFlight
 		b.leases = newLeaseMemory(defaultLeaseMemLeases, defaultLeaseMemBytes)
 	}
 	if cfg.Hotlist.Enabled {

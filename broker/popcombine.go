@@ -12,11 +12,10 @@ import (
 
 // popCombiner merges claims that reach the claim core while others are
 // being run into one transaction (pg.DB.PopMany: one pipelined round trip,
-// one commit), the pop side of the push combiner (combine.go). Up to
-// popMaxInflight flushes run at once (one with live peers:
-// Broker.flushesInFlight); a claim that arrives while all are
-// running waits for the next flush, and each flush takes every claim waiting
-// (up to popMaxJobs). There is no timer: an idle node flushes at once.
+// one commit), the pop side of the push combiner (combine.go). One flush
+// runs at a time (popMaxInflight); a claim that arrives while it runs waits
+// for the next flush, and each flush takes every claim waiting (up to
+// popMaxJobs). There is no timer: an idle node flushes at once.
 //
 // Only claims that need no provisioning are merged (named candidates all
 // known to have their consumer row, see provisioned): the core then takes
@@ -40,9 +39,6 @@ type popCombiner struct {
 	alone   func(context.Context, pg.PopArgs) (*pg.PopOutcome, error)
 	drop    func(tenant, leaseID string)
 	flushes *atomic.Int64 // Stats.PopFlushes
-	// maxInflight is how many flushes may run at once now
-	// (Broker.flushesInFlight); nil means popMaxInflight.
-	maxInflight func() int
 
 	mu       sync.Mutex
 	pending  []*popJob
@@ -51,7 +47,7 @@ type popCombiner struct {
 
 // Bounds of the pop combiner.
 const (
-	popMaxInflight  = flushesAlone
+	popMaxInflight  = flushesInFlight
 	popMaxJobs      = 64
 	popFlushTimeout = 2 * time.Second // a flush runs under no single client's context
 )
@@ -87,7 +83,7 @@ func (c *popCombiner) claim(ctx context.Context, args pg.PopArgs) (*pg.PopOutcom
 	j := &popJob{ctx: ctx, args: args, done: make(chan struct{})}
 	c.mu.Lock()
 	c.pending = append(c.pending, j)
-	if c.inflight < boundOf(c.maxInflight, popMaxInflight) {
+	if c.inflight < popMaxInflight {
 		c.inflight++
 		go c.run()
 	}
@@ -113,12 +109,6 @@ func (c *popCombiner) claim(ctx context.Context, args pg.PopArgs) (*pg.PopOutcom
 func (c *popCombiner) run() {
 	for {
 		c.mu.Lock()
-		if c.inflight > boundOf(c.maxInflight, popMaxInflight) {
-			// The bound dropped (a peer came): another runner goes on.
-			c.inflight--
-			c.mu.Unlock()
-			return
-		}
 		var batch []*popJob
 		n := 0
 		for n < len(c.pending) && len(batch) < popMaxJobs {
@@ -217,26 +207,4 @@ func (c *popCombiner) deliver(j *popJob, out *pg.PopOutcome, err error) {
 	j.state, j.out, j.err = jobDone, out, err
 	c.mu.Unlock()
 	close(j.done)
-}
-
-// flushesInFlight bounds the claim and CAS-ack flushes this node runs at
-// once: flushesAlone when it is alone, so that both of a small
-// PostgreSQL's cores work, and one when it has live peers. Every node runs
-// its own flushes, so with two each three nodes kept six of each kind in
-// flight and each merged fewer requests: more transactions per message
-// (each with its commit) for no more parallelism. Measured:
-// docs/benchmarks.md, "2026-12-02, fifth session".
-func (b *Broker) flushesInFlight() int {
-	if ref := b.mesh.Load(); ref != nil && ref.h.HasPeers() {
-		return 1
-	}
-	return flushesAlone
-}
-
-// boundOf is bound() when set, else def.
-func boundOf(bound func() int, def int) int {
-	if bound == nil {
-		return def
-	}
-	return bound()
 }

@@ -194,11 +194,11 @@ func TestPopCombinedConcurrent(t *testing.T) {
 	}
 }
 
-// TestPopCombinedClientLeaves holds two flushes in flight (blocked on a
-// table lock) with a third claim waiting behind them, then lets the first
-// and third clients leave: the first's flush still claims its rows, and
-// its lease must be released when the flush ends; the third must never be
-// sent; the second gets its messages.
+// TestPopCombinedClientLeaves holds the node's one flush in flight
+// (blocked on a table lock) with two more claims waiting behind it, then
+// lets the first and third clients leave: the first's flush still claims
+// its rows, and its lease must be released when the flush ends; the third
+// must never be sent; the second gets its messages in the next flush.
 func TestPopCombinedClientLeaves(t *testing.T) {
 	b, url := startCombineBroker(t, false)
 	ctx := context.Background()
@@ -262,16 +262,17 @@ func TestPopCombinedClientLeaves(t *testing.T) {
 		}()
 		return cancel, ch
 	}
-	cancelA, chA := start("p0")
-	waitFor("the first flush to block", func() bool { return waiting() == 1 })
-	_, chB := start("p1")
-	waitFor("the second flush to block", func() bool { return waiting() == 2 })
-	cancelC, chC := start("p2")
-	waitFor("the third claim to wait", func() bool {
+	pending := func() int {
 		b.popc.mu.Lock()
 		defer b.popc.mu.Unlock()
-		return len(b.popc.pending) == 1
-	})
+		return len(b.popc.pending)
+	}
+	cancelA, chA := start("p0")
+	waitFor("the first flush to block", func() bool { return waiting() >= 1 && pending() == 0 })
+	_, chB := start("p1")
+	waitFor("the second claim to wait", func() bool { return pending() == 1 })
+	cancelC, chC := start("p2")
+	waitFor("the third claim to wait", func() bool { return pending() == 2 })
 	dropped, flushes := b.stats.LeasesDropped.Load(), b.stats.PopFlushes.Load()
 	cancelA()
 	cancelC()
@@ -294,8 +295,10 @@ func TestPopCombinedClientLeaves(t *testing.T) {
 		defer b.popc.mu.Unlock()
 		return b.popc.inflight == 0
 	})
-	if n := b.stats.PopFlushes.Load() - flushes; n != 0 {
-		t.Fatalf("%d more transactions after A's and B's: C was sent", n)
+	// B's flush alone; C, sent with it, would have claimed p2 and had its
+	// lease dropped as A's was
+	if n, d := b.stats.PopFlushes.Load()-flushes, b.stats.LeasesDropped.Load()-dropped; n != 1 || d != 1 {
+		t.Fatalf("%d more transactions and %d leases dropped after A's flush, want 1 and 1 (B's flush, A's lease): C was sent", n, d)
 	}
 	leases := map[string]bool{}
 	rs, err := look.Query(ctx, `SELECT p.name, c.lease_id IS NOT NULL FROM queen.consumers c

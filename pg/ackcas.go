@@ -16,7 +16,8 @@ type CASPair struct {
 
 // CASResult reports one CASPair. OK false: the row did not match (lease
 // ended, expired or re-claimed, part of the batch resolved already, a
-// message of it deleted...) and nothing was written for it.
+// message of it deleted...) or another transaction held it, and nothing
+// was written for it.
 type CASResult struct {
 	OK               bool
 	Queue, Partition string

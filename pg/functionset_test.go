@@ -20,15 +20,16 @@ var functionSets = []struct {
 	Version int
 	Hash    string
 }{
-	{1, "de18578be296bf84af20e5a45aec0904f3629cffa60c5fb88e3cc1f099f5dbdd"}, // the files as of a331f8c, the last release without the number
-	{2, "570f99b4df157216c84d82012b8c2e61ba9a1df8097310bf78df40b234072ff8"}, // 20_pop.sql: the pop_v1 DROP explained against the renaming rule
-	{3, "0b39def3e98a5f14f6e0dd10e8b5fd715781ebb6ab49c67242ae2e5aa97c5e96"}, // 10_push.sql: push_v4 (skip-locked flushes, per-item missing), push_v3 a wrapper of it
-	{4, "25280eba37fa57290733ff76e052fa2b24240ce973f7600e3206c54e54d314e5"}, // issue 23 flat results merged: pop_v3, ack_v2, dlq_retry_v2, 00_constants.sql (push_v4 is set 3's)
-	{5, "bb8cd2003e49a031750823c970ecb562d3159411b8cb180622058cfc716d501b"}, // issue 20: provision_group_v1 (23_provision.sql)
-	{6, "621990e56c31f47804c861c1aa397342f7cb87a8ec209471fe80fef39d4d4fed"}, // issue 20: provision_group_v1 holds the group marker
-	{7, "f53bdff42b210573055ffe38edcb85656644895f67c4231d5ee3fcfde18a91cb"}, // issue 20: provisional consumer rows (migration 11): provision_group_v1 sets it, claims clear it
-	{8, "03b0a9d7755a9fcc4e2432752ed3729c4ccf526d7b1af1c82912f4b19499469e"}, // issue 20: acks clear consumers.provisional too
-	{9, "99164bd758f3ddd86e840bf917c777fbefacb98dd6e954793d4ef57b78467c0e"}, // issue 20: only acks that move the cursor clear consumers.provisional
+	{1, "de18578be296bf84af20e5a45aec0904f3629cffa60c5fb88e3cc1f099f5dbdd"},  // the files as of a331f8c, the last release without the number
+	{2, "570f99b4df157216c84d82012b8c2e61ba9a1df8097310bf78df40b234072ff8"},  // 20_pop.sql: the pop_v1 DROP explained against the renaming rule
+	{3, "0b39def3e98a5f14f6e0dd10e8b5fd715781ebb6ab49c67242ae2e5aa97c5e96"},  // 10_push.sql: push_v4 (skip-locked flushes, per-item missing), push_v3 a wrapper of it
+	{4, "25280eba37fa57290733ff76e052fa2b24240ce973f7600e3206c54e54d314e5"},  // issue 23 flat results merged: pop_v3, ack_v2, dlq_retry_v2, 00_constants.sql (push_v4 is set 3's)
+	{5, "bb8cd2003e49a031750823c970ecb562d3159411b8cb180622058cfc716d501b"},  // issue 20: provision_group_v1 (23_provision.sql)
+	{6, "621990e56c31f47804c861c1aa397342f7cb87a8ec209471fe80fef39d4d4fed"},  // issue 20: provision_group_v1 holds the group marker
+	{7, "f53bdff42b210573055ffe38edcb85656644895f67c4231d5ee3fcfde18a91cb"},  // issue 20: provisional consumer rows (migration 11): provision_group_v1 sets it, claims clear it
+	{8, "03b0a9d7755a9fcc4e2432752ed3729c4ccf526d7b1af1c82912f4b19499469e"},  // issue 20: acks clear consumers.provisional too
+	{9, "99164bd758f3ddd86e840bf917c777fbefacb98dd6e954793d4ef57b78467c0e"},  // issue 20: only acks that move the cursor clear consumers.provisional
+	{10, "00b06b1baeb9b84c0f118abb5cc073501510a0c774030e765da19c81c38f3bc0"}, // issue 20: ack_cas_v1 skips rows another transaction holds
 }
 
 // The function files cannot change without FunctionSet changing: a node
@@ -157,21 +158,22 @@ func TestFunctionSetNeverDowngrades(t *testing.T) {
 			t.Fatalf("%s: marker %q set %d, want %q set %d", name, m, v, wantMarker, wantVersion)
 		}
 	}
-	step("newer node installs", markedSet(t, 10, "ten"), "", "ten", 10)
-	step("older node keeps the newer bodies", markedSet(t, 9, "nine"), "", "ten", 10)
-	step("same node again", markedSet(t, 10, "ten"), "", "ten", 10)
-	step("same number, other files", markedSet(t, 10, "other"), "different pg/sql/functions under one number", "ten", 10)
+	next := FunctionSet + 1 // a newer node's set, this node being the older
+	step("newer node installs", markedSet(t, next, "ten"), "", "ten", next)
+	step("older node keeps the newer bodies", markedSet(t, FunctionSet, "nine"), "", "ten", next)
+	step("same node again", markedSet(t, next, "ten"), "", "ten", next)
+	step("same number, other files", markedSet(t, next, "other"), "different pg/sql/functions under one number", "ten", next)
 	needs := sqlFile{Name: "sql/functions/98_gone.sql",
 		Body: "CREATE OR REPLACE FUNCTION queen.test_gone(p_a text, p_b int[]) RETURNS int LANGUAGE sql AS $$ SELECT 1 $$;"}
-	step("older node missing a function", markedSet(t, 9, "nine", needs), "lack queen.test_gone(text, int[])", "ten", 10)
+	step("older node missing a function", markedSet(t, FunctionSet, "nine", needs), "lack queen.test_gone(text, int[])", "ten", next)
 
 	// A node from before queen.function_set re-creates its bodies at every
 	// start; the next start of a node of the recorded set puts them back.
 	if _, err := conn.Exec(ctx, "CREATE OR REPLACE FUNCTION queen.test_marker() RETURNS text LANGUAGE sql AS $$ SELECT 'legacy' $$"); err != nil {
 		t.Fatal(err)
 	}
-	step("same set repairs a legacy downgrade", markedSet(t, 10, "ten"), "", "ten", 10)
-	step("a later set installs", markedSet(t, 11, "eleven"), "", "eleven", 11)
+	step("same set repairs a legacy downgrade", markedSet(t, next, "ten"), "", "ten", next)
+	step("a later set installs", markedSet(t, next+1, "eleven"), "", "eleven", next+1)
 }
 
 // A newer schema and a failing migration statement are permanent errors;

@@ -19,9 +19,12 @@
 --     point): ack_v1 answers "Message not found" for a deleted one;
 --   - the partition belongs to the tenant, as in ack_v1's joins.
 --
--- Pairs must be distinct. Rows are locked in (partition, group) order, as
--- ack_v1 locks them, so it cannot deadlock with an ack or with another
--- call. Only the matched positions come back; o_pending is ack_v1's: the
+-- Pairs must be distinct. A row another transaction holds (an ack on the
+-- general path, a seek, a purge) is skipped, not waited for: its pair does
+-- not match, and the caller sends it to the general path, which waits for
+-- it alone. So a held row never holds up the other pairs of the call, nor
+-- the node's next call (one runs at a time: broker/ackcas.go), and no call
+-- can deadlock. Only the matched positions come back; o_pending is ack_v1's: the
 -- partition has messages past the new cursor. A plan built for the values
 -- of each call costs more than running it (several joins for one or a few
 -- rows): the generic plan is kept.
@@ -55,7 +58,7 @@ BEGIN
           AND (SELECT count(*) FROM queen.messages m
                WHERE m.partition_id = u.pid AND m.off >= u.first_off AND m.off <= u.end_off) = u.n
         ORDER BY c.partition_id, c.consumer_group
-        FOR UPDATE OF c),
+        FOR UPDATE OF c SKIP LOCKED),
     w AS (
         UPDATE queen.consumers c
         SET provisional = false, committed_offset = c.batch_end, lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL,
