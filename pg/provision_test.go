@@ -313,6 +313,151 @@ func TestProvisionGroupRacingAGroupDelete(t *testing.T) {
 	}
 }
 
+// TestPopV3ProvisioningRacingAGroupDelete: a claim that makes its
+// candidates' consumer rows holds the group's marker until it commits, so a
+// group delete that starts meanwhile waits for it and then deletes those
+// rows too. With the marker read unlocked, the delete did not see the
+// claim's uncommitted rows, ended first, and the rows outlived the group.
+func TestPopV3ProvisioningRacingAGroupDelete(t *testing.T) {
+	db, url := openDB(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	names := []string{"p0", "p1", "p2", "p3", "p4"}
+	for _, p := range names {
+		pushN(t, db, "q", p, 1)
+	}
+	marker(t, db, "q", "g", protocol.SubAll, nil)
+
+	claim, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer claim.Close(context.Background())
+	watcher, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watcher.Close(context.Background())
+	tx, err := claim.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var verdicts []string
+	if err := tx.QueryRow(ctx, `SELECT o_verdicts FROM queen.pop_v3('t', 'q', 'g', $1, 0, 10, 5, 'lease-race', 60,
+		false, 'test', 'all', NULL, 0, $1)`, names).Scan(&verdicts); err != nil {
+		t.Fatal(err)
+	}
+	if slices.Index(verdicts, "took") < 0 {
+		t.Fatalf("the claim took nothing: %v", verdicts)
+	}
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := db.DeleteConsumerGroup(ctx, "t", "g", "q", true)
+		done <- err
+	}()
+	// The delete must wait for the claim; without the claim's marker lock
+	// it ends at once, which the rows counted below then show.
+	waited := false
+	for !waited {
+		var n int
+		if err := watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'
+			  AND query LIKE '%consumer_groups_metadata%'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		waited = n > 0
+		if len(done) > 0 || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(5 * time.Millisecond) // polling with a deadline
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	var rows, markers int
+	if err := watcher.QueryRow(ctx, `SELECT (SELECT count(*) FROM queen.consumers WHERE consumer_group = 'g'),
+		(SELECT count(*) FROM queen.consumer_groups_metadata WHERE consumer_group = 'g')`).Scan(&rows, &markers); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 0 || markers != 0 || !waited {
+		t.Fatalf("after the group delete: %d consumer rows and %d markers of the group (want none); the delete waited for the claim: %v",
+			rows, markers, waited)
+	}
+}
+
+// TestPopV3RemakesAMarkerDeletedBeforeItsRows: a group deleted after a
+// claim read its marker and before it made its rows. The claim waits for
+// the delete, then makes the marker again (as the first pop after a delete
+// does) with its rows, rather than rows of a group that no longer exists.
+func TestPopV3RemakesAMarkerDeletedBeforeItsRows(t *testing.T) {
+	db, url := openDB(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pushN(t, db, "q", "p0", 1)
+	marker(t, db, "q", "g", protocol.SubAll, nil)
+	var conns [3]*pgx.Conn
+	for i := range conns {
+		c, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close(context.Background())
+		conns[i] = c
+	}
+	del, claim, watcher := conns[0], conns[1], conns[2]
+	// The delete, uncommitted: the claim's first (unlocked) read still sees
+	// the marker, so the claim goes on to make its row.
+	tx, err := del.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, `DELETE FROM queen.consumer_groups_metadata WHERE consumer_group = 'g'`); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		verdicts []string
+		err      error
+	}
+	done := make(chan result, 1)
+	go func() {
+		var r result
+		r.err = claim.QueryRow(ctx, `SELECT o_verdicts FROM queen.pop_v3('t', 'q', 'g', ARRAY['p0'], 0, 10, 1,
+			'lease-again', 60, false, 'test', 'all', NULL, 0, ARRAY['p0'])`).Scan(&r.verdicts)
+		done <- r
+	}()
+	for len(done) == 0 && ctx.Err() == nil {
+		var n int
+		if err := watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%pop_v3%'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond) // polling with a deadline
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	var rows, markers int
+	if err := watcher.QueryRow(ctx, `SELECT (SELECT count(*) FROM queen.consumers WHERE consumer_group = 'g'),
+		(SELECT count(*) FROM queen.consumer_groups_metadata WHERE consumer_group = 'g')`).Scan(&rows, &markers); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.verdicts) != 1 || r.verdicts[0] != "took" || rows != 1 || markers != 1 {
+		t.Fatalf("claim across the delete: verdicts %v, %d rows, %d markers; want took, 1, 1", r.verdicts, rows, markers)
+	}
+}
+
 // TestSubscriptionUpdateMovesProvisionedCursors: a subscription update
 // applies to the partitions the group has not read yet (docs/api.md). A
 // cursor the bulk provisioning placed, not read since, moves to the new

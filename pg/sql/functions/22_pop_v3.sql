@@ -109,6 +109,7 @@ DECLARE
     r_verdict    text;
     r_until      timestamptz;
     r_drained    boolean;
+    v_marked     boolean;
 BEGIN
     o_names := '{}'; o_pids := '{}'; o_verdicts := '{}'; o_until := '{}'; o_drained := '{}';
     o_retries := '{}'; o_counts := '{}'; o_offs := '{}'; o_ids := '{}'; o_txids := '{}';
@@ -170,6 +171,34 @@ BEGIN
     -- Skipped when no candidate can lack its row (p_unprov): even with every
     -- row present, the statement costs more than the rest of the claim.
     IF cardinality(v_unprov) > 0 THEN
+        -- Hold the group's marker while its rows are made, as
+        -- queen.provision_group_v1 does: a group delete locks the markers
+        -- first (FOR NO KEY UPDATE), so it either waits for this claim and
+        -- then deletes the rows made here, or ends first, and the marker is
+        -- made again below, as the first pop after a delete makes it. Read
+        -- unlocked above, a marker could be deleted, rows and all, while
+        -- these rows were being made, and they would outlive their group.
+        v_marked := false;
+        FOR v_try IN 1 .. 3 LOOP
+            SELECT md.subscription_from INTO v_from
+            FROM queen.consumer_groups_metadata md
+            WHERE md.queue_id = v_q.id AND md.consumer_group = p_group
+            FOR SHARE;
+            IF FOUND THEN
+                v_marked := true;
+                EXIT;
+            END IF;
+            v_seeded := false;
+            INSERT INTO queen.consumer_groups_metadata (queue_id, consumer_group, subscription_from)
+            VALUES (v_q.id, p_group, CASE p_sub_mode WHEN 'new' THEN v_now WHEN 'from' THEN p_sub_from ELSE NULL END)
+            ON CONFLICT (queue_id, consumer_group) DO NOTHING;
+        END LOOP;
+        IF NOT v_marked THEN
+            -- deleted again after each insert: the caller retries the claim
+            RAISE EXCEPTION 'consumer group % of queue % deleted during a claim', p_group, p_queue
+                USING ERRCODE = '40001';
+        END IF;
+        o_seeded := v_seeded;
         INSERT INTO queen.consumers (partition_id, consumer_group, committed_offset, batch_end, acked)
         SELECT s.id, p_group, s.seed, s.seed, queen.dlq_copies_past(s.id, p_group, s.seed)
         FROM (SELECT p.id,
