@@ -20,9 +20,9 @@ func (peersMesh) Stats() mesh.Stats                       { return mesh.Stats{} 
 func (peersMesh) Members() []mesh.Member                  { return nil }
 
 // TestOneFlushInFlight: a node runs one claim flush and one CAS-ack flush
-// at a time (flushesInFlight), alone and with live peers, which 12
-// concurrent consumers never pass while every message is still delivered
-// and both combiners merge.
+// at a time (flushesInFlight), alone and with live peers (the bound once
+// depended on them), which 12 concurrent consumers never pass while every
+// message is still delivered and both combiners run.
 func TestOneFlushInFlight(t *testing.T) {
 	for _, peers := range []bool{false, true} {
 		t.Run(fmt.Sprintf("peers=%v", peers), func(t *testing.T) {

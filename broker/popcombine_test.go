@@ -243,7 +243,8 @@ func TestPopCombinedClientLeaves(t *testing.T) {
 	}
 	waiting := func() int {
 		var n int
-		if err := look.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE NOT granted`).Scan(&n); err != nil {
+		if err := look.QueryRow(ctx, `SELECT count(*) FROM pg_locks
+			WHERE NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n
@@ -267,8 +268,13 @@ func TestPopCombinedClientLeaves(t *testing.T) {
 		defer b.popc.mu.Unlock()
 		return len(b.popc.pending)
 	}
+	flushing := func() bool {
+		b.popc.mu.Lock()
+		defer b.popc.mu.Unlock()
+		return b.popc.inflight == 1 && len(b.popc.pending) == 0
+	}
 	cancelA, chA := start("p0")
-	waitFor("the first flush to block", func() bool { return waiting() >= 1 && pending() == 0 })
+	waitFor("the first flush to block", func() bool { return flushing() && waiting() >= 1 })
 	_, chB := start("p1")
 	waitFor("the second claim to wait", func() bool { return pending() == 1 })
 	cancelC, chC := start("p2")

@@ -109,7 +109,7 @@ DECLARE
     r_verdict    text;
     r_until      timestamptz;
     r_drained    boolean;
-    v_marked     boolean;
+    v_marked     boolean := false; -- the group's marker is held FOR SHARE
 BEGIN
     o_names := '{}'; o_pids := '{}'; o_verdicts := '{}'; o_until := '{}'; o_drained := '{}';
     o_retries := '{}'; o_counts := '{}'; o_offs := '{}'; o_ids := '{}'; o_txids := '{}';
@@ -170,7 +170,11 @@ BEGIN
     -- are for other groups as resolved (queen.dlq_copies_past, 80_dlq.sql).
     -- Skipped when no candidate can lack its row (p_unprov): even with every
     -- row present, the statement costs more than the rest of the claim.
-    IF cardinality(v_unprov) > 0 THEN
+    IF cardinality(v_unprov) > 0 AND EXISTS (
+            SELECT 1 FROM queen.partitions p
+            WHERE p.queue_id = v_q.id AND p.name = ANY (v_unprov)
+              AND NOT EXISTS (SELECT 1 FROM queen.consumers c
+                              WHERE c.partition_id = p.id AND c.consumer_group = p_group)) THEN
         -- Hold the group's marker while its rows are made, as
         -- queen.provision_group_v1 does: a group delete locks the markers
         -- first (FOR NO KEY UPDATE), so it either waits for this claim and
@@ -178,7 +182,8 @@ BEGIN
         -- made again below, as the first pop after a delete makes it. Read
         -- unlocked above, a marker could be deleted, rows and all, while
         -- these rows were being made, and they would outlive their group.
-        v_marked := false;
+        -- (Only when a row is missing: a claim whose rows all exist, such as
+        -- one of a restarted node, takes no lock on the shared marker.)
         FOR v_try IN 1 .. 3 LOOP
             SELECT md.subscription_from INTO v_from
             FROM queen.consumer_groups_metadata md
@@ -251,7 +256,21 @@ BEGIN
                     r_verdict := 'busy'; EXIT cand;
                 END IF;
                 -- First sight of this partition by the group: seed the cursor from
-                -- the recorded subscription start.
+                -- the recorded subscription start. The row is made under the
+                -- group's marker, as above; here the claim may already hold
+                -- other candidates' rows, which a group delete locks after
+                -- the marker, so it does not wait: a marker held (a delete,
+                -- a subscription update) or gone makes the candidate busy.
+                IF NOT v_marked THEN
+                    SELECT md.subscription_from INTO v_from
+                    FROM queen.consumer_groups_metadata md
+                    WHERE md.queue_id = v_q.id AND md.consumer_group = p_group
+                    FOR SHARE SKIP LOCKED;
+                    IF NOT FOUND THEN
+                        r_verdict := 'busy'; EXIT cand;
+                    END IF;
+                    v_marked := true;
+                END IF;
                 v_seed := 0;
                 IF v_from IS NOT NULL THEN
                     SELECT COALESCE(max(m.off), 0) INTO v_seed
