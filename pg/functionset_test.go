@@ -32,6 +32,7 @@ var functionSets = []struct {
 	{10, "00b06b1baeb9b84c0f118abb5cc073501510a0c774030e765da19c81c38f3bc0"}, // issue 20: ack_cas_v1 skips rows another transaction holds
 	{11, "370ed6cd6c0af059824035bd138ba7b590325383fd728148f4e69c2ab808ff15"}, // issue 20: pop_v3 holds the group marker while it makes consumer rows
 	{12, "67bd840ad5cd2e066c010d47571c647cc7bec7dfdc2db800ba48974a8a94984d"}, // issue 20: pop_v3's first sight of a partition holds the marker too (SKIP LOCKED: busy); provisioning locks it only when a row is missing
+	{13, "06701a22d682e15c201293c8f411651a18afa540ffbf7ebcfca265a78ff338e8"}, // issue 20: queen.group_gate; pop_v3 makes rows under the group's gate (a fair advisory lock) instead of the marker's row lock
 }
 
 // The function files cannot change without FunctionSet changing: a node

@@ -431,13 +431,18 @@ func popV3AcrossADelete(t *testing.T, unprov bool) {
 		conns[i] = c
 	}
 	del, claim, watcher := conns[0], conns[1], conns[2]
-	// The delete, uncommitted: the claim's first (unlocked) read still sees
-	// the marker, so the claim goes on to make its row.
+	// The delete, uncommitted, as DeleteConsumerGroup does it (the gate,
+	// then the marker): the claim's first (unlocked) read still sees the
+	// marker, so the claim goes on to make its row.
 	tx, err := del.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(queen.group_gate(m.queue_id, m.consumer_group))
+		FROM queen.consumer_groups_metadata m WHERE m.consumer_group = 'g'`); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := tx.Exec(ctx, `DELETE FROM queen.consumer_groups_metadata WHERE consumer_group = 'g'`); err != nil {
 		t.Fatal(err)
 	}
@@ -486,6 +491,96 @@ func popV3AcrossADelete(t *testing.T, unprov bool) {
 	if len(r.verdicts) != 1 || r.verdicts[0] != want || rows != wantRows || markers != wantRows {
 		t.Fatalf("claim across the delete: verdicts %v, %d rows, %d markers; want %s, %d, %d",
 			r.verdicts, rows, markers, want, wantRows, wantRows)
+	}
+}
+
+// TestGroupDeleteIsNotHeldOffByClaims: claims that keep making a group's
+// rows must not keep a group delete waiting. One claim makes p0's row and
+// holds the group's gate; a delete waits for it; a second claim meeting p1
+// for the first time must then not get in ahead of the delete (busy: a
+// share lock on the marker would have been granted at once, and so on for
+// every later claim), and the delete ends once the first claim commits.
+func TestGroupDeleteIsNotHeldOffByClaims(t *testing.T) {
+	db, url := openDB(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pushN(t, db, "q", "p0", 1)
+	pushN(t, db, "q", "p1", 1)
+	marker(t, db, "q", "g", protocol.SubAll, nil)
+	var conns [3]*pgx.Conn
+	for i := range conns {
+		c, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close(context.Background())
+		conns[i] = c
+	}
+	first, second, watcher := conns[0], conns[1], conns[2]
+	claim := func(tx pgx.Tx, part string) string {
+		t.Helper()
+		var verdicts []string
+		if err := tx.QueryRow(ctx, `SELECT o_verdicts FROM queen.pop_v3('t', 'q', 'g', ARRAY[$1], 0, 10, 1,
+			'lease-'||$1, 60, false, 'test', 'all', NULL, 0, '{}')`, part).Scan(&verdicts); err != nil {
+			t.Fatal(err)
+		}
+		if len(verdicts) != 1 {
+			t.Fatalf("claim of %s: verdicts %v", part, verdicts)
+		}
+		return verdicts[0]
+	}
+	tx1, err := first.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx1.Rollback(context.Background())
+	if v := claim(tx1, "p0"); v != "took" {
+		t.Fatalf("first claim: %s, want took", v)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := db.DeleteConsumerGroup(ctx, "t", "g", "q", true)
+		done <- err
+	}()
+	for {
+		var n int
+		if err := watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'
+			  AND query LIKE '%consumer_groups_metadata%'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			break
+		}
+		if len(done) > 0 || ctx.Err() != nil {
+			t.Fatal("the group delete did not wait for the first claim")
+		}
+		time.Sleep(5 * time.Millisecond) // polling with a deadline
+	}
+	tx2, err := second.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx2.Rollback(context.Background())
+	if v := claim(tx2, "p1"); v != "busy" {
+		t.Fatalf("second claim while the delete waits: %s, want busy (it got in ahead of the delete)", v)
+	}
+	if err := tx2.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx1.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	var rows, markers int
+	if err := watcher.QueryRow(ctx, `SELECT (SELECT count(*) FROM queen.consumers WHERE consumer_group = 'g'),
+		(SELECT count(*) FROM queen.consumer_groups_metadata WHERE consumer_group = 'g')`).Scan(&rows, &markers); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 0 || markers != 0 {
+		t.Fatalf("after the group delete: %d consumer rows and %d markers of the group, want none", rows, markers)
 	}
 }
 

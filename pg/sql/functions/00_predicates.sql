@@ -12,3 +12,16 @@ RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT p_last_offset > COALESCE(p_committed, 0)
 $$;
+
+-- queen.group_gate: the advisory lock key of a (queue, group). Whatever makes
+-- consumer rows of a group (queen.pop_v3) holds it shared until it commits;
+-- a group delete and a subscription update take it exclusively before they
+-- lock the group's markers (pg/admin.go, pg/resources.go). Unlike a row lock
+-- on the marker, an advisory lock queues fairly: a shared request waits
+-- behind a waiting exclusive one, so claims that keep making rows cannot
+-- hold a delete off. Two pairs that hash alike only wait for each other.
+CREATE OR REPLACE FUNCTION queen.group_gate(p_queue uuid, p_group text)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT hashtextextended('queen.group:' || p_queue::text || '/' || p_group, 0)
+$$;

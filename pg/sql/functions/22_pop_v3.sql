@@ -109,7 +109,7 @@ DECLARE
     r_verdict    text;
     r_until      timestamptz;
     r_drained    boolean;
-    v_marked     boolean := false; -- the group's marker is held FOR SHARE
+    v_marked     boolean := false; -- the group's gate is held and its marker exists
 BEGIN
     o_names := '{}'; o_pids := '{}'; o_verdicts := '{}'; o_until := '{}'; o_drained := '{}';
     o_retries := '{}'; o_counts := '{}'; o_offs := '{}'; o_ids := '{}'; o_txids := '{}';
@@ -175,20 +175,20 @@ BEGIN
             WHERE p.queue_id = v_q.id AND p.name = ANY (v_unprov)
               AND NOT EXISTS (SELECT 1 FROM queen.consumers c
                               WHERE c.partition_id = p.id AND c.consumer_group = p_group)) THEN
-        -- Hold the group's marker while its rows are made, as
-        -- queen.provision_group_v1 does: a group delete locks the markers
-        -- first (FOR NO KEY UPDATE), so it either waits for this claim and
+        -- Hold the group's gate (queen.group_gate, shared) while its rows
+        -- are made: a group delete takes it exclusively before it locks the
+        -- markers and deletes the rows, so it either waits for this claim and
         -- then deletes the rows made here, or ends first, and the marker is
-        -- made again below, as the first pop after a delete makes it. Read
-        -- unlocked above, a marker could be deleted, rows and all, while
-        -- these rows were being made, and they would outlive their group.
-        -- (Only when a row is missing: a claim whose rows all exist, such as
-        -- one of a restarted node, takes no lock on the shared marker.)
+        -- made again below, as the first pop after a delete makes it. With
+        -- the marker read unlocked above, a delete could remove the marker
+        -- and the rows while these were being made, and they would outlive
+        -- their group. (Only when a row is missing: a claim whose rows all
+        -- exist, such as one of a restarted node, takes no lock.)
+        PERFORM pg_advisory_xact_lock_shared(queen.group_gate(v_q.id, p_group));
         FOR v_try IN 1 .. 3 LOOP
             SELECT md.subscription_from INTO v_from
             FROM queen.consumer_groups_metadata md
-            WHERE md.queue_id = v_q.id AND md.consumer_group = p_group
-            FOR SHARE;
+            WHERE md.queue_id = v_q.id AND md.consumer_group = p_group;
             IF FOUND THEN
                 v_marked := true;
                 EXIT;
@@ -199,7 +199,7 @@ BEGIN
             ON CONFLICT (queue_id, consumer_group) DO NOTHING;
         END LOOP;
         IF NOT v_marked THEN
-            -- deleted again after each insert: the caller retries the claim
+            -- not found after each insert: the caller retries the claim
             RAISE EXCEPTION 'consumer group % of queue % deleted during a claim', p_group, p_queue
                 USING ERRCODE = '40001';
         END IF;
@@ -257,15 +257,18 @@ BEGIN
                 END IF;
                 -- First sight of this partition by the group: seed the cursor from
                 -- the recorded subscription start. The row is made under the
-                -- group's marker, as above; here the claim may already hold
+                -- group's gate, as above; here the claim may already hold
                 -- other candidates' rows, which a group delete locks after
-                -- the marker, so it does not wait: a marker held (a delete,
-                -- a subscription update) or gone makes the candidate busy.
+                -- the gate, so it does not wait: a gate held or wanted by a
+                -- delete or a subscription update, or a marker gone, makes
+                -- the candidate busy.
                 IF NOT v_marked THEN
+                    IF NOT pg_try_advisory_xact_lock_shared(queen.group_gate(v_q.id, p_group)) THEN
+                        r_verdict := 'busy'; EXIT cand;
+                    END IF;
                     SELECT md.subscription_from INTO v_from
                     FROM queen.consumer_groups_metadata md
-                    WHERE md.queue_id = v_q.id AND md.consumer_group = p_group
-                    FOR SHARE SKIP LOCKED;
+                    WHERE md.queue_id = v_q.id AND md.consumer_group = p_group;
                     IF NOT FOUND THEN
                         r_verdict := 'busy'; EXIT cand;
                     END IF;
