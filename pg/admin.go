@@ -313,11 +313,13 @@ func (db *DB) DeleteConsumerGroup(ctx context.Context, tenant, group, queue stri
 		// conflict with FOR SHARE, and lets a FOR KEY SHARE holder (a
 		// foreign-key check, or TestDLQRetryResurrectsDeletedGroup's device)
 		// be, as the marker delete below always has.
-		// Before them, each (queue, group)'s gate, exclusively: a claim that
-		// makes rows holds it shared (queen.group_gate, 00_predicates.sql),
-		// and an advisory lock queues fairly, so claims that keep making rows
-		// cannot hold this delete off as share locks on a marker could.
-		if err := lockGroupGates(ctx, t, tenant, group, queue); err != nil {
+		// Before them, the group's gate, exclusively: claims and bulk
+		// provisioning make rows only under it held shared
+		// (queen.group_gate_v2, 00_predicates.sql), and an advisory lock
+		// queues fairly, so they cannot hold this delete off as share locks
+		// on a marker could. (The marker lock stays for nodes of function
+		// set 12 or older, which hold the marker instead.)
+		if err := lockGroupGates(ctx, t, tenant, group); err != nil {
 			return fmt.Errorf("delete consumer group %s: %w", group, err)
 		}
 		if _, err := t.tx.Exec(ctx, `SELECT 1 FROM queen.consumer_groups_metadata m
@@ -424,17 +426,13 @@ func (db *DB) MatchQueues(ctx context.Context, tenant, namespace, task string) (
 	return names, nil
 }
 
-// lockGroupGates takes, in queue order, the gate (queen.group_gate) of every
-// (queue, group) of the tenant that has a marker (queue "": every queue),
-// exclusively until the transaction ends. A claim makes a group's rows only
-// under its gate held shared, and the marker exists whenever it does.
-func lockGroupGates(ctx context.Context, t *Tx, tenant, group, queue string) error {
-	if _, err := t.tx.Exec(ctx, `SELECT pg_advisory_xact_lock(queen.group_gate(g.queue_id, g.consumer_group))
-		FROM (SELECT m.queue_id, m.consumer_group FROM queen.consumer_groups_metadata m
-		      JOIN queen.queues q ON q.id = m.queue_id
-		      WHERE q.tenant = $1 AND m.consumer_group = $2 AND ($3 = '' OR q.name = $3)
-		      ORDER BY m.queue_id) g`, tenant, group, queue); err != nil {
-		return fmt.Errorf("lock group gates: %w", err)
+// lockGroupGates takes the group's gate (queen.group_gate_v2: one per
+// tenant and group, on all its queues) exclusively until the transaction
+// ends. Claims and bulk provisioning make a group's rows only under it held
+// shared, and an advisory lock queues fairly, so they cannot hold this off.
+func lockGroupGates(ctx context.Context, t *Tx, tenant, group string) error {
+	if _, err := t.tx.Exec(ctx, `SELECT pg_advisory_xact_lock(queen.group_gate_v2($1, $2))`, tenant, group); err != nil {
+		return fmt.Errorf("lock group gate: %w", err)
 	}
 	return nil
 }

@@ -33,6 +33,7 @@ var functionSets = []struct {
 	{11, "370ed6cd6c0af059824035bd138ba7b590325383fd728148f4e69c2ab808ff15"}, // issue 20: pop_v3 holds the group marker while it makes consumer rows
 	{12, "67bd840ad5cd2e066c010d47571c647cc7bec7dfdc2db800ba48974a8a94984d"}, // issue 20: pop_v3's first sight of a partition holds the marker too (SKIP LOCKED: busy); provisioning locks it only when a row is missing
 	{13, "06701a22d682e15c201293c8f411651a18afa540ffbf7ebcfca265a78ff338e8"}, // issue 20: queen.group_gate; pop_v3 makes rows under the group's gate (a fair advisory lock) instead of the marker's row lock
+	{14, "511bc0de3128617467ae5343a8c983dc7d6175f71d1b3e69d50758a164889388"}, // issue 20: one gate per (tenant, group), queen.group_gate_v2; provision_group_v1 takes it too
 }
 
 // The function files cannot change without FunctionSet changing: a node

@@ -286,7 +286,7 @@ func TestProvisionGroupRacingAGroupDelete(t *testing.T) {
 		var n int
 		if err := watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
 			WHERE datname = current_database() AND wait_event_type = 'Lock'
-			  AND query LIKE '%consumer_groups_metadata%'`).Scan(&n); err != nil {
+			  AND (query LIKE '%consumer_groups_metadata%' OR query LIKE '%group_gate%')`).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		if n > 0 {
@@ -376,7 +376,7 @@ func popV3RacingAGroupDelete(t *testing.T, unprov bool) {
 		var n int
 		if err := watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
 			WHERE datname = current_database() AND wait_event_type = 'Lock'
-			  AND query LIKE '%consumer_groups_metadata%'`).Scan(&n); err != nil {
+			  AND (query LIKE '%consumer_groups_metadata%' OR query LIKE '%group_gate%')`).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		waited = n > 0
@@ -439,8 +439,7 @@ func popV3AcrossADelete(t *testing.T, unprov bool) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(context.Background())
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(queen.group_gate(m.queue_id, m.consumer_group))
-		FROM queen.consumer_groups_metadata m WHERE m.consumer_group = 'g'`); err != nil {
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(queen.group_gate_v2('t', 'g'))`); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := tx.Exec(ctx, `DELETE FROM queen.consumer_groups_metadata WHERE consumer_group = 'g'`); err != nil {
@@ -546,7 +545,7 @@ func TestGroupDeleteIsNotHeldOffByClaims(t *testing.T) {
 		var n int
 		if err := watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
 			WHERE datname = current_database() AND wait_event_type = 'Lock'
-			  AND query LIKE '%consumer_groups_metadata%'`).Scan(&n); err != nil {
+			  AND (query LIKE '%consumer_groups_metadata%' OR query LIKE '%group_gate%')`).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		if n > 0 {
@@ -581,6 +580,93 @@ func TestGroupDeleteIsNotHeldOffByClaims(t *testing.T) {
 	}
 	if rows != 0 || markers != 0 {
 		t.Fatalf("after the group delete: %d consumer rows and %d markers of the group, want none", rows, markers)
+	}
+}
+
+// TestGroupDeleteHoldsOffClaimsOnEveryQueue: the gate is the group's on all
+// its queues, so a delete of every queue holds off a claim that makes the
+// group's rows on a queue whose marker did not exist when the delete began
+// (the group's first pop there). Per queue, the delete's set of gates was
+// read before that marker existed: the claim went ahead under a gate the
+// delete never took, and a second such claim could leave a row after the
+// delete removed the marker.
+func TestGroupDeleteHoldsOffClaimsOnEveryQueue(t *testing.T) {
+	db, url := openDB(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pushN(t, db, "q1", "p0", 1)
+	pushN(t, db, "q2", "a", 1)
+	marker(t, db, "q1", "g", protocol.SubAll, nil)
+	var conns [3]*pgx.Conn
+	for i := range conns {
+		c, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close(context.Background())
+		conns[i] = c
+	}
+	holder, claimer, watcher := conns[0], conns[1], conns[2]
+	waitingOn := func(pattern string) bool {
+		var n int
+		if err := watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE $1`, pattern).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n > 0
+	}
+	// a claim on q1 holding the group's gate
+	htx, err := holder.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer htx.Rollback(context.Background())
+	if _, err := htx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared(queen.group_gate_v2('t', 'g'))`); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := db.DeleteConsumerGroup(ctx, "t", "g", "", true)
+		done <- err
+	}()
+	for !waitingOn("%group_gate%") {
+		if len(done) > 0 || ctx.Err() != nil {
+			t.Fatal("the group delete did not wait for the gate")
+		}
+		time.Sleep(5 * time.Millisecond) // polling with a deadline
+	}
+	// the group's first pop of q2: it makes the marker, then its row
+	claimed := make(chan error, 1)
+	go func() {
+		var v []string
+		claimed <- claimer.QueryRow(ctx, `SELECT o_verdicts FROM queen.pop_v3('t', 'q2', 'g', ARRAY['a'], 0, 10, 1,
+			'lease-a', 60, false, 'test', 'all', NULL, 0, NULL)`).Scan(&v)
+	}()
+	waited := false
+	for !waited && len(claimed) == 0 && ctx.Err() == nil {
+		waited = waitingOn("%pop_v3%")
+		time.Sleep(5 * time.Millisecond) // polling with a deadline
+	}
+	if err := htx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-claimed; err != nil {
+		t.Fatal(err)
+	}
+	if !waited {
+		t.Fatal("the claim on q2 made the group's rows while its delete was waiting")
+	}
+	var orphans int
+	if err := watcher.QueryRow(ctx, `SELECT count(*) FROM queen.consumers c JOIN queen.partitions p ON p.id = c.partition_id
+		WHERE c.consumer_group = 'g' AND NOT EXISTS (SELECT 1 FROM queen.consumer_groups_metadata m
+		                                              WHERE m.queue_id = p.queue_id AND m.consumer_group = 'g')`).Scan(&orphans); err != nil {
+		t.Fatal(err)
+	}
+	if orphans != 0 {
+		t.Fatalf("%d consumer rows of the group without a marker", orphans)
 	}
 }
 
@@ -715,7 +801,7 @@ func TestSubscriptionUpdateWaitsForAPage(t *testing.T) {
 		var n int
 		if err := watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
 			WHERE datname = current_database() AND wait_event_type = 'Lock'
-			  AND query LIKE '%consumer_groups_metadata%'`).Scan(&n); err != nil {
+			  AND (query LIKE '%consumer_groups_metadata%' OR query LIKE '%group_gate%')`).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		if n > 0 {

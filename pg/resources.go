@@ -812,9 +812,9 @@ func (db *DB) UpdateSubscription(ctx context.Context, tenant, group string, from
 	// provisioning page holds its marker until it commits, so the row
 	// update after it sees the page's rows (a group delete does the same).
 	err := db.InTxRetry(ctx, func(t *Tx) error {
-		// The gates first, as a group delete takes them: claims that make
-		// the group's rows hold them shared.
-		if err := lockGroupGates(ctx, t, tenant, group, ""); err != nil {
+		// The gate first, as a group delete takes it: claims and bulk
+		// provisioning that make the group's rows hold it shared.
+		if err := lockGroupGates(ctx, t, tenant, group); err != nil {
 			return err
 		}
 		if _, err := t.tx.Exec(ctx, `SELECT 1 FROM queen.consumer_groups_metadata m

@@ -13,15 +13,22 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT p_last_offset > COALESCE(p_committed, 0)
 $$;
 
--- queen.group_gate: the advisory lock key of a (queue, group). Whatever makes
--- consumer rows of a group (queen.pop_v3) holds it shared until it commits;
--- a group delete and a subscription update take it exclusively before they
--- lock the group's markers (pg/admin.go, pg/resources.go). Unlike a row lock
--- on the marker, an advisory lock queues fairly: a shared request waits
--- behind a waiting exclusive one, so claims that keep making rows cannot
--- hold a delete off. Two pairs that hash alike only wait for each other.
-CREATE OR REPLACE FUNCTION queen.group_gate(p_queue uuid, p_group text)
+-- queen.group_gate_v2: the advisory lock key of a consumer group of a
+-- tenant, on all its queues. Whatever makes consumer rows of a group
+-- (queen.pop_v3, queen.provision_group_v1) holds it shared until it
+-- commits; a group delete and a subscription update take it exclusively
+-- before they lock the group's markers (pg/admin.go, pg/resources.go).
+-- Unlike a row lock on a marker, an advisory lock queues fairly: a shared
+-- request waits behind a waiting exclusive one, so claims that keep making
+-- rows cannot hold a delete off. One key per (tenant, group), not per
+-- queue: a delete of every queue then needs no list of markers, which a
+-- claim could add to after it was read, and one lock, not one per queue.
+-- Two groups whose keys collide only wait for each other.
+CREATE OR REPLACE FUNCTION queen.group_gate_v2(p_tenant text, p_group text)
 RETURNS bigint
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT hashtextextended('queen.group:' || p_queue::text || '/' || p_group, 0)
+    SELECT hashtextextended('queen.group:' || p_tenant || '/' || p_group, 0)
 $$;
+
+-- Its per-queue form, of function set 13 only (never released), retired.
+DROP FUNCTION IF EXISTS queen.group_gate(uuid, text);

@@ -175,7 +175,7 @@ BEGIN
             WHERE p.queue_id = v_q.id AND p.name = ANY (v_unprov)
               AND NOT EXISTS (SELECT 1 FROM queen.consumers c
                               WHERE c.partition_id = p.id AND c.consumer_group = p_group)) THEN
-        -- Hold the group's gate (queen.group_gate, shared) while its rows
+        -- Hold the group's gate (queen.group_gate_v2, shared) while its rows
         -- are made: a group delete takes it exclusively before it locks the
         -- markers and deletes the rows, so it either waits for this claim and
         -- then deletes the rows made here, or ends first, and the marker is
@@ -184,7 +184,7 @@ BEGIN
         -- and the rows while these were being made, and they would outlive
         -- their group. (Only when a row is missing: a claim whose rows all
         -- exist, such as one of a restarted node, takes no lock.)
-        PERFORM pg_advisory_xact_lock_shared(queen.group_gate(v_q.id, p_group));
+        PERFORM pg_advisory_xact_lock_shared(queen.group_gate_v2(p_tenant, p_group));
         FOR v_try IN 1 .. 3 LOOP
             SELECT md.subscription_from INTO v_from
             FROM queen.consumer_groups_metadata md
@@ -263,7 +263,7 @@ BEGIN
                 -- delete or a subscription update, or a marker gone, makes
                 -- the candidate busy.
                 IF NOT v_marked THEN
-                    IF NOT pg_try_advisory_xact_lock_shared(queen.group_gate(v_q.id, p_group)) THEN
+                    IF NOT pg_try_advisory_xact_lock_shared(queen.group_gate_v2(p_tenant, p_group)) THEN
                         r_verdict := 'busy'; EXIT cand;
                     END IF;
                     SELECT md.subscription_from INTO v_from

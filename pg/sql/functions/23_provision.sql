@@ -13,11 +13,13 @@
 -- the dead-letter retry copies past it that are for other groups as
 -- resolved. The group marker must exist (the group's first pop made it):
 -- without it the subscription start is not decided yet, and nothing is
--- written or returned. The marker is held (FOR SHARE) until the commit:
--- a group delete locks the markers before it deletes the rows
+-- written or returned. The group's gate (queen.group_gate_v2) is held
+-- shared until the commit, taken before anything else: a group delete
+-- takes it exclusively before it deletes the rows
 -- (pg.DB.DeleteConsumerGroup), so it either sees this call's rows or makes
--- it find no marker, and never leaves rows of a deleted group. Rows are
--- inserted in partition id order with nothing else locked but the marker,
+-- it find no marker, and never leaves rows of a deleted group; and, the
+-- lock queueing fairly, passes cannot hold a waiting delete off. Rows are
+-- inserted in partition id order with nothing else locked but the gate,
 -- as queen.pop_v3's provisioning of its candidates inserts them; pop_v3's
 -- first-sight insert of a single candidate (in candidate order, after
 -- that) can still cross a page and deadlock with it, which PostgreSQL
@@ -38,11 +40,11 @@ DECLARE
     v_qid  uuid;
     v_from timestamptz;
 BEGIN
+    PERFORM pg_advisory_xact_lock_shared(queen.group_gate_v2(p_tenant, p_group));
     SELECT q.id, md.subscription_from INTO v_qid, v_from
     FROM queen.queues q
     JOIN queen.consumer_groups_metadata md ON md.queue_id = q.id AND md.consumer_group = p_group
-    WHERE q.tenant = p_tenant AND q.name = p_queue
-    FOR SHARE OF md;
+    WHERE q.tenant = p_tenant AND q.name = p_queue;
     IF NOT FOUND THEN
         RETURN;
     END IF;
