@@ -34,6 +34,7 @@ var functionSets = []struct {
 	{12, "67bd840ad5cd2e066c010d47571c647cc7bec7dfdc2db800ba48974a8a94984d"}, // issue 20: pop_v3's first sight of a partition holds the marker too (SKIP LOCKED: busy); provisioning locks it only when a row is missing
 	{13, "06701a22d682e15c201293c8f411651a18afa540ffbf7ebcfca265a78ff338e8"}, // issue 20: queen.group_gate; pop_v3 makes rows under the group's gate (a fair advisory lock) instead of the marker's row lock
 	{14, "511bc0de3128617467ae5343a8c983dc7d6175f71d1b3e69d50758a164889388"}, // issue 20: one gate per (tenant, group), queen.group_gate_v2; provision_group_v1 takes it too
+	{15, "5c558a3a203c49c4c215cb4db8613efdbf49bcf71a50f26df939fa400ed025a5"}, // issue 20: queen.group_gate(uuid, text) kept for set-13 nodes restarting during a rollout
 }
 
 // The function files cannot change without FunctionSet changing: a node

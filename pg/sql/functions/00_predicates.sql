@@ -30,5 +30,11 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT hashtextextended('queen.group:' || p_tenant || '/' || p_group, 0)
 $$;
 
--- Its per-queue form, of function set 13 only (never released), retired.
-DROP FUNCTION IF EXISTS queen.group_gate(uuid, text);
+-- Its per-queue form, of function set 13: this tree calls none of it, but a
+-- node of that set restarting during a rollout does (its deletes then take
+-- other keys than the new claims: finish the rollout, docs/storage.md).
+CREATE OR REPLACE FUNCTION queen.group_gate(p_queue uuid, p_group text)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT hashtextextended('queen.group:' || p_queue::text || '/' || p_group, 0)
+$$;
