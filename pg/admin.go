@@ -306,10 +306,10 @@ func (db *DB) DeleteConsumerGroup(ctx context.Context, tenant, group, queue stri
 	// It deletes consumer rows in no particular order, so it can cross an
 	// ack or pop: a deadlock rolls back the whole transaction, retry it.
 	err := db.InTxRetry(ctx, func(t *Tx) error {
-		// The markers first: a bulk provisioning holds its queue's marker
-		// (FOR SHARE) while it makes rows, so the delete below starts after
-		// it committed and sees them, or it waits for this delete and finds
-		// no marker (23_provision.sql). NO KEY UPDATE is enough to
+		// The gate, then the markers: bulk provisioning and claims hold
+		// both (shared) while they make rows, so the delete below starts
+		// after they committed and sees them, or they wait for this delete
+		// and find no marker (23_provision.sql, 22_pop_v3.sql). NO KEY UPDATE is enough to
 		// conflict with FOR SHARE, and lets a FOR KEY SHARE holder (a
 		// foreign-key check, or TestDLQRetryResurrectsDeletedGroup's device)
 		// be, as the marker delete below always has.
@@ -317,8 +317,8 @@ func (db *DB) DeleteConsumerGroup(ctx context.Context, tenant, group, queue stri
 		// provisioning make rows only under it held shared
 		// (queen.group_gate_v2, 00_predicates.sql), and an advisory lock
 		// queues fairly, so they cannot hold this delete off as share locks
-		// on a marker could. (The marker lock stays for nodes of function
-		// set 12 or older, which hold the marker instead.)
+		// on a marker could. (They hold the marker too, for the deletes
+		// of nodes of function set 12 or older, which lock it only.)
 		if err := lockGroupGates(ctx, t, tenant, group); err != nil {
 			return fmt.Errorf("delete consumer group %s: %w", group, err)
 		}

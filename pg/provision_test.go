@@ -670,6 +670,100 @@ func TestGroupDeleteHoldsOffClaimsOnEveryQueue(t *testing.T) {
 	}
 }
 
+// TestOlderNodesDeleteWaitsForNewWriters: during a rolling upgrade a node
+// of function set 12 or older deletes a group by locking its markers only,
+// without the gate, against the new bodies of provision_group_v1 and
+// pop_v3. Those hold the marker as well as the gate, so the older delete
+// waits for them and leaves no row; holding only the gate, they let it
+// end first and 3 rows outlived the group.
+func TestOlderNodesDeleteWaitsForNewWriters(t *testing.T) {
+	for _, kind := range []string{"provision_group_v1", "pop_v3"} {
+		t.Run(kind, func(t *testing.T) {
+			db, url := openDB(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			names := []string{"p0", "p1", "p2"}
+			for _, p := range names {
+				pushN(t, db, "q", p, 1)
+			}
+			marker(t, db, "q", "g", protocol.SubAll, nil)
+			var conns [3]*pgx.Conn
+			for i := range conns {
+				c, err := pgx.Connect(ctx, url)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close(context.Background())
+				conns[i] = c
+			}
+			writer, del, watcher := conns[0], conns[1], conns[2]
+			tx, err := writer.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(context.Background())
+			if kind == "provision_group_v1" {
+				_, err = tx.Exec(ctx, `SELECT * FROM queen.provision_group_v1('t', 'q', 'g', NULL, 100)`)
+			} else {
+				_, err = tx.Exec(ctx, `SELECT o_verdicts FROM queen.pop_v3('t', 'q', 'g', $1, 0, 0, 5, 'l', 60,
+					false, 'test', 'all', NULL, 0, $1)`, names)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			// set 12's DeleteConsumerGroup: the markers, then the rows and markers
+			done := make(chan error, 1)
+			go func() {
+				done <- func() error {
+					dtx, err := del.Begin(ctx)
+					if err != nil {
+						return err
+					}
+					defer dtx.Rollback(context.Background())
+					for _, q := range []string{
+						`SELECT 1 FROM queen.consumer_groups_metadata m JOIN queen.queues q ON q.id = m.queue_id
+							WHERE q.tenant = 't' AND m.consumer_group = 'g' ORDER BY m.queue_id FOR NO KEY UPDATE OF m`,
+						`DELETE FROM queen.consumers c USING queen.partitions p, queen.queues q
+							WHERE c.partition_id = p.id AND p.queue_id = q.id AND q.tenant = 't' AND c.consumer_group = 'g'`,
+						`DELETE FROM queen.consumer_groups_metadata m USING queen.queues q
+							WHERE m.queue_id = q.id AND q.tenant = 't' AND m.consumer_group = 'g'`,
+					} {
+						if _, err := dtx.Exec(ctx, q); err != nil {
+							return err
+						}
+					}
+					return dtx.Commit(ctx)
+				}()
+			}()
+			waited := false
+			for !waited && len(done) == 0 && ctx.Err() == nil {
+				var n int
+				if err := watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+					WHERE datname = current_database() AND wait_event_type = 'Lock'
+					  AND query LIKE '%consumer_groups_metadata%'`).Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				waited = n > 0
+				time.Sleep(5 * time.Millisecond) // polling with a deadline
+			}
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			var rows, markers int
+			if err := watcher.QueryRow(ctx, `SELECT (SELECT count(*) FROM queen.consumers WHERE consumer_group = 'g'),
+				(SELECT count(*) FROM queen.consumer_groups_metadata WHERE consumer_group = 'g')`).Scan(&rows, &markers); err != nil {
+				t.Fatal(err)
+			}
+			if !waited || rows != 0 || markers != 0 {
+				t.Fatalf("the older delete waited: %v; after it %d rows and %d markers of the group, want none", waited, rows, markers)
+			}
+		})
+	}
+}
+
 // TestSubscriptionUpdateMovesProvisionedCursors: a subscription update
 // applies to the partitions the group has not read yet (docs/api.md). A
 // cursor the bulk provisioning placed, not read since, moves to the new

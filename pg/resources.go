@@ -809,7 +809,7 @@ func (db *DB) UpdateSubscription(ctx context.Context, tenant, group string, from
 	// placed again at the new start, as the group's first read would have
 	// placed it. The
 	// markers first, in queue order, in a statement of their own: a
-	// provisioning page holds its marker until it commits, so the row
+	// provisioning page holds the gate and its marker until it commits, so the row
 	// update after it sees the page's rows (a group delete does the same).
 	err := db.InTxRetry(ctx, func(t *Tx) error {
 		// The gate first, as a group delete takes it: claims and bulk

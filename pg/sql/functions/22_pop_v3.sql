@@ -129,6 +129,13 @@ BEGIN
     WHERE md.queue_id = v_q.id AND md.consumer_group = p_group;
     IF NOT FOUND THEN
         v_seeded := false;
+        -- A claim that may make rows takes the group's gate before it
+        -- makes the marker, as a delete takes the gate before the markers:
+        -- holding an uncommitted marker while waiting for the gate could
+        -- close a cycle with a delete and a merged flush waiting on it.
+        IF p_unprov IS NULL OR cardinality(p_unprov) > 0 THEN
+            PERFORM pg_advisory_xact_lock_shared(queen.group_gate_v2(p_tenant, p_group));
+        END IF;
         INSERT INTO queen.consumer_groups_metadata (queue_id, consumer_group, subscription_from)
         VALUES (v_q.id, p_group, CASE p_sub_mode WHEN 'new' THEN v_now WHEN 'from' THEN p_sub_from ELSE NULL END)
         ON CONFLICT (queue_id, consumer_group) DO NOTHING;
@@ -183,12 +190,15 @@ BEGIN
         -- the marker read unlocked above, a delete could remove the marker
         -- and the rows while these were being made, and they would outlive
         -- their group. (Only when a row is missing: a claim whose rows all
-        -- exist, such as one of a restarted node, takes no lock.)
+        -- exist, such as one of a restarted node, takes no lock.) The marker
+        -- is held too, after the gate: a node of function set 12 or older
+        -- deletes a group by locking its markers only, without the gate.
         PERFORM pg_advisory_xact_lock_shared(queen.group_gate_v2(p_tenant, p_group));
         FOR v_try IN 1 .. 3 LOOP
             SELECT md.subscription_from INTO v_from
             FROM queen.consumer_groups_metadata md
-            WHERE md.queue_id = v_q.id AND md.consumer_group = p_group;
+            WHERE md.queue_id = v_q.id AND md.consumer_group = p_group
+            FOR SHARE;
             IF FOUND THEN
                 v_marked := true;
                 EXIT;
@@ -260,15 +270,16 @@ BEGIN
                 -- group's gate, as above; here the claim may already hold
                 -- other candidates' rows, which a group delete locks after
                 -- the gate, so it does not wait: a gate held or wanted by a
-                -- delete or a subscription update, or a marker gone, makes
-                -- the candidate busy.
+                -- delete or a subscription update, or a marker gone or
+                -- locked (an older node's delete), makes the candidate busy.
                 IF NOT v_marked THEN
                     IF NOT pg_try_advisory_xact_lock_shared(queen.group_gate_v2(p_tenant, p_group)) THEN
                         r_verdict := 'busy'; EXIT cand;
                     END IF;
                     SELECT md.subscription_from INTO v_from
                     FROM queen.consumer_groups_metadata md
-                    WHERE md.queue_id = v_q.id AND md.consumer_group = p_group;
+                    WHERE md.queue_id = v_q.id AND md.consumer_group = p_group
+                    FOR SHARE SKIP LOCKED;
                     IF NOT FOUND THEN
                         r_verdict := 'busy'; EXIT cand;
                     END IF;

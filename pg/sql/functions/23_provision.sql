@@ -18,8 +18,10 @@
 -- takes it exclusively before it deletes the rows
 -- (pg.DB.DeleteConsumerGroup), so it either sees this call's rows or makes
 -- it find no marker, and never leaves rows of a deleted group; and, the
--- lock queueing fairly, passes cannot hold a waiting delete off. Rows are
--- inserted in partition id order with nothing else locked but the gate,
+-- lock queueing fairly, passes cannot hold a waiting delete off. The marker
+-- is held too (FOR SHARE, after the gate), for the deletes of nodes of
+-- function set 12 or older, which lock the markers only. Rows are
+-- inserted in partition id order with nothing else locked but these,
 -- as queen.pop_v3's provisioning of its candidates inserts them; pop_v3's
 -- first-sight insert of a single candidate (in candidate order, after
 -- that) can still cross a page and deadlock with it, which PostgreSQL
@@ -44,7 +46,8 @@ BEGIN
     SELECT q.id, md.subscription_from INTO v_qid, v_from
     FROM queen.queues q
     JOIN queen.consumer_groups_metadata md ON md.queue_id = q.id AND md.consumer_group = p_group
-    WHERE q.tenant = p_tenant AND q.name = p_queue;
+    WHERE q.tenant = p_tenant AND q.name = p_queue
+    FOR SHARE OF md;
     IF NOT FOUND THEN
         RETURN;
     END IF;
