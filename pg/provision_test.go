@@ -764,6 +764,107 @@ func TestOlderNodesDeleteWaitsForNewWriters(t *testing.T) {
 	}
 }
 
+// TestClaimTakesTheGateBeforeItMakesAMarker: a lone claim that may make
+// rows takes the group's gate before it makes the group's marker on a new
+// queue. Made first, the uncommitted marker closed a cycle: a merged flush
+// holding a row of the group waits on it (ON CONFLICT), the claim waits
+// for the gate, and a delete holds the gate and waits for the flush's row
+// (deadlock detected). Now the claim waits for the gate holding nothing,
+// and the flush makes the marker itself and finds the gate taken: busy.
+func TestClaimTakesTheGateBeforeItMakesAMarker(t *testing.T) {
+	db, url := openDB(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pushN(t, db, "q1", "p0", 1)
+	pushN(t, db, "q2", "a", 1)
+	marker(t, db, "q1", "g", protocol.SubAll, nil)
+	var conns [3]*pgx.Conn
+	for i := range conns {
+		c, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close(context.Background())
+		conns[i] = c
+	}
+	flush, lone, watcher := conns[0], conns[1], conns[2]
+	if _, err := watcher.Exec(ctx, `SELECT * FROM queen.provision_group_v1('t', 'q1', 'g', NULL, 100)`); err != nil {
+		t.Fatal(err)
+	}
+	waitingOn := func(pattern string) bool {
+		var n int
+		if err := watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE $1`, pattern).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n > 0
+	}
+	ftx, err := flush.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ftx.Rollback(context.Background())
+	if _, err := ftx.Exec(ctx, `SET LOCAL deadlock_timeout = '100ms'`); err != nil {
+		t.Fatal(err)
+	}
+	merged := func(queue, part string) (string, error) {
+		var v []string
+		err := ftx.QueryRow(ctx, `SELECT o_verdicts FROM queen.pop_v3('t', $1, 'g', ARRAY[$2], 0, 10, 1,
+			'lease-f', 60, false, 'test', 'all', NULL, 0, '{}')`, queue, part).Scan(&v)
+		if err != nil || len(v) != 1 {
+			return fmt.Sprint(v), err
+		}
+		return v[0], nil
+	}
+	if v, err := merged("q1", "p0"); err != nil || v != "took" {
+		t.Fatalf("the flush's first claim: %s %v, want took", v, err)
+	}
+	deleted := make(chan error, 1)
+	go func() {
+		_, err := db.DeleteConsumerGroup(ctx, "t", "g", "", true)
+		deleted <- err
+	}()
+	for !waitingOn("%DELETE FROM queen.consumers%") {
+		if len(deleted) > 0 || ctx.Err() != nil {
+			t.Fatal("the delete did not wait for the flush's row")
+		}
+		time.Sleep(5 * time.Millisecond) // polling with a deadline
+	}
+	claimed := make(chan error, 1)
+	go func() {
+		var v []string
+		claimed <- lone.QueryRow(ctx, `SELECT o_verdicts FROM queen.pop_v3('t', 'q2', 'g', ARRAY['a'], 0, 10, 1,
+			'lease-l', 60, false, 'test', 'all', NULL, 0, NULL)`).Scan(&v)
+	}()
+	for !waitingOn("%pop_v3%") {
+		if len(claimed) > 0 || ctx.Err() != nil {
+			t.Fatal("the lone claim did not wait for the delete")
+		}
+		time.Sleep(5 * time.Millisecond) // polling with a deadline
+	}
+	if v, err := merged("q2", "a"); err != nil || v != "busy" {
+		t.Fatalf("the flush's claim on the new queue: %s %v, want busy", v, err)
+	}
+	if err := ftx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-deleted; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-claimed; err != nil {
+		t.Fatal(err)
+	}
+	var orphans int
+	if err := watcher.QueryRow(ctx, `SELECT count(*) FROM queen.consumers c JOIN queen.partitions p ON p.id = c.partition_id
+		WHERE c.consumer_group = 'g' AND NOT EXISTS (SELECT 1 FROM queen.consumer_groups_metadata m
+		                                              WHERE m.queue_id = p.queue_id AND m.consumer_group = 'g')`).Scan(&orphans); err != nil {
+		t.Fatal(err)
+	}
+	if orphans != 0 {
+		t.Fatalf("%d consumer rows of the group without a marker", orphans)
+	}
+}
+
 // TestSubscriptionUpdateMovesProvisionedCursors: a subscription update
 // applies to the partitions the group has not read yet (docs/api.md). A
 // cursor the bulk provisioning placed, not read since, moves to the new
