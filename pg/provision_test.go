@@ -54,6 +54,56 @@ func marker(t *testing.T, db *pg.DB, queue, group string, mode protocol.SubMode,
 	}
 }
 
+// dial opens n connections to url, closed when the test ends: a test of
+// lock races runs each party on its own.
+func dial(t *testing.T, url string, n int) []*pgx.Conn {
+	t.Helper()
+	conns := make([]*pgx.Conn, n)
+	for i := range conns {
+		c, err := pgx.Connect(context.Background(), url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close(context.Background()) })
+		conns[i] = c
+	}
+	return conns
+}
+
+// lockWaiting reports whether a session of this database waits for a lock
+// in a statement matching one of the LIKE patterns.
+func lockWaiting(t *testing.T, conn *pgx.Conn, patterns ...string) bool {
+	t.Helper()
+	var n int
+	if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+		WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE ANY ($1)`, patterns).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n > 0
+}
+
+// groupLeft counts group g's consumer rows and markers.
+func groupLeft(t *testing.T, conn *pgx.Conn) (rows, markers int) {
+	t.Helper()
+	if err := conn.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM queen.consumers WHERE consumer_group = 'g'),
+		(SELECT count(*) FROM queen.consumer_groups_metadata WHERE consumer_group = 'g')`).Scan(&rows, &markers); err != nil {
+		t.Fatal(err)
+	}
+	return rows, markers
+}
+
+// orphanRows counts group g's consumer rows on a queue where g has no marker.
+func orphanRows(t *testing.T, conn *pgx.Conn) int {
+	t.Helper()
+	var n int
+	if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM queen.consumers c JOIN queen.partitions p ON p.id = c.partition_id
+		WHERE c.consumer_group = 'g' AND NOT EXISTS (SELECT 1 FROM queen.consumer_groups_metadata m
+		                                              WHERE m.queue_id = p.queue_id AND m.consumer_group = 'g')`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 // TestProvisionGroupSeedsAsPopV3 is the bulk provisioning's differential
 // test against its general path: on the same partitions, one group gets its
 // rows from queen.pop_v3's provisioning of its candidates (a claim with no
@@ -283,13 +333,7 @@ func TestProvisionGroupRacingAGroupDelete(t *testing.T) {
 	// Wait until the delete waits on a lock the pass holds, whichever
 	// statement of it that is.
 	for {
-		var n int
-		if err := watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock'
-			  AND (query LIKE '%consumer_groups_metadata%' OR query LIKE '%group_gate%')`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		if n > 0 {
+		if lockWaiting(t, watcher, "%consumer_groups_metadata%", "%group_gate%") {
 			break
 		}
 		if ctx.Err() != nil {
@@ -303,11 +347,7 @@ func TestProvisionGroupRacingAGroupDelete(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	var rows, markers int
-	if err := watcher.QueryRow(ctx, `SELECT (SELECT count(*) FROM queen.consumers WHERE consumer_group = 'g'),
-		(SELECT count(*) FROM queen.consumer_groups_metadata WHERE consumer_group = 'g')`).Scan(&rows, &markers); err != nil {
-		t.Fatal(err)
-	}
+	rows, markers := groupLeft(t, watcher)
 	if rows != 0 || markers != 0 {
 		t.Fatalf("after the group delete: %d consumer rows and %d markers of the group, want none", rows, markers)
 	}
@@ -373,13 +413,7 @@ func popV3RacingAGroupDelete(t *testing.T, unprov bool) {
 	// it ends at once, which the rows counted below then show.
 	waited := false
 	for !waited {
-		var n int
-		if err := watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock'
-			  AND (query LIKE '%consumer_groups_metadata%' OR query LIKE '%group_gate%')`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		waited = n > 0
+		waited = lockWaiting(t, watcher, "%consumer_groups_metadata%", "%group_gate%")
 		if len(done) > 0 || ctx.Err() != nil {
 			break
 		}
@@ -391,11 +425,7 @@ func popV3RacingAGroupDelete(t *testing.T, unprov bool) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	var rows, markers int
-	if err := watcher.QueryRow(ctx, `SELECT (SELECT count(*) FROM queen.consumers WHERE consumer_group = 'g'),
-		(SELECT count(*) FROM queen.consumer_groups_metadata WHERE consumer_group = 'g')`).Scan(&rows, &markers); err != nil {
-		t.Fatal(err)
-	}
+	rows, markers := groupLeft(t, watcher)
 	if rows != 0 || markers != 0 || !waited {
 		t.Fatalf("after the group delete: %d consumer rows and %d markers of the group (want none); the delete waited for the claim: %v",
 			rows, markers, waited)
@@ -421,15 +451,7 @@ func popV3AcrossADelete(t *testing.T, unprov bool) {
 	defer cancel()
 	pushN(t, db, "q", "p0", 1)
 	marker(t, db, "q", "g", protocol.SubAll, nil)
-	var conns [3]*pgx.Conn
-	for i := range conns {
-		c, err := pgx.Connect(ctx, url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close(context.Background())
-		conns[i] = c
-	}
+	conns := dial(t, url, 3)
 	del, claim, watcher := conns[0], conns[1], conns[2]
 	// The delete, uncommitted, as DeleteConsumerGroup does it (the gate,
 	// then the marker): the claim's first (unlocked) read still sees the
@@ -461,12 +483,7 @@ func popV3AcrossADelete(t *testing.T, unprov bool) {
 		done <- r
 	}()
 	for len(done) == 0 && ctx.Err() == nil {
-		var n int
-		if err := watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%pop_v3%'`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		if n > 0 {
+		if lockWaiting(t, watcher, "%pop_v3%") {
 			break
 		}
 		time.Sleep(5 * time.Millisecond) // polling with a deadline
@@ -478,11 +495,7 @@ func popV3AcrossADelete(t *testing.T, unprov bool) {
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
-	var rows, markers int
-	if err := watcher.QueryRow(ctx, `SELECT (SELECT count(*) FROM queen.consumers WHERE consumer_group = 'g'),
-		(SELECT count(*) FROM queen.consumer_groups_metadata WHERE consumer_group = 'g')`).Scan(&rows, &markers); err != nil {
-		t.Fatal(err)
-	}
+	rows, markers := groupLeft(t, watcher)
 	want, wantRows := "took", 1
 	if !unprov {
 		want, wantRows = "busy", 0
@@ -506,15 +519,7 @@ func TestGroupDeleteIsNotHeldOffByClaims(t *testing.T) {
 	pushN(t, db, "q", "p0", 1)
 	pushN(t, db, "q", "p1", 1)
 	marker(t, db, "q", "g", protocol.SubAll, nil)
-	var conns [3]*pgx.Conn
-	for i := range conns {
-		c, err := pgx.Connect(ctx, url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close(context.Background())
-		conns[i] = c
-	}
+	conns := dial(t, url, 3)
 	first, second, watcher := conns[0], conns[1], conns[2]
 	claim := func(tx pgx.Tx, part string) string {
 		t.Helper()
@@ -542,13 +547,7 @@ func TestGroupDeleteIsNotHeldOffByClaims(t *testing.T) {
 		done <- err
 	}()
 	for {
-		var n int
-		if err := watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock'
-			  AND (query LIKE '%consumer_groups_metadata%' OR query LIKE '%group_gate%')`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		if n > 0 {
+		if lockWaiting(t, watcher, "%consumer_groups_metadata%", "%group_gate%") {
 			break
 		}
 		if len(done) > 0 || ctx.Err() != nil {
@@ -573,11 +572,7 @@ func TestGroupDeleteIsNotHeldOffByClaims(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	var rows, markers int
-	if err := watcher.QueryRow(ctx, `SELECT (SELECT count(*) FROM queen.consumers WHERE consumer_group = 'g'),
-		(SELECT count(*) FROM queen.consumer_groups_metadata WHERE consumer_group = 'g')`).Scan(&rows, &markers); err != nil {
-		t.Fatal(err)
-	}
+	rows, markers := groupLeft(t, watcher)
 	if rows != 0 || markers != 0 {
 		t.Fatalf("after the group delete: %d consumer rows and %d markers of the group, want none", rows, markers)
 	}
@@ -597,24 +592,8 @@ func TestGroupDeleteHoldsOffClaimsOnEveryQueue(t *testing.T) {
 	pushN(t, db, "q1", "p0", 1)
 	pushN(t, db, "q2", "a", 1)
 	marker(t, db, "q1", "g", protocol.SubAll, nil)
-	var conns [3]*pgx.Conn
-	for i := range conns {
-		c, err := pgx.Connect(ctx, url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close(context.Background())
-		conns[i] = c
-	}
+	conns := dial(t, url, 3)
 	holder, claimer, watcher := conns[0], conns[1], conns[2]
-	waitingOn := func(pattern string) bool {
-		var n int
-		if err := watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE $1`, pattern).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n > 0
-	}
 	// a claim on q1 holding the group's gate
 	htx, err := holder.Begin(ctx)
 	if err != nil {
@@ -629,7 +608,7 @@ func TestGroupDeleteHoldsOffClaimsOnEveryQueue(t *testing.T) {
 		_, err := db.DeleteConsumerGroup(ctx, "t", "g", "", true)
 		done <- err
 	}()
-	for !waitingOn("%group_gate%") {
+	for !lockWaiting(t, watcher, "%group_gate%") {
 		if len(done) > 0 || ctx.Err() != nil {
 			t.Fatal("the group delete did not wait for the gate")
 		}
@@ -644,7 +623,7 @@ func TestGroupDeleteHoldsOffClaimsOnEveryQueue(t *testing.T) {
 	}()
 	waited := false
 	for !waited && len(claimed) == 0 && ctx.Err() == nil {
-		waited = waitingOn("%pop_v3%")
+		waited = lockWaiting(t, watcher, "%pop_v3%")
 		time.Sleep(5 * time.Millisecond) // polling with a deadline
 	}
 	if err := htx.Commit(ctx); err != nil {
@@ -659,12 +638,7 @@ func TestGroupDeleteHoldsOffClaimsOnEveryQueue(t *testing.T) {
 	if !waited {
 		t.Fatal("the claim on q2 made the group's rows while its delete was waiting")
 	}
-	var orphans int
-	if err := watcher.QueryRow(ctx, `SELECT count(*) FROM queen.consumers c JOIN queen.partitions p ON p.id = c.partition_id
-		WHERE c.consumer_group = 'g' AND NOT EXISTS (SELECT 1 FROM queen.consumer_groups_metadata m
-		                                              WHERE m.queue_id = p.queue_id AND m.consumer_group = 'g')`).Scan(&orphans); err != nil {
-		t.Fatal(err)
-	}
+	orphans := orphanRows(t, watcher)
 	if orphans != 0 {
 		t.Fatalf("%d consumer rows of the group without a marker", orphans)
 	}
@@ -687,15 +661,7 @@ func TestOlderNodesDeleteWaitsForNewWriters(t *testing.T) {
 				pushN(t, db, "q", p, 1)
 			}
 			marker(t, db, "q", "g", protocol.SubAll, nil)
-			var conns [3]*pgx.Conn
-			for i := range conns {
-				c, err := pgx.Connect(ctx, url)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer c.Close(context.Background())
-				conns[i] = c
-			}
+			conns := dial(t, url, 3)
 			writer, del, watcher := conns[0], conns[1], conns[2]
 			tx, err := writer.Begin(ctx)
 			if err != nil {
@@ -737,13 +703,7 @@ func TestOlderNodesDeleteWaitsForNewWriters(t *testing.T) {
 			}()
 			waited := false
 			for !waited && len(done) == 0 && ctx.Err() == nil {
-				var n int
-				if err := watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-					WHERE datname = current_database() AND wait_event_type = 'Lock'
-					  AND query LIKE '%consumer_groups_metadata%'`).Scan(&n); err != nil {
-					t.Fatal(err)
-				}
-				waited = n > 0
+				waited = lockWaiting(t, watcher, "%consumer_groups_metadata%")
 				time.Sleep(5 * time.Millisecond) // polling with a deadline
 			}
 			if err := tx.Commit(ctx); err != nil {
@@ -752,11 +712,7 @@ func TestOlderNodesDeleteWaitsForNewWriters(t *testing.T) {
 			if err := <-done; err != nil {
 				t.Fatal(err)
 			}
-			var rows, markers int
-			if err := watcher.QueryRow(ctx, `SELECT (SELECT count(*) FROM queen.consumers WHERE consumer_group = 'g'),
-				(SELECT count(*) FROM queen.consumer_groups_metadata WHERE consumer_group = 'g')`).Scan(&rows, &markers); err != nil {
-				t.Fatal(err)
-			}
+			rows, markers := groupLeft(t, watcher)
 			if !waited || rows != 0 || markers != 0 {
 				t.Fatalf("the older delete waited: %v; after it %d rows and %d markers of the group, want none", waited, rows, markers)
 			}
@@ -778,26 +734,10 @@ func TestClaimTakesTheGateBeforeItMakesAMarker(t *testing.T) {
 	pushN(t, db, "q1", "p0", 1)
 	pushN(t, db, "q2", "a", 1)
 	marker(t, db, "q1", "g", protocol.SubAll, nil)
-	var conns [3]*pgx.Conn
-	for i := range conns {
-		c, err := pgx.Connect(ctx, url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close(context.Background())
-		conns[i] = c
-	}
+	conns := dial(t, url, 3)
 	flush, lone, watcher := conns[0], conns[1], conns[2]
 	if _, err := watcher.Exec(ctx, `SELECT * FROM queen.provision_group_v1('t', 'q1', 'g', NULL, 100)`); err != nil {
 		t.Fatal(err)
-	}
-	waitingOn := func(pattern string) bool {
-		var n int
-		if err := watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE $1`, pattern).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n > 0
 	}
 	ftx, err := flush.Begin(ctx)
 	if err != nil {
@@ -824,7 +764,7 @@ func TestClaimTakesTheGateBeforeItMakesAMarker(t *testing.T) {
 		_, err := db.DeleteConsumerGroup(ctx, "t", "g", "", true)
 		deleted <- err
 	}()
-	for !waitingOn("%DELETE FROM queen.consumers%") {
+	for !lockWaiting(t, watcher, "%DELETE FROM queen.consumers%") {
 		if len(deleted) > 0 || ctx.Err() != nil {
 			t.Fatal("the delete did not wait for the flush's row")
 		}
@@ -836,7 +776,7 @@ func TestClaimTakesTheGateBeforeItMakesAMarker(t *testing.T) {
 		claimed <- lone.QueryRow(ctx, `SELECT o_verdicts FROM queen.pop_v3('t', 'q2', 'g', ARRAY['a'], 0, 10, 1,
 			'lease-l', 60, false, 'test', 'all', NULL, 0, NULL)`).Scan(&v)
 	}()
-	for !waitingOn("%pop_v3%") {
+	for !lockWaiting(t, watcher, "%pop_v3%") {
 		if len(claimed) > 0 || ctx.Err() != nil {
 			t.Fatal("the lone claim did not wait for the delete")
 		}
@@ -854,12 +794,7 @@ func TestClaimTakesTheGateBeforeItMakesAMarker(t *testing.T) {
 	if err := <-claimed; err != nil {
 		t.Fatal(err)
 	}
-	var orphans int
-	if err := watcher.QueryRow(ctx, `SELECT count(*) FROM queen.consumers c JOIN queen.partitions p ON p.id = c.partition_id
-		WHERE c.consumer_group = 'g' AND NOT EXISTS (SELECT 1 FROM queen.consumer_groups_metadata m
-		                                              WHERE m.queue_id = p.queue_id AND m.consumer_group = 'g')`).Scan(&orphans); err != nil {
-		t.Fatal(err)
-	}
+	orphans := orphanRows(t, watcher)
 	if orphans != 0 {
 		t.Fatalf("%d consumer rows of the group without a marker", orphans)
 	}
@@ -993,13 +928,7 @@ func TestSubscriptionUpdateWaitsForAPage(t *testing.T) {
 		done <- err
 	}()
 	for {
-		var n int
-		if err := watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock'
-			  AND (query LIKE '%consumer_groups_metadata%' OR query LIKE '%group_gate%')`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		if n > 0 {
+		if lockWaiting(t, watcher, "%consumer_groups_metadata%", "%group_gate%") {
 			break
 		}
 		time.Sleep(5 * time.Millisecond) // polling with a deadline (ctx)
