@@ -189,7 +189,7 @@ func casOnly(outs []pg.AckOutcome, done []bool) []pg.AckOutcome {
 
 // ackCombiner merges the CAS pairs of concurrent ack requests into one
 // pg.AckCAS statement per flush, like pushCombiner does for pushes: a
-// request that arrives while a flush runs (ackMaxInFlight) waits and goes
+// request that arrives while a flush runs (flushesInFlight) waits and goes
 // with the next one; an idle node flushes at once (no timer). The
 // statement skips rows another transaction holds (their pairs take the
 // general path), so one flush at a time is not held up by a row lock. A
@@ -217,8 +217,6 @@ type ackCombiner struct {
 // cluster each node running its own second flight also multiplied the
 // transactions by the nodes ("fifth session").
 const flushesInFlight = 1
-
-const ackMaxInFlight = flushesInFlight
 
 // maxCASPairs bounds the (partition, group) pairs of one CAS flush; a
 // larger request flushes alone.
@@ -249,7 +247,7 @@ func (c *ackCombiner) submit(ctx context.Context, pairs []pg.CASPair) ([]pg.CASR
 	r := &casReq{ctx: ctx, pairs: pairs, done: make(chan struct{})}
 	c.mu.Lock()
 	c.pending = append(c.pending, r)
-	if c.inflight < ackMaxInFlight {
+	if c.inflight < flushesInFlight {
 		c.inflight++
 		go c.run()
 	}

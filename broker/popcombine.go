@@ -13,9 +13,9 @@ import (
 // popCombiner merges claims that reach the claim core while others are
 // being run into one transaction (pg.DB.PopMany: one pipelined round trip,
 // one commit), the pop side of the push combiner (combine.go). One flush
-// runs at a time (popMaxInflight); a claim that arrives while it runs waits
-// for the next flush, and each flush takes every claim waiting (up to
-// popMaxJobs). There is no timer: an idle node flushes at once.
+// runs at a time (flushesInFlight, ackcas.go); a claim that arrives while
+// it runs waits for the next flush, and each flush takes every claim
+// waiting (up to popMaxJobs). There is no timer: an idle node flushes at once.
 //
 // Only claims that need no provisioning are merged (named candidates all
 // known to have their consumer row, see provisioned): the core then takes
@@ -47,7 +47,6 @@ type popCombiner struct {
 
 // Bounds of the pop combiner.
 const (
-	popMaxInflight  = flushesInFlight
 	popMaxJobs      = 64
 	popFlushTimeout = 2 * time.Second // a flush runs under no single client's context
 )
@@ -83,7 +82,7 @@ func (c *popCombiner) claim(ctx context.Context, args pg.PopArgs) (*pg.PopOutcom
 	j := &popJob{ctx: ctx, args: args, done: make(chan struct{})}
 	c.mu.Lock()
 	c.pending = append(c.pending, j)
-	if c.inflight < popMaxInflight {
+	if c.inflight < flushesInFlight {
 		c.inflight++
 		go c.run()
 	}

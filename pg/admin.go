@@ -306,19 +306,17 @@ func (db *DB) DeleteConsumerGroup(ctx context.Context, tenant, group, queue stri
 	// It deletes consumer rows in no particular order, so it can cross an
 	// ack or pop: a deadlock rolls back the whole transaction, retry it.
 	err := db.InTxRetry(ctx, func(t *Tx) error {
-		// The gate, then the markers: bulk provisioning and claims hold
-		// both (shared) while they make rows, so the delete below starts
-		// after they committed and sees them, or they wait for this delete
-		// and find no marker (23_provision.sql, 22_pop_v3.sql). NO KEY UPDATE is enough to
-		// conflict with FOR SHARE, and lets a FOR KEY SHARE holder (a
-		// foreign-key check, or TestDLQRetryResurrectsDeletedGroup's device)
-		// be, as the marker delete below always has.
-		// Before them, the group's gate, exclusively: claims and bulk
-		// provisioning make rows only under it held shared
-		// (queen.group_gate_v2, 00_predicates.sql), and an advisory lock
-		// queues fairly, so they cannot hold this delete off as share locks
-		// on a marker could. (They hold the marker too, for the deletes
-		// of nodes of function set 12 or older, which lock it only.)
+		// The group's gate, exclusively, then its markers: bulk
+		// provisioning and claims hold both (shared) while they make rows,
+		// so the delete below starts after they committed and sees them, or
+		// they wait for it and find no marker (23_provision.sql,
+		// 22_pop_v3.sql). The gate (queen.group_gate_v2) queues fairly, so
+		// they cannot hold this delete off as share locks on a marker
+		// could; the marker lock is what a node of function set 12 or older
+		// takes alone. NO KEY UPDATE is enough to conflict with FOR SHARE,
+		// and lets a FOR KEY SHARE holder (a foreign-key check, or
+		// TestDLQRetryResurrectsDeletedGroup's device) be, as the marker
+		// delete below always has.
 		if err := lockGroupGates(ctx, t, tenant, group); err != nil {
 			return fmt.Errorf("delete consumer group %s: %w", group, err)
 		}
