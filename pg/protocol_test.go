@@ -88,6 +88,7 @@ func TestSQLProtocolLiterals(t *testing.T) {
 		"queen.ack_v2: fast path":                  true,
 		"40001":                                    true, // pop_v3's raise, retried as pg/retry.go's codeSerialization
 		"consumer group % of queue % deleted during a claim": true,
+		"consumer row of group % deleted during an ack":      true,
 		"queen.group:": true, // queen.group_gate's key prefix; Go calls the function
 	}
 	lits := sqlLiterals(t)

@@ -728,11 +728,31 @@ func TestOlderNodesDeleteWaitsForNewWriters(t *testing.T) {
 // (deadlock detected). Now the claim waits for the gate holding nothing,
 // and the flush makes the marker itself and finds the gate taken: busy.
 func TestClaimTakesTheGateBeforeItMakesAMarker(t *testing.T) {
+	claimAgainstADelete(t, true)
+}
+
+// TestClaimTakesTheGateBeforeItMakesAQueue: the same cycle through the
+// queue row. A lone claim of a queue that does not exist yet took the gate
+// after it made the queue row, so a merged flush whose claim names that
+// queue (the node's list of the group's rows is stale for a deleted queue)
+// waited on the uncommitted row, and the three closed a cycle. Now the
+// claim takes the gate first, and the flush makes the queue itself.
+func TestClaimTakesTheGateBeforeItMakesAQueue(t *testing.T) {
+	claimAgainstADelete(t, false)
+}
+
+// claimAgainstADelete runs a merged flush holding a row of group g, a
+// delete of g waiting for that row, and a lone claim of queue q2 (which
+// exists when q2Exists, without g's marker) waiting for the delete's gate;
+// then the flush claims on q2, which must not wait on the lone claim.
+func claimAgainstADelete(t *testing.T, q2Exists bool) {
 	db, url := openDB(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	pushN(t, db, "q1", "p0", 1)
-	pushN(t, db, "q2", "a", 1)
+	if q2Exists {
+		pushN(t, db, "q2", "a", 1)
+	}
 	marker(t, db, "q1", "g", protocol.SubAll, nil)
 	conns := dial(t, url, 3)
 	flush, lone, watcher := conns[0], conns[1], conns[2]
@@ -782,8 +802,12 @@ func TestClaimTakesTheGateBeforeItMakesAMarker(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond) // polling with a deadline
 	}
-	if v, err := merged("q2", "a"); err != nil || v != "busy" {
-		t.Fatalf("the flush's claim on the new queue: %s %v, want busy", v, err)
+	v, err := merged("q2", "a")
+	if err != nil {
+		t.Fatalf("the flush's claim on q2 (exists %v): %v", q2Exists, err)
+	}
+	if q2Exists && v != "busy" {
+		t.Fatalf("the flush's claim on the new queue: %s, want busy", v)
 	}
 	if err := ftx.Commit(ctx); err != nil {
 		t.Fatal(err)
@@ -797,6 +821,58 @@ func TestClaimTakesTheGateBeforeItMakesAMarker(t *testing.T) {
 	orphans := orphanRows(t, watcher)
 	if orphans != 0 {
 		t.Fatalf("%d consumer rows of the group without a marker", orphans)
+	}
+}
+
+// TestLateAckMakesNoRowOfADeletedGroup: an ack carrying a lease of a
+// group deleted since its pop is refused and writes nothing (docs/api.md,
+// "Acks"). ack_v2 made the (partition, group) row before it read the lease,
+// so the refused ack left a cursor at 0 of a group without its marker,
+// which a group made again with `new` would have read from the start. An
+// ack without a lease still writes the cursor it names, as a seek does.
+func TestLateAckMakesNoRowOfADeletedGroup(t *testing.T) {
+	db, url := openDB(t)
+	ctx := context.Background()
+	pushN(t, db, "q", "p", 2)
+	lease := "lease-late"
+	out := claim(t, db, pg.PopArgs{Queue: "q", Names: []string{"p"}, Budget: 2, LeaseID: lease, LeaseSeconds: 600})
+	if len(out.Messages) != 2 {
+		t.Fatalf("pop: %d messages, want 2", len(out.Messages))
+	}
+	if _, err := db.DeleteConsumerGroup(ctx, "t", "g", "q", true); err != nil {
+		t.Fatal(err)
+	}
+	conn := dial(t, url, 1)[0]
+	m0, m1 := out.Messages[0], out.Messages[1]
+	for _, st := range []protocol.AckStatus{"completed", "failed", "dlq"} {
+		o, err := db.Ack(ctx, "t", []pg.AckRow{
+			{Group: "g", PartitionID: m0.PartitionID, TxID: m0.TxID, Status: st, LeaseID: lease},
+			{Group: "g", PartitionID: m1.PartitionID, TxID: m1.TxID, Status: st, LeaseID: lease}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range o {
+			if r.Success || r.Error != "Invalid or expired lease" {
+				t.Fatalf("%s ack %d with the deleted group's lease: %+v, want Invalid or expired lease", st, i, r)
+			}
+		}
+		if rows, markers := groupLeft(t, conn); rows != 0 || markers != 0 {
+			t.Fatalf("after a refused %s ack: %d consumer rows and %d markers of the deleted group, want none", st, rows, markers)
+		}
+	}
+	var dead int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM queen.dead_letters WHERE consumer_group = 'g' AND NOT superseded`).Scan(&dead); err != nil {
+		t.Fatal(err)
+	}
+	if dead != 0 {
+		t.Fatalf("%d dead letters from refused acks", dead)
+	}
+	o, err := db.Ack(ctx, "t", []pg.AckRow{{Group: "g", PartitionID: m0.PartitionID, TxID: m0.TxID, Status: "completed"}})
+	if err != nil || !o[0].Success {
+		t.Fatalf("an ack without a lease: %+v, %v", o, err)
+	}
+	if rows := consumerRows(t, conn, "q", "g"); rows["p"].Committed != m0.Off {
+		t.Fatalf("after an ack without a lease: %+v, want the cursor at %d", rows, m0.Off)
 	}
 }
 

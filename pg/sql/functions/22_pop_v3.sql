@@ -116,6 +116,13 @@ BEGIN
     o_traces := '{}'; o_payloads := '{}'; o_created := '{}'; o_subs := '{}';
     SELECT * INTO v_q FROM queen.queues q WHERE q.tenant = p_tenant AND q.name = p_queue;
     IF NOT FOUND THEN
+        -- The gate before the queue row too, for the reason given below for
+        -- the marker: an uncommitted queue row held while waiting for the
+        -- gate could close a cycle with a delete and a merged flush whose
+        -- claim of the same queue name waits on that row.
+        IF p_unprov IS NULL OR cardinality(p_unprov) > 0 THEN
+            PERFORM pg_advisory_xact_lock_shared(queen.group_gate_v2(p_tenant, p_group));
+        END IF;
         INSERT INTO queen.queues (id, tenant, name) VALUES (gen_random_uuid(), p_tenant, p_queue)
         ON CONFLICT (tenant, name) DO NOTHING;
         SELECT * INTO v_q FROM queen.queues q WHERE q.tenant = p_tenant AND q.name = p_queue;

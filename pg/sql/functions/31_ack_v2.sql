@@ -51,6 +51,8 @@ DECLARE
     v_this_dlq   boolean;
     v_resolved   boolean;
     v_resolve    boolean;
+    v_norow      boolean;   -- the (partition, group) has no cursor row: its items carry leases
+    v_try        int;
     -- the answers of the current (partition, group)'s items, returned when
     -- it is flushed, once its lease and pending flags are known
     b_idx        int[] := '{}';
@@ -155,14 +157,17 @@ BEGIN
                COALESCE(NULLIF(lower(a.st), ''), 'completed') AS st,
                NULLIF(a.lease, '') AS lease,
                NULLIF(a.err, '') AS err,
-               m.off, q.name AS qname, p.name AS pname, q.retry_limit, p.last_offset
+               m.off, q.name AS qname, p.name AS pname, q.retry_limit, p.last_offset,
+               -- some found item of the (partition, group) carries no lease
+               COALESCE(bool_or(COALESCE(a.lease, '') = '') FILTER (WHERE m.off IS NOT NULL)
+                        OVER (PARTITION BY a.pid, COALESCE(NULLIF(a.grp, ''), '__QUEUE_MODE__')), false) AS leaseless
         FROM unnest(p_groups, p_pids, p_txids, p_statuses, p_leases, p_errors)
              WITH ORDINALITY AS a(grp, pid, txid, st, lease, err, ord)
         LEFT JOIN queen.partitions p ON p.id = a.pid
         LEFT JOIN queen.queues q ON q.id = p.queue_id AND q.tenant = p_tenant
         LEFT JOIN queen.messages m ON q.id IS NOT NULL AND m.partition_id = a.pid AND m.transaction_id = a.txid
         UNION ALL
-        SELECT true, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+        SELECT true, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
         ORDER BY sentinel, pid, grp, off NULLS FIRST, idx
     LOOP
         IF NOT r.sentinel AND r.off IS NULL THEN
@@ -179,48 +184,51 @@ BEGIN
                 -- it passes the resolved offsets that follow it, directly or
                 -- across offsets no message holds (a duplicate push skips its
                 -- offset), and stops at the first unresolved message.
-                v_all := v_old || v_new;
-                IF cardinality(v_new) > 0 AND cardinality(v_old) > 0 THEN
-                    v_all := ARRAY(SELECT DISTINCT x FROM unnest(v_all) x ORDER BY x);
-                END IF;
-                v_n := cardinality(v_all);
-                v_j := 1;
-                WHILE v_j <= v_n LOOP
-                    IF v_all[v_j] > v_committed THEN
-                        EXIT WHEN v_all[v_j] > v_committed + 1 AND EXISTS (
-                            SELECT 1 FROM queen.messages m
-                            WHERE m.partition_id = v_pid AND m.off > v_committed AND m.off < v_all[v_j]);
-                        v_committed := v_all[v_j];
-                    END IF;
-                    v_j := v_j + 1;
-                END LOOP;
-                v_all := v_all[v_j:v_n];
-                IF v_all IS NULL THEN
-                    v_all := '{}';
-                END IF;
-
+                -- (None without a row: its items were all refused.)
                 v_released := false;
-                IF v_release AND v_lease IS NOT NULL THEN
-                    v_released := v_live; v_lease := NULL; v_batch_end := v_committed;
-                ELSIF v_lease IS NOT NULL AND v_committed >= v_batch_end THEN
-                    -- the held batch is fully resolved (acked or dead-lettered): the
-                    -- retry counter starts over; a call that resolves nothing keeps it
-                    v_released := v_live; v_lease := NULL;
-                    IF v_decision IS DISTINCT FROM 'retry' THEN
-                        v_retry := 0;
+                IF NOT v_norow THEN
+                    v_all := v_old || v_new;
+                    IF cardinality(v_new) > 0 AND cardinality(v_old) > 0 THEN
+                        v_all := ARRAY(SELECT DISTINCT x FROM unnest(v_all) x ORDER BY x);
                     END IF;
+                    v_n := cardinality(v_all);
+                    v_j := 1;
+                    WHILE v_j <= v_n LOOP
+                        IF v_all[v_j] > v_committed THEN
+                            EXIT WHEN v_all[v_j] > v_committed + 1 AND EXISTS (
+                                SELECT 1 FROM queen.messages m
+                                WHERE m.partition_id = v_pid AND m.off > v_committed AND m.off < v_all[v_j]);
+                            v_committed := v_all[v_j];
+                        END IF;
+                        v_j := v_j + 1;
+                    END LOOP;
+                    v_all := v_all[v_j:v_n];
+                    IF v_all IS NULL THEN
+                        v_all := '{}';
+                    END IF;
+
+                    IF v_release AND v_lease IS NOT NULL THEN
+                        v_released := v_live; v_lease := NULL; v_batch_end := v_committed;
+                    ELSIF v_lease IS NOT NULL AND v_committed >= v_batch_end THEN
+                        -- the held batch is fully resolved (acked or dead-lettered): the
+                        -- retry counter starts over; a call that resolves nothing keeps it
+                        v_released := v_live; v_lease := NULL;
+                        IF v_decision IS DISTINCT FROM 'retry' THEN
+                            v_retry := 0;
+                        END IF;
+                    END IF;
+                    UPDATE queen.consumers c
+                    -- a pass's mark goes with the first ack that moves the cursor or
+                    -- its acked offsets (refused and no-op acks leave it)
+                    SET provisional = c.provisional AND v_committed = c.committed_offset AND v_all = c.acked,
+                        committed_offset = v_committed, batch_end = greatest(v_batch_end, v_committed),
+                        acked = v_all,
+                        lease_id = v_lease,
+                        lease_owner = CASE WHEN v_lease IS NULL THEN NULL ELSE c.lease_owner END,
+                        lease_expires_at = CASE WHEN v_lease IS NULL THEN NULL ELSE c.lease_expires_at END,
+                        retry_count = v_retry, updated_at = v_now
+                    WHERE c.partition_id = v_pid AND c.consumer_group = v_group;
                 END IF;
-                UPDATE queen.consumers c
-                -- a pass's mark goes with the first ack that moves the cursor or
-                -- its acked offsets (refused and no-op acks leave it)
-                SET provisional = c.provisional AND v_committed = c.committed_offset AND v_all = c.acked,
-                    committed_offset = v_committed, batch_end = greatest(v_batch_end, v_committed),
-                    acked = v_all,
-                    lease_id = v_lease,
-                    lease_owner = CASE WHEN v_lease IS NULL THEN NULL ELSE c.lease_owner END,
-                    lease_expires_at = CASE WHEN v_lease IS NULL THEN NULL ELSE c.lease_expires_at END,
-                    retry_count = v_retry, updated_at = v_now
-                WHERE c.partition_id = v_pid AND c.consumer_group = v_group;
                 -- the group's items, a successful one with the group's flags
                 RETURN QUERY
                 SELECT b.i, b.ok, b.err, v_queue, v_pname, b.ok AND v_released, b.dlq,
@@ -232,17 +240,35 @@ BEGIN
 
             v_key := r.pid::text || '/' || r.grp;
             v_pid := r.pid; v_group := r.grp; v_queue := r.qname; v_pname := r.pname;
-            INSERT INTO queen.consumers (partition_id, consumer_group) VALUES (r.pid, r.grp)
-            ON CONFLICT (partition_id, consumer_group) DO NOTHING;
-            IF FOUND THEN
-                -- a cursor created here: other groups' dead-letter retry
-                -- copies are resolved for it (80_dlq.sql). Only then: the
-                -- VALUES list runs on every ack, new cursor or not.
-                UPDATE queen.consumers c SET acked = queen.dlq_copies_past(r.pid, r.grp, 0)
-                WHERE c.partition_id = r.pid AND c.consumer_group = r.grp;
+            -- An ack without a lease makes the group's cursor when it has
+            -- none (docs/api.md, "Acks"); one with a lease never does: a
+            -- lease lives in the cursor row, so without the row (the group
+            -- was deleted since the pop) the lease is gone and the ack is
+            -- refused below. Making the row there would leave a cursor at 0
+            -- of a group without its marker, which a group made again with
+            -- `new` or `from` would then read from the start.
+            FOR v_try IN 1 .. 3 LOOP
+                IF r.leaseless THEN
+                    INSERT INTO queen.consumers (partition_id, consumer_group) VALUES (r.pid, r.grp)
+                    ON CONFLICT (partition_id, consumer_group) DO NOTHING;
+                    IF FOUND THEN
+                        -- a cursor created here: other groups' dead-letter retry
+                        -- copies are resolved for it (80_dlq.sql). Only then: the
+                        -- VALUES list runs on every ack, new cursor or not.
+                        UPDATE queen.consumers c SET acked = queen.dlq_copies_past(r.pid, r.grp, 0)
+                        WHERE c.partition_id = r.pid AND c.consumer_group = r.grp;
+                    END IF;
+                END IF;
+                SELECT c.* INTO v_c FROM queen.consumers c
+                WHERE c.partition_id = r.pid AND c.consumer_group = r.grp FOR UPDATE;
+                v_norow := NOT FOUND;
+                -- not found after the insert: a group delete removed the row
+                -- between the two statements; make it again
+                EXIT WHEN NOT v_norow OR NOT r.leaseless;
+            END LOOP;
+            IF v_norow AND r.leaseless THEN
+                RAISE EXCEPTION 'consumer row of group % deleted during an ack', r.grp USING ERRCODE = '40001';
             END IF;
-            SELECT c.* INTO v_c FROM queen.consumers c
-            WHERE c.partition_id = r.pid AND c.consumer_group = r.grp FOR UPDATE;
             SELECT p.last_offset INTO v_last FROM queen.partitions p WHERE p.id = r.pid;
             v_committed := v_c.committed_offset;
             v_old := v_c.acked; v_nold := cardinality(v_old); v_j := 1; v_new := '{}';
@@ -256,6 +282,13 @@ BEGIN
         o_pending := false; o_pid := r.pid; o_group := r.grp; o_off := r.off; o_dlq := false;
         IF r.st NOT IN ('completed', 'success', 'failed', 'dlq', 'retry') THEN
             o_success := false; o_error := 'Invalid status';
+            b_idx := b_idx || r.idx; b_ok := b_ok || o_success; b_err := b_err || o_error;
+            b_dlq := b_dlq || o_dlq; b_off := b_off || r.off;
+            CONTINUE;
+        END IF;
+        IF v_norow THEN
+            -- no cursor row, so no lease: the group was deleted since
+            o_success := false; o_error := 'Invalid or expired lease';
             b_idx := b_idx || r.idx; b_ok := b_ok || o_success; b_err := b_err || o_error;
             b_dlq := b_dlq || o_dlq; b_off := b_off || r.off;
             CONTINUE;
