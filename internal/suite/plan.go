@@ -103,7 +103,7 @@ func onOff(b bool) string {
 	return "off"
 }
 
-// NewPlan returns the full suite (about 13 minutes with 15 s runs) or the
+// NewPlan returns the full suite (about 15 minutes with 15 s runs) or the
 // quick one (about 3 minutes). run > 0 overrides the push phase length.
 func NewPlan(quick bool, run time.Duration) Plan {
 	p := Plan{
@@ -208,6 +208,10 @@ func (p Plan) NodeSeries() []int {
 // growthID is the run that holds a growth point: scenario 1's run when it
 // measured it, else a growth run of the same naming.
 func growthNodesID(nodes int) string { return throughputID(nodes, Workload{Partitions: 100}) }
+
+// growthBesideID is the 1-node run of the standard workload made just
+// before growth point nodes (> 1), to compare it with.
+func growthBesideID(nodes int) string { return fmt.Sprintf("thr-1n-p100-beside-%dn", nodes) }
 
 func growthPartitionsID(partitions int) string {
 	return throughputID(1, Workload{Partitions: partitions})

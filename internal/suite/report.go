@@ -250,8 +250,11 @@ func renderGrowth(w writer, r *Report) {
 		}
 		w("| %s | %s | %s | %s | %s | %.1f | %s |\n", num(float64(n)), num(f.delivered), ratio(f.delivered, base.delivered), num(f.pgUs), num(f.nodeUs), f.msgsPerPop, verdict(f))
 	}
-	w("\nBy nodes (100 partitions, queue mode; node CPU summed over the nodes):\n\n")
-	w("| nodes | delivered/s | vs 1 node | PG us/msg | nodes us/msg | check |\n| ---: | ---: | ---: | ---: | ---: | --- |\n")
+	w("\nBy nodes (100 partitions, queue mode; node CPU summed over the nodes). Each point of 2 nodes or\n")
+	w("more is compared with a one-node run made just before it (\"beside\"), since this machine's\n")
+	w("speed drifts over minutes; \"vs 1 node\" compares with scenario 1's one-node run:\n\n")
+	w("| nodes | delivered/s | vs 1 node | PG us/msg | nodes us/msg | msgs/pop | 1 node beside: delivered/s, PG us/msg, msgs/pop | PG us/msg vs beside | msgs/pop vs beside | check |\n")
+	w("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n")
 	base, _ = r.figures(growthNodesID(1))
 	for _, n := range p.NodeSeries() {
 		id := growthNodesID(n)
@@ -260,7 +263,17 @@ func renderGrowth(w writer, r *Report) {
 			w("| %d | %s |\n", n, missing(r, id))
 			continue
 		}
-		w("| %d | %s | %s | %s | %s | %s |\n", n, num(f.delivered), ratio(f.delivered, base.delivered), num(f.pgUs), num(f.nodeUs), verdict(f))
+		beside, pgVs, popVs := "-", "-", "-"
+		if n > 1 {
+			if b, ok := r.figures(growthBesideID(n)); ok {
+				beside = fmt.Sprintf("%s, %s, %.1f", num(b.delivered), num(b.pgUs), b.msgsPerPop)
+				pgVs, popVs = "**"+ratio(f.pgUs, b.pgUs)+"**", "**"+ratio(f.msgsPerPop, b.msgsPerPop)+"**"
+			} else {
+				beside = missing(r, growthBesideID(n))
+			}
+		}
+		w("| %d | %s | %s | %s | %s | %.1f | %s | %s | %s | %s |\n", n, num(f.delivered), ratio(f.delivered, base.delivered),
+			num(f.pgUs), num(f.nodeUs), f.msgsPerPop, beside, pgVs, popVs, verdict(f))
 	}
 	if r.SVG != "" {
 		w("\n![delivered/s and PostgreSQL CPU per message by partitions and by nodes](%s)\n", r.SVG)

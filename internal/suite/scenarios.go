@@ -14,6 +14,9 @@ import (
 func (s *suite) throughput(ctx context.Context) error {
 	p := s.rep.Plan
 	for _, n := range p.Nodes {
+		if err := s.growthBeside(ctx, n); err != nil {
+			return err
+		}
 		if err := s.throughputOn(ctx, n); err != nil {
 			return err
 		}
@@ -21,6 +24,9 @@ func (s *suite) throughput(ctx context.Context) error {
 	for _, n := range p.GrowthNodes {
 		if contains(p.Nodes, n) {
 			continue
+		}
+		if err := s.growthBeside(ctx, n); err != nil {
+			return err
 		}
 		c, err := s.cluster(ctx, n, nil, fmt.Sprintf("%dn", n), "scenario 5")
 		if err != nil {
@@ -33,6 +39,23 @@ func (s *suite) throughput(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// growthBeside runs the standard workload on one node just before growth
+// point n > 1 runs it on n nodes. This machine's speed drifts over minutes,
+// by up to 2-3x, so a point is compared with a one-node run beside it, as
+// an A/B pair is, and not only with scenario 1's, made minutes earlier.
+func (s *suite) growthBeside(ctx context.Context, n int) error {
+	if n <= 1 {
+		return nil
+	}
+	c, err := s.cluster(ctx, 1, nil, fmt.Sprintf("1n-beside-%dn", n), "scenario 5, beside "+strconv.Itoa(n)+" nodes")
+	if err != nil {
+		return err
+	}
+	defer c.stop()
+	_, err = s.load(ctx, growthBesideID(n), c, s.baseConfig(c))
+	return err
 }
 
 func (s *suite) throughputOn(ctx context.Context, n int) error {

@@ -63,6 +63,14 @@ func TestPlanScenarioTable(t *testing.T) {
 	for _, d := range full.WakeDropRates {
 		add(wakeID(d))
 	}
+	for _, n := range full.NodeSeries() {
+		if n > 1 {
+			add(growthBesideID(n))
+			if !contains(full.Nodes, n) {
+				add(growthNodesID(n))
+			}
+		}
+	}
 }
 
 func equal(a, b []int) bool {
@@ -97,6 +105,9 @@ func fakeReport() *Report {
 		Idle: map[string]*IdleCost{}, SVG: "bench-growth.svg"}
 	for _, n := range p.NodeSeries() {
 		r.addRun(fakeRun(throughputID(n, Workload{Partitions: 100}), n, 10000*float64(n), 20))
+		if n == 3 { // the 5-node point's run beside it is missing
+			r.addRun(fakeRun(growthBesideID(n), 1, 12000, 16))
+		}
 	}
 	r.addRun(fakeRun(throughputID(1, Workload{Partitions: 1000}), 1, 5000, 40))
 	r.Idle[idleID(true, 1000)] = &IdleCost{ID: idleID(true, 1000), XactPerSec: 0.5, PopSQLPerS: 0,
@@ -122,6 +133,8 @@ func TestRenderReport(t *testing.T) {
 		"before the warm-up: 1,000 partitions in 2.5 s (1,000 pop SQL calls).",
 		"**FAIL**: 3 lost",
 		"| 5 | 50,000 | 5.00 |", // growth by nodes
+		"| 3 | 30,000 | 3.00 | 20 | 15 | 10.0 | 12,000, 16, 10.0 | **1.25** | **1.00** | pass |", // against the run beside it
+		"| 5 | 50,000 | 5.00 | 20 | 15 | 10.0 | not measured | - | - | pass |",
 		"![delivered/s",
 		"    # thr-1n-p100\n    queen-bench --nodes http://127.0.0.1:1",
 		"not measured",
