@@ -37,6 +37,7 @@ var functionSets = []struct {
 	{15, "5c558a3a203c49c4c215cb4db8613efdbf49bcf71a50f26df939fa400ed025a5"}, // issue 20: queen.group_gate(uuid, text) kept for set-13 nodes restarting during a rollout
 	{16, "515d5877839f40ce582198029873ea151b71971ec32236dd5cc5076b34321dd5"}, // issue 20: claims and pages hold the marker after the gate (older nodes' deletes); the gate before a claim makes the marker
 	{17, "73a717ebb6e108ca89a67c45e01650c719bbffa2225f03bce4c90c3262ddadbd"}, // issue 20: ack_v2 makes no cursor row for an ack with a lease; pop_v3 takes the gate before it makes a queue
+	{18, "92a62eca07f40c1c441e14742edf8c2831364d332f5be7dabd5fc56e5f8e864d"}, // issue 20: ack_v2 makes a cursor row only for a lease-less ack that resolves a message
 }
 
 // The function files cannot change without FunctionSet changing: a node

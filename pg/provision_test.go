@@ -826,10 +826,11 @@ func claimAgainstADelete(t *testing.T, q2Exists bool) {
 
 // TestLateAckMakesNoRowOfADeletedGroup: an ack carrying a lease of a
 // group deleted since its pop is refused and writes nothing (docs/api.md,
-// "Acks"). ack_v2 made the (partition, group) row before it read the lease,
-// so the refused ack left a cursor at 0 of a group without its marker,
-// which a group made again with `new` would have read from the start. An
-// ack without a lease still writes the cursor it names, as a seek does.
+// "Acks", rule 7). ack_v2 made the (partition, group) row before it read
+// the lease, so the refused ack left a cursor at 0 of a group without its
+// marker, which a group made again with `new` would have read from the
+// start. An ack without a lease makes the row only when it resolves a
+// message.
 func TestLateAckMakesNoRowOfADeletedGroup(t *testing.T) {
 	db, url := openDB(t)
 	ctx := context.Background()
@@ -867,12 +868,31 @@ func TestLateAckMakesNoRowOfADeletedGroup(t *testing.T) {
 	if dead != 0 {
 		t.Fatalf("%d dead letters from refused acks", dead)
 	}
-	o, err := db.Ack(ctx, "t", []pg.AckRow{{Group: "g", PartitionID: m0.PartitionID, TxID: m0.TxID, Status: "completed"}})
-	if err != nil || !o[0].Success {
-		t.Fatalf("an ack without a lease: %+v, %v", o, err)
+	// Without a lease, what resolves nothing makes nothing either: a
+	// failed or retry is told success, as with a row; an unknown status is
+	// refused. Mixed with an item carrying the old lease, too.
+	for _, st := range []protocol.AckStatus{"failed", "retry", "bogus"} {
+		o, err := db.Ack(ctx, "t", []pg.AckRow{
+			{Group: "g", PartitionID: m1.PartitionID, TxID: m1.TxID, Status: st},
+			{Group: "g", PartitionID: m0.PartitionID, TxID: m0.TxID, Status: "completed", LeaseID: lease}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := st != "bogus"; o[0].Success != want || o[1].Success {
+			t.Fatalf("lease-less %s after the delete, with a leased completed: %+v, want success %v and a refusal", st, o, want)
+		}
+		if rows, _ := groupLeft(t, conn); rows != 0 {
+			t.Fatalf("a lease-less %s after the delete made %d consumer rows, want none", st, rows)
+		}
 	}
-	if rows := consumerRows(t, conn, "q", "g"); rows["p"].Committed != m0.Off {
-		t.Fatalf("after an ack without a lease: %+v, want the cursor at %d", rows, m0.Off)
+	// A lease-less completed ack resolves what it names: it makes the
+	// cursor, at the partition's start, as without a delete.
+	o, err := db.Ack(ctx, "t", []pg.AckRow{{Group: "g", PartitionID: m1.PartitionID, TxID: m1.TxID, Status: "completed"}})
+	if err != nil || !o[0].Success {
+		t.Fatalf("a completed ack without a lease: %+v, %v", o, err)
+	}
+	if rows := consumerRows(t, conn, "q", "g"); rows["p"].Committed != 0 || !slices.Equal(rows["p"].Acked, []int64{m1.Off}) {
+		t.Fatalf("after a completed ack without a lease of the second message: %+v, want the cursor at 0 and %d resolved", rows, m1.Off)
 	}
 }
 

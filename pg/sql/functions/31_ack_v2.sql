@@ -159,8 +159,14 @@ BEGIN
                NULLIF(a.err, '') AS err,
                m.off, q.name AS qname, p.name AS pname, q.retry_limit, p.last_offset,
                -- some found item of the (partition, group) carries no lease
-               COALESCE(bool_or(COALESCE(a.lease, '') = '') FILTER (WHERE m.off IS NOT NULL)
-                        OVER (PARTITION BY a.pid, COALESCE(NULLIF(a.grp, ''), '__QUEUE_MODE__')), false) AS leaseless
+               -- and writes: it completes or dead-letters its message (a
+               -- lease-less failed or retry outside a transaction changes
+               -- nothing, and an invalid status is refused)
+               COALESCE(bool_or(COALESCE(a.lease, '') = ''
+                                AND (COALESCE(NULLIF(lower(a.st), ''), 'completed') IN ('completed', 'success', 'dlq')
+                                     OR (p_tx_mode AND lower(a.st) = 'failed')))
+                            FILTER (WHERE m.off IS NOT NULL)
+                        OVER (PARTITION BY a.pid, COALESCE(NULLIF(a.grp, ''), '__QUEUE_MODE__')), false) AS makes_row
         FROM unnest(p_groups, p_pids, p_txids, p_statuses, p_leases, p_errors)
              WITH ORDINALITY AS a(grp, pid, txid, st, lease, err, ord)
         LEFT JOIN queen.partitions p ON p.id = a.pid
@@ -232,7 +238,7 @@ BEGIN
                 -- the group's items, a successful one with the group's flags
                 RETURN QUERY
                 SELECT b.i, b.ok, b.err, v_queue, v_pname, b.ok AND v_released, b.dlq,
-                       b.ok AND v_committed < v_last, v_pid, v_group, b.off
+                       b.ok AND NOT v_norow AND v_committed < v_last, v_pid, v_group, b.off
                 FROM unnest(b_idx, b_ok, b_err, b_dlq, b_off) AS b(i, ok, err, dlq, off);
                 b_idx := '{}'; b_ok := '{}'; b_err := '{}'; b_dlq := '{}'; b_off := '{}';
             END IF;
@@ -240,15 +246,16 @@ BEGIN
 
             v_key := r.pid::text || '/' || r.grp;
             v_pid := r.pid; v_group := r.grp; v_queue := r.qname; v_pname := r.pname;
-            -- An ack without a lease makes the group's cursor when it has
-            -- none (docs/api.md, "Acks"); one with a lease never does: a
-            -- lease lives in the cursor row, so without the row (the group
-            -- was deleted since the pop) the lease is gone and the ack is
-            -- refused below. Making the row there would leave a cursor at 0
-            -- of a group without its marker, which a group made again with
-            -- `new` or `from` would then read from the start.
+            -- Only an ack without a lease that resolves a message makes the
+            -- group's cursor when it has none (docs/api.md, "Acks", rule 7).
+            -- One with a lease never needs it: a lease lives in the cursor
+            -- row, so without the row (the group was deleted since the pop)
+            -- the lease is gone and the ack is refused below. Making the row
+            -- for it, or for an ack that writes nothing, would leave a cursor
+            -- at 0 of a group without its marker, which a group made again
+            -- with `new` or `from` would then read from the start.
             FOR v_try IN 1 .. 3 LOOP
-                IF r.leaseless THEN
+                IF r.makes_row THEN
                     INSERT INTO queen.consumers (partition_id, consumer_group) VALUES (r.pid, r.grp)
                     ON CONFLICT (partition_id, consumer_group) DO NOTHING;
                     IF FOUND THEN
@@ -264,9 +271,9 @@ BEGIN
                 v_norow := NOT FOUND;
                 -- not found after the insert: a group delete removed the row
                 -- between the two statements; make it again
-                EXIT WHEN NOT v_norow OR NOT r.leaseless;
+                EXIT WHEN NOT v_norow OR NOT r.makes_row;
             END LOOP;
-            IF v_norow AND r.leaseless THEN
+            IF v_norow AND r.makes_row THEN
                 RAISE EXCEPTION 'consumer row of group % deleted during an ack', r.grp USING ERRCODE = '40001';
             END IF;
             SELECT p.last_offset INTO v_last FROM queen.partitions p WHERE p.id = r.pid;
@@ -287,8 +294,11 @@ BEGIN
             CONTINUE;
         END IF;
         IF v_norow THEN
-            -- no cursor row, so no lease: the group was deleted since
-            o_success := false; o_error := 'Invalid or expired lease';
+            -- No cursor row, so no lease (the group was deleted since the
+            -- pop), and the item resolves nothing: a lease-less failed or
+            -- retry is told success and changes nothing, as with a row.
+            o_success := r.lease IS NULL;
+            o_error := CASE WHEN r.lease IS NULL THEN NULL ELSE 'Invalid or expired lease' END;
             b_idx := b_idx || r.idx; b_ok := b_ok || o_success; b_err := b_err || o_error;
             b_dlq := b_dlq || o_dlq; b_off := b_off || r.off;
             CONTINUE;
