@@ -17,7 +17,7 @@ import (
 // during a rolling upgrade cannot put back older bodies (docs/storage.md,
 // "Schema migrations"). TestFunctionSetNumbered fails when the files change
 // and this number does not.
-const FunctionSet = 18
+const FunctionSet = 19
 
 // ErrSchema marks a schema problem that retrying cannot fix: the database
 // was migrated by a newer node, a migration or function file fails, two

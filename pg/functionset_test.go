@@ -38,6 +38,7 @@ var functionSets = []struct {
 	{16, "515d5877839f40ce582198029873ea151b71971ec32236dd5cc5076b34321dd5"}, // issue 20: claims and pages hold the marker after the gate (older nodes' deletes); the gate before a claim makes the marker
 	{17, "73a717ebb6e108ca89a67c45e01650c719bbffa2225f03bce4c90c3262ddadbd"}, // issue 20: ack_v2 makes no cursor row for an ack with a lease; pop_v3 takes the gate before it makes a queue
 	{18, "92a62eca07f40c1c441e14742edf8c2831364d332f5be7dabd5fc56e5f8e864d"}, // issue 20: ack_v2 makes a cursor row only for a lease-less ack that resolves a message
+	{19, "c0446071093ab97cf5a88ef27d11eb05db962b8108e409cb553d846d6285858a"}, // issue 20: the comment on ack_v2's makes_row corrected (no behaviour change)
 }
 
 // The function files cannot change without FunctionSet changing: a node

@@ -103,8 +103,8 @@ func onOff(b bool) string {
 	return "off"
 }
 
-// NewPlan returns the full suite (about 15 minutes with 15 s runs) or the
-// quick one (about 3 minutes). run > 0 overrides the push phase length.
+// NewPlan returns the full suite (about 12 minutes with 15 s runs) or the
+// quick one (about 4 minutes). run > 0 overrides the push phase length.
 func NewPlan(quick bool, run time.Duration) Plan {
 	p := Plan{
 		Quick:         quick,

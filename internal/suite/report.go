@@ -267,6 +267,9 @@ func renderGrowth(w writer, r *Report) {
 		if n > 1 {
 			if b, ok := r.figures(growthBesideID(n)); ok {
 				beside = fmt.Sprintf("%s, %s, %.1f", num(b.delivered), num(b.pgUs), b.msgsPerPop)
+				if !b.ok {
+					beside += " (" + verdict(b) + ")"
+				}
 				pgVs, popVs = "**"+ratio(f.pgUs, b.pgUs)+"**", "**"+ratio(f.msgsPerPop, b.msgsPerPop)+"**"
 			} else {
 				beside = missing(r, growthBesideID(n))

@@ -50,11 +50,16 @@ func (s *suite) growthBeside(ctx context.Context, n int) error {
 		return nil
 	}
 	c, err := s.cluster(ctx, 1, nil, fmt.Sprintf("1n-beside-%dn", n), "scenario 5, beside "+strconv.Itoa(n)+" nodes")
-	if err != nil {
-		return err
+	if err == nil {
+		_, err = s.load(ctx, growthBesideID(n), c, s.baseConfig(c))
+		c.stop()
 	}
-	defer c.stop()
-	_, err = s.load(ctx, growthBesideID(n), c, s.baseConfig(c))
+	if err != nil && ctx.Err() == nil {
+		// Only a comparison: the growth point runs anyway, and its row
+		// says the run beside it was not measured.
+		s.fail("run %s: %v", growthBesideID(n), err)
+		return nil
+	}
 	return err
 }
 

@@ -105,8 +105,11 @@ func fakeReport() *Report {
 		Idle: map[string]*IdleCost{}, SVG: "bench-growth.svg"}
 	for _, n := range p.NodeSeries() {
 		r.addRun(fakeRun(throughputID(n, Workload{Partitions: 100}), n, 10000*float64(n), 20))
-		if n == 3 { // the 5-node point's run beside it is missing
+		switch n {
+		case 3:
 			r.addRun(fakeRun(growthBesideID(n), 1, 12000, 16))
+		case 5: // the 5-node point's run beside it could not run
+			r.addRun(&LoadRun{ID: growthBesideID(n), Nodes: 1, Err: "boom"})
 		}
 	}
 	r.addRun(fakeRun(throughputID(1, Workload{Partitions: 1000}), 1, 5000, 40))
@@ -134,7 +137,7 @@ func TestRenderReport(t *testing.T) {
 		"**FAIL**: 3 lost",
 		"| 5 | 50,000 | 5.00 |", // growth by nodes
 		"| 3 | 30,000 | 3.00 | 20 | 15 | 10.0 | 12,000, 16, 10.0 | **1.25** | **1.00** | pass |", // against the run beside it
-		"| 5 | 50,000 | 5.00 | 20 | 15 | 10.0 | not measured | - | - | pass |",
+		"| 5 | 50,000 | 5.00 | 20 | 15 | 10.0 | not measured: boom | - | - | pass |",
 		"![delivered/s",
 		"    # thr-1n-p100\n    queen-bench --nodes http://127.0.0.1:1",
 		"not measured",
@@ -142,6 +145,18 @@ func TestRenderReport(t *testing.T) {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q", want)
 		}
+	}
+}
+
+// TestRenderGrowthBesideFailed: a run beside a growth point that failed
+// its check says so in its cell, not only in the failures list.
+func TestRenderGrowthBesideFailed(t *testing.T) {
+	r := fakeReport()
+	res := r.Runs[growthBesideID(3)].Result
+	res.OK, res.Check.OK, res.Check.Lost = false, false, 2
+	want := "| 3 | 30,000 | 3.00 | 20 | 15 | 10.0 | 12,000, 16, 10.0 (**FAIL**: 2 lost) | **1.25** | **1.00** | pass |"
+	if md := Render(r); !strings.Contains(md, want) {
+		t.Errorf("report lacks %q", want)
 	}
 }
 

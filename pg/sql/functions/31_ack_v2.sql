@@ -159,9 +159,10 @@ BEGIN
                NULLIF(a.err, '') AS err,
                m.off, q.name AS qname, p.name AS pname, q.retry_limit, p.last_offset,
                -- some found item of the (partition, group) carries no lease
-               -- and writes: it completes or dead-letters its message (a
-               -- lease-less failed or retry outside a transaction changes
-               -- nothing, and an invalid status is refused)
+               -- and resolves its message: completed, dlq, or failed in a
+               -- transaction. Where the row is missing no lease is live, so
+               -- a lease-less retry, or failed outside a transaction, would
+               -- change nothing there, and an invalid status is refused.
                COALESCE(bool_or(COALESCE(a.lease, '') = ''
                                 AND (COALESCE(NULLIF(lower(a.st), ''), 'completed') IN ('completed', 'success', 'dlq')
                                      OR (p_tx_mode AND lower(a.st) = 'failed')))
