@@ -103,7 +103,7 @@ func onOff(b bool) string {
 	return "off"
 }
 
-// NewPlan returns the full suite (about 12 minutes with 15 s runs) or the
+// NewPlan returns the full suite (about 13 minutes with 15 s runs) or the
 // quick one (about 4 minutes). run > 0 overrides the push phase length.
 func NewPlan(quick bool, run time.Duration) Plan {
 	p := Plan{
@@ -205,13 +205,32 @@ func (p Plan) NodeSeries() []int {
 	return out
 }
 
-// growthID is the run that holds a growth point: scenario 1's run when it
-// measured it, else a growth run of the same naming.
-func growthNodesID(nodes int) string { return throughputID(nodes, Workload{Partitions: 100}) }
+// growthNodesID is the run that holds growth point nodes (100
+// partitions): scenario 1's one-node run for 1, else the growth step's own
+// run between two one-node runs (growthAroundID).
+func growthNodesID(nodes int) string {
+	if nodes <= 1 {
+		return throughputID(1, Workload{Partitions: 100})
+	}
+	return fmt.Sprintf("grow-%dn-p100", nodes)
+}
 
-// growthBesideID is the 1-node run of the standard workload made just
-// before growth point nodes (> 1), to compare it with.
-func growthBesideID(nodes int) string { return fmt.Sprintf("thr-1n-p100-beside-%dn", nodes) }
+// growthAroundID is the k-th one-node run of the growth step: run k comes
+// just before the k-th point of 2 or more nodes and just after the one
+// before it.
+func growthAroundID(k int) string { return fmt.Sprintf("grow-1n-p100-%d", k) }
+
+// growthPoints are the node counts of the growth step, in order: the node
+// series without 1.
+func (p Plan) growthPoints() []int {
+	var out []int
+	for _, n := range p.NodeSeries() {
+		if n > 1 {
+			out = append(out, n)
+		}
+	}
+	return out
+}
 
 func growthPartitionsID(partitions int) string {
 	return throughputID(1, Workload{Partitions: partitions})

@@ -251,32 +251,47 @@ func renderGrowth(w writer, r *Report) {
 		w("| %s | %s | %s | %s | %s | %.1f | %s |\n", num(float64(n)), num(f.delivered), ratio(f.delivered, base.delivered), num(f.pgUs), num(f.nodeUs), f.msgsPerPop, verdict(f))
 	}
 	w("\nBy nodes (100 partitions, queue mode; node CPU summed over the nodes). Each point of 2 nodes or\n")
-	w("more is compared with a one-node run made just before it (\"beside\"), since this machine's\n")
-	w("speed drifts over minutes; \"vs 1 node\" compares with scenario 1's one-node run:\n\n")
-	w("| nodes | delivered/s | vs 1 node | PG us/msg | nodes us/msg | msgs/pop | 1 node beside: delivered/s, PG us/msg, msgs/pop | PG us/msg vs beside | msgs/pop vs beside | check |\n")
+	w("more ran between two one-node runs of the same workload, one just before and one just after it, on\n")
+	w("fresh clusters; \"around\" is the mean of those two, which cancels a drift of this machine or of the\n")
+	w("growing database that is steady over the three runs. \"vs 1 node\" compares with scenario 1's run:\n\n")
+	w("| nodes | delivered/s | vs 1 node | PG us/msg | nodes us/msg | msgs/pop | 1 node before / after: delivered/s, PG us/msg, msgs/pop | PG us/msg vs around | msgs/pop vs around | check |\n")
 	w("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n")
-	base, _ = r.figures(growthNodesID(1))
-	for _, n := range p.NodeSeries() {
+	base, ok := r.figures(growthNodesID(1))
+	if ok {
+		w("| 1 | %s | 1.00 | %s | %s | %.1f | - | - | - | %s |\n", num(base.delivered), num(base.pgUs), num(base.nodeUs), base.msgsPerPop, verdict(base))
+	} else {
+		w("| 1 | %s |\n", missing(r, growthNodesID(1)))
+	}
+	for k, n := range p.growthPoints() {
 		id := growthNodesID(n)
 		f, ok := r.figures(id)
 		if !ok {
 			w("| %d | %s |\n", n, missing(r, id))
 			continue
 		}
-		beside, pgVs, popVs := "-", "-", "-"
-		if n > 1 {
-			if b, ok := r.figures(growthBesideID(n)); ok {
-				beside = fmt.Sprintf("%s, %s, %.1f", num(b.delivered), num(b.pgUs), b.msgsPerPop)
-				if !b.ok {
-					beside += " (" + verdict(b) + ")"
-				}
-				pgVs, popVs = "**"+ratio(f.pgUs, b.pgUs)+"**", "**"+ratio(f.msgsPerPop, b.msgsPerPop)+"**"
-			} else {
-				beside = missing(r, growthBesideID(n))
+		var cells []string
+		var pg, pop float64
+		var m int
+		for _, aid := range []string{growthAroundID(k), growthAroundID(k + 1)} {
+			a, ok := r.figures(aid)
+			if !ok {
+				cells = append(cells, missing(r, aid))
+				continue
 			}
+			c := fmt.Sprintf("%s, %s, %.1f", num(a.delivered), num(a.pgUs), a.msgsPerPop)
+			if !a.ok {
+				c += " (" + verdict(a) + ")"
+			}
+			cells = append(cells, c)
+			pg, pop, m = pg+a.pgUs, pop+a.msgsPerPop, m+1
+		}
+		pgVs, popVs := "-", "-"
+		if m > 0 {
+			pgVs = "**" + ratio(f.pgUs, pg/float64(m)) + "**"
+			popVs = "**" + ratio(f.msgsPerPop, pop/float64(m)) + "**"
 		}
 		w("| %d | %s | %s | %s | %s | %.1f | %s | %s | %s | %s |\n", n, num(f.delivered), ratio(f.delivered, base.delivered),
-			num(f.pgUs), num(f.nodeUs), f.msgsPerPop, beside, pgVs, popVs, verdict(f))
+			num(f.pgUs), num(f.nodeUs), f.msgsPerPop, strings.Join(cells, " / "), pgVs, popVs, verdict(f))
 	}
 	if r.SVG != "" {
 		w("\n![delivered/s and PostgreSQL CPU per message by partitions and by nodes](%s)\n", r.SVG)

@@ -9,58 +9,49 @@ import (
 	"time"
 )
 
-// throughput runs scenarios 1 and 2 on 1 and 3 nodes, and the growth
-// points of scenario 5 that scenario 1 does not measure.
+// throughput runs scenarios 1 and 2 on 1 and 3 nodes.
 func (s *suite) throughput(ctx context.Context) error {
-	p := s.rep.Plan
-	for _, n := range p.Nodes {
-		if err := s.growthBeside(ctx, n); err != nil {
-			return err
-		}
+	for _, n := range s.rep.Plan.Nodes {
 		if err := s.throughputOn(ctx, n); err != nil {
-			return err
-		}
-	}
-	for _, n := range p.GrowthNodes {
-		if contains(p.Nodes, n) {
-			continue
-		}
-		if err := s.growthBeside(ctx, n); err != nil {
-			return err
-		}
-		c, err := s.cluster(ctx, n, nil, fmt.Sprintf("%dn", n), "scenario 5")
-		if err != nil {
-			return err
-		}
-		_, err = s.load(ctx, throughputID(n, Workload{Partitions: 100}), c, s.baseConfig(c))
-		c.stop()
-		if err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// growthBeside runs the standard workload on one node just before growth
-// point n > 1 runs it on n nodes. This machine's speed drifts over minutes,
-// by up to 2-3x, so a point is compared with a one-node run beside it, as
-// an A/B pair is, and not only with scenario 1's, made minutes earlier.
-func (s *suite) growthBeside(ctx context.Context, n int) error {
-	if n <= 1 {
-		return nil
+// growthByNodes runs scenario 5's node points: the standard workload on 1
+// node, then on each count n > 1 followed by 1 node again (1, 2, 1, 3, 1, 4,
+// 1, 5, 1), each on a fresh cluster. This machine's speed drifts by up to
+// 2-3x over minutes, and the suite's one database grows with every run,
+// which slows later runs; a point compared with the mean of the one-node
+// runs just before and after it cancels a drift that is steady over the
+// three, as an A/B pair run in both orders does.
+func (s *suite) growthByNodes(ctx context.Context) error {
+	runOn := func(n int, id string) error {
+		c, err := s.cluster(ctx, n, nil, id, "scenario 5")
+		if err == nil {
+			_, err = s.load(ctx, id, c, s.baseConfig(c))
+			c.stop()
+		}
+		if err != nil && ctx.Err() == nil {
+			// one point lost: the others still run, and its row says so
+			s.fail("run %s: %v", id, err)
+			return nil
+		}
+		return err
 	}
-	c, err := s.cluster(ctx, 1, nil, fmt.Sprintf("1n-beside-%dn", n), "scenario 5, beside "+strconv.Itoa(n)+" nodes")
-	if err == nil {
-		_, err = s.load(ctx, growthBesideID(n), c, s.baseConfig(c))
-		c.stop()
+	if err := runOn(1, growthAroundID(0)); err != nil {
+		return err
 	}
-	if err != nil && ctx.Err() == nil {
-		// Only a comparison: the growth point runs anyway, and its row
-		// says the run beside it was not measured.
-		s.fail("run %s: %v", growthBesideID(n), err)
-		return nil
+	for k, n := range s.rep.Plan.growthPoints() {
+		if err := runOn(n, growthNodesID(n)); err != nil {
+			return err
+		}
+		if err := runOn(1, growthAroundID(k+1)); err != nil {
+			return err
+		}
 	}
-	return err
+	return nil
 }
 
 func (s *suite) throughputOn(ctx context.Context, n int) error {

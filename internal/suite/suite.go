@@ -105,7 +105,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		fn   func(context.Context) error
 	}{
 		{"raw ceilings", s.raw},
-		{"throughput, latency and growth", s.throughput},
+		{"throughput and latency", s.throughput},
+		{"growth by nodes", s.growthByNodes},
 		{"hot-list on and off", s.hotlist},
 		{"cross-node wake", s.wake},
 	}

@@ -63,13 +63,13 @@ func TestPlanScenarioTable(t *testing.T) {
 	for _, d := range full.WakeDropRates {
 		add(wakeID(d))
 	}
-	for _, n := range full.NodeSeries() {
-		if n > 1 {
-			add(growthBesideID(n))
-			if !contains(full.Nodes, n) {
-				add(growthNodesID(n))
-			}
-		}
+	add(growthAroundID(0))
+	for k, n := range full.growthPoints() {
+		add(growthNodesID(n))
+		add(growthAroundID(k + 1))
+	}
+	if got := quick.growthPoints(); !equal(got, []int{3, 5}) {
+		t.Fatalf("quick growth points %v", got)
 	}
 }
 
@@ -105,13 +105,15 @@ func fakeReport() *Report {
 		Idle: map[string]*IdleCost{}, SVG: "bench-growth.svg"}
 	for _, n := range p.NodeSeries() {
 		r.addRun(fakeRun(throughputID(n, Workload{Partitions: 100}), n, 10000*float64(n), 20))
-		switch n {
-		case 3:
-			r.addRun(fakeRun(growthBesideID(n), 1, 12000, 16))
-		case 5: // the 5-node point's run beside it could not run
-			r.addRun(&LoadRun{ID: growthBesideID(n), Nodes: 1, Err: "boom"})
+		if n > 1 {
+			r.addRun(fakeRun(growthNodesID(n), n, 10000*float64(n), 20))
 		}
 	}
+	// the one-node runs around the growth points (quick: 3 and 5 nodes);
+	// the last could not run
+	r.addRun(fakeRun(growthAroundID(0), 1, 12000, 16))
+	r.addRun(fakeRun(growthAroundID(1), 1, 12000, 24))
+	r.addRun(&LoadRun{ID: growthAroundID(2), Nodes: 1, Err: "boom"})
 	r.addRun(fakeRun(throughputID(1, Workload{Partitions: 1000}), 1, 5000, 40))
 	r.Idle[idleID(true, 1000)] = &IdleCost{ID: idleID(true, 1000), XactPerSec: 0.5, PopSQLPerS: 0,
 		SettleSec: 2.5, SettlePopSQL: 1000}
@@ -136,8 +138,8 @@ func TestRenderReport(t *testing.T) {
 		"before the warm-up: 1,000 partitions in 2.5 s (1,000 pop SQL calls).",
 		"**FAIL**: 3 lost",
 		"| 5 | 50,000 | 5.00 |", // growth by nodes
-		"| 3 | 30,000 | 3.00 | 20 | 15 | 10.0 | 12,000, 16, 10.0 | **1.25** | **1.00** | pass |", // against the run beside it
-		"| 5 | 50,000 | 5.00 | 20 | 15 | 10.0 | not measured: boom | - | - | pass |",
+		"| 3 | 30,000 | 3.00 | 20 | 15 | 10.0 | 12,000, 16, 10.0 / 12,000, 24, 10.0 | **1.00** | **1.00** | pass |", // against the runs around it
+		"| 5 | 50,000 | 5.00 | 20 | 15 | 10.0 | 12,000, 24, 10.0 / not measured: boom | **0.83** | **1.00** | pass |",
 		"![delivered/s",
 		"    # thr-1n-p100\n    queen-bench --nodes http://127.0.0.1:1",
 		"not measured",
@@ -148,13 +150,13 @@ func TestRenderReport(t *testing.T) {
 	}
 }
 
-// TestRenderGrowthBesideFailed: a run beside a growth point that failed
-// its check says so in its cell, not only in the failures list.
-func TestRenderGrowthBesideFailed(t *testing.T) {
+// TestRenderGrowthAroundFailed: a one-node run around a growth point that
+// failed its check says so in its cell, not only in the failures list.
+func TestRenderGrowthAroundFailed(t *testing.T) {
 	r := fakeReport()
-	res := r.Runs[growthBesideID(3)].Result
+	res := r.Runs[growthAroundID(0)].Result
 	res.OK, res.Check.OK, res.Check.Lost = false, false, 2
-	want := "| 3 | 30,000 | 3.00 | 20 | 15 | 10.0 | 12,000, 16, 10.0 (**FAIL**: 2 lost) | **1.25** | **1.00** | pass |"
+	want := "| 3 | 30,000 | 3.00 | 20 | 15 | 10.0 | 12,000, 16, 10.0 (**FAIL**: 2 lost) / 12,000, 24, 10.0 | **1.00** | **1.00** | pass |"
 	if md := Render(r); !strings.Contains(md, want) {
 		t.Errorf("report lacks %q", want)
 	}
