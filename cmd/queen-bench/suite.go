@@ -23,7 +23,7 @@ import (
 
 func suiteMain(args []string) int {
 	fs := flag.NewFlagSet("queen-bench suite", flag.ContinueOnError)
-	quick := fs.Bool("quick", false, "the quick suite (~3 min): 5 s runs, fewer sizes")
+	quick := fs.Bool("quick", false, "the quick suite (~4 min): 5 s runs, fewer sizes")
 	dur := fs.Duration("duration", 0, "push phase of every load run (default 15s, 5s with --quick)")
 	out := fs.String("out", "docs/BENCHMARKS.md", "report to write (\"\" = none)")
 	jsonDir := fs.String("json-dir", "docs/bench", "directory of the per-run JSON files (\"\" = none)")

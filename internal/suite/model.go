@@ -106,6 +106,35 @@ type figures struct {
 	pushOfIns, delivOfClaim float64
 }
 
+// growthOneNode is the one-node point of the growth by nodes: the mean of
+// the growth step's one-node runs that were measured (ok only if each
+// passed its check), not scenario 1's run, made minutes before the step.
+func (r *Report) growthOneNode() (figures, bool) {
+	var sum figures
+	n := 0
+	sum.ok = true
+	for k := 0; k <= len(r.Plan.growthPoints()); k++ {
+		f, ok := r.figures(growthAroundID(k))
+		if !ok {
+			continue
+		}
+		sum.delivered += f.delivered
+		sum.pgUs += f.pgUs
+		sum.nodeUs += f.nodeUs
+		sum.msgsPerPop += f.msgsPerPop
+		sum.ok = sum.ok && f.ok
+		sum.lost, sum.dup, sum.outOfOrder = sum.lost+f.lost, sum.dup+f.dup, sum.outOfOrder+f.outOfOrder
+		sum.serverErrors += f.serverErrors
+		n++
+	}
+	if n == 0 {
+		return figures{}, false
+	}
+	d := float64(n)
+	sum.delivered, sum.pgUs, sum.nodeUs, sum.msgsPerPop = sum.delivered/d, sum.pgUs/d, sum.nodeUs/d, sum.msgsPerPop/d
+	return sum, true
+}
+
 func (r *Report) figures(id string) (figures, bool) {
 	run := r.Runs[id]
 	if run == nil || run.Result == nil {

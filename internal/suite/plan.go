@@ -28,8 +28,9 @@ type Plan struct {
 	Nodes         []int         `json:"throughput_nodes"` // scenario 1 and 2
 	BigMessages   int           `json:"big_messages"`     // pushed by workloads of >= bigPartitions
 	BigDrain      time.Duration `json:"big_drain_ns"`     // their drain: pops of one or two messages are slow
-	// Scenario 5 beyond what scenario 1 measures: more partitions on one
-	// node, and more node counts with the 100-partition workload.
+	// Scenario 5: more partitions on one node than scenario 1 measures,
+	// and node counts for the 100-partition workload, run by the growth
+	// step with scenario 1's (NodeSeries) between one-node runs.
 	GrowthPartitions []int `json:"growth_partitions"`
 	GrowthNodes      []int `json:"growth_nodes"`
 	// Scenario 3.
@@ -126,7 +127,7 @@ func NewPlan(quick bool, run time.Duration) Plan {
 		WakeDropRates: []float64{0, 0.5, 1},
 		WakeReseedMS:  1000,
 		WakeRate:      20,
-		// 100,000 partitions on one node, and 2, 4, 5 nodes.
+		// 100,000 partitions on one node; 2, 4, 5 nodes with scenario 1's 3.
 		GrowthPartitions: []int{100000},
 		GrowthNodes:      []int{2, 4, 5},
 	}

@@ -106,7 +106,10 @@ func growthPanels(r *Report) []Panel {
 		}
 	}
 	byNodes := Panel{Title: "100 partitions, by nodes", XLabel: "nodes"}
-	for _, n := range r.Plan.NodeSeries() {
+	if f, ok := r.growthOneNode(); ok {
+		byNodes.Points = append(byNodes.Points, Point{Label: "1", PerSec: f.delivered, PGUsPerMs: f.pgUs})
+	}
+	for _, n := range r.Plan.growthPoints() {
 		if f, ok := r.figures(growthNodesID(n)); ok {
 			byNodes.Points = append(byNodes.Points, Point{Label: fmt.Sprint(n), PerSec: f.delivered, PGUsPerMs: f.pgUs})
 		}
