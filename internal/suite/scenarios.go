@@ -58,8 +58,8 @@ func (s *suite) growthByNodes(ctx context.Context) error {
 
 func (s *suite) throughputOn(ctx context.Context, n int) error {
 	p := s.rep.Plan
-	purpose := "scenarios 1, 2" // and 5 by partitions, on one node
-	if n == 1 {
+	purpose := "scenarios 1, 2"
+	if n == 1 { // its runs are also scenario 5's points by partitions
 		purpose = "scenarios 1, 2, 5"
 	}
 	c, err := s.cluster(ctx, n, nil, fmt.Sprintf("%dn", n), purpose)
