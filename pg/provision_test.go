@@ -82,6 +82,34 @@ func lockWaiting(t *testing.T, conn *pgx.Conn, patterns ...string) bool {
 	return n > 0
 }
 
+// mustWaitForLock polls until a session of this database waits for a lock
+// in a statement matching one of the patterns; it fails with what when done
+// has an answer first (the writer ended without waiting) or ctx ends.
+func mustWaitForLock[T any](ctx context.Context, t *testing.T, watcher *pgx.Conn, done chan T, what string, patterns ...string) {
+	t.Helper()
+	for !lockWaiting(t, watcher, patterns...) {
+		if len(done) > 0 || ctx.Err() != nil {
+			t.Fatal(what)
+		}
+		time.Sleep(5 * time.Millisecond) // polling with a deadline
+	}
+}
+
+// mayWaitForLock polls until such a session waits, done has an answer or
+// ctx ends, and reports whether it saw the wait: for a writer that, with
+// the behaviour under test broken, ends without waiting, which the test's
+// counts afterwards then show.
+func mayWaitForLock[T any](ctx context.Context, t *testing.T, watcher *pgx.Conn, done chan T, patterns ...string) bool {
+	t.Helper()
+	for len(done) == 0 && ctx.Err() == nil {
+		if lockWaiting(t, watcher, patterns...) {
+			return true
+		}
+		time.Sleep(5 * time.Millisecond) // polling with a deadline
+	}
+	return false
+}
+
 // groupLeft counts group g's consumer rows and markers.
 func groupLeft(t *testing.T, conn *pgx.Conn) (rows, markers int) {
 	t.Helper()
@@ -332,15 +360,7 @@ func TestProvisionGroupRacingAGroupDelete(t *testing.T) {
 	}()
 	// Wait until the delete waits on a lock the pass holds, whichever
 	// statement of it that is.
-	for {
-		if lockWaiting(t, watcher, "%consumer_groups_metadata%", "%group_gate%") {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatal("the group delete never waited for the pass")
-		}
-		time.Sleep(5 * time.Millisecond) // polling with a deadline
-	}
+	mustWaitForLock(ctx, t, watcher, done, "the group delete never waited for the pass", "%consumer_groups_metadata%", "%group_gate%")
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -411,14 +431,7 @@ func popV3RacingAGroupDelete(t *testing.T, unprov bool) {
 	}()
 	// The delete must wait for the claim; without the claim's marker lock
 	// it ends at once, which the rows counted below then show.
-	waited := false
-	for !waited {
-		waited = lockWaiting(t, watcher, "%consumer_groups_metadata%", "%group_gate%")
-		if len(done) > 0 || ctx.Err() != nil {
-			break
-		}
-		time.Sleep(5 * time.Millisecond) // polling with a deadline
-	}
+	waited := mayWaitForLock(ctx, t, watcher, done, "%consumer_groups_metadata%", "%group_gate%")
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -482,12 +495,7 @@ func popV3AcrossADelete(t *testing.T, unprov bool) {
 			'lease-again', 60, false, 'test', 'all', NULL, 0, $1)`, told).Scan(&r.verdicts)
 		done <- r
 	}()
-	for len(done) == 0 && ctx.Err() == nil {
-		if lockWaiting(t, watcher, "%pop_v3%") {
-			break
-		}
-		time.Sleep(5 * time.Millisecond) // polling with a deadline
-	}
+	mayWaitForLock(ctx, t, watcher, done, "%pop_v3%")
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -546,15 +554,7 @@ func TestGroupDeleteIsNotHeldOffByClaims(t *testing.T) {
 		_, err := db.DeleteConsumerGroup(ctx, "t", "g", "q", true)
 		done <- err
 	}()
-	for {
-		if lockWaiting(t, watcher, "%consumer_groups_metadata%", "%group_gate%") {
-			break
-		}
-		if len(done) > 0 || ctx.Err() != nil {
-			t.Fatal("the group delete did not wait for the first claim")
-		}
-		time.Sleep(5 * time.Millisecond) // polling with a deadline
-	}
+	mustWaitForLock(ctx, t, watcher, done, "the group delete did not wait for the first claim", "%consumer_groups_metadata%", "%group_gate%")
 	tx2, err := second.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -608,12 +608,7 @@ func TestGroupDeleteHoldsOffClaimsOnEveryQueue(t *testing.T) {
 		_, err := db.DeleteConsumerGroup(ctx, "t", "g", "", true)
 		done <- err
 	}()
-	for !lockWaiting(t, watcher, "%group_gate%") {
-		if len(done) > 0 || ctx.Err() != nil {
-			t.Fatal("the group delete did not wait for the gate")
-		}
-		time.Sleep(5 * time.Millisecond) // polling with a deadline
-	}
+	mustWaitForLock(ctx, t, watcher, done, "the group delete did not wait for the gate", "%group_gate%")
 	// the group's first pop of q2: it makes the marker, then its row
 	claimed := make(chan error, 1)
 	go func() {
@@ -621,11 +616,7 @@ func TestGroupDeleteHoldsOffClaimsOnEveryQueue(t *testing.T) {
 		claimed <- claimer.QueryRow(ctx, `SELECT o_verdicts FROM queen.pop_v3('t', 'q2', 'g', ARRAY['a'], 0, 10, 1,
 			'lease-a', 60, false, 'test', 'all', NULL, 0, NULL)`).Scan(&v)
 	}()
-	waited := false
-	for !waited && len(claimed) == 0 && ctx.Err() == nil {
-		waited = lockWaiting(t, watcher, "%pop_v3%")
-		time.Sleep(5 * time.Millisecond) // polling with a deadline
-	}
+	waited := mayWaitForLock(ctx, t, watcher, claimed, "%pop_v3%")
 	if err := htx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -701,11 +692,7 @@ func TestOlderNodesDeleteWaitsForNewWriters(t *testing.T) {
 					return dtx.Commit(ctx)
 				}()
 			}()
-			waited := false
-			for !waited && len(done) == 0 && ctx.Err() == nil {
-				waited = lockWaiting(t, watcher, "%consumer_groups_metadata%")
-				time.Sleep(5 * time.Millisecond) // polling with a deadline
-			}
+			waited := mayWaitForLock(ctx, t, watcher, done, "%consumer_groups_metadata%")
 			if err := tx.Commit(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -784,24 +771,14 @@ func claimAgainstADelete(t *testing.T, q2Exists bool) {
 		_, err := db.DeleteConsumerGroup(ctx, "t", "g", "", true)
 		deleted <- err
 	}()
-	for !lockWaiting(t, watcher, "%DELETE FROM queen.consumers%") {
-		if len(deleted) > 0 || ctx.Err() != nil {
-			t.Fatal("the delete did not wait for the flush's row")
-		}
-		time.Sleep(5 * time.Millisecond) // polling with a deadline
-	}
+	mustWaitForLock(ctx, t, watcher, deleted, "the delete did not wait for the flush's row", "%DELETE FROM queen.consumers%")
 	claimed := make(chan error, 1)
 	go func() {
 		var v []string
 		claimed <- lone.QueryRow(ctx, `SELECT o_verdicts FROM queen.pop_v3('t', 'q2', 'g', ARRAY['a'], 0, 10, 1,
 			'lease-l', 60, false, 'test', 'all', NULL, 0, NULL)`).Scan(&v)
 	}()
-	for !lockWaiting(t, watcher, "%pop_v3%") {
-		if len(claimed) > 0 || ctx.Err() != nil {
-			t.Fatal("the lone claim did not wait for the delete")
-		}
-		time.Sleep(5 * time.Millisecond) // polling with a deadline
-	}
+	mustWaitForLock(ctx, t, watcher, claimed, "the lone claim did not wait for the delete", "%pop_v3%")
 	v, err := merged("q2", "a")
 	if err != nil {
 		t.Fatalf("the flush's claim on q2 (exists %v): %v", q2Exists, err)
@@ -1023,12 +1000,7 @@ func TestSubscriptionUpdateWaitsForAPage(t *testing.T) {
 		_, err := db.UpdateSubscription(ctx, "t", "g", mid)
 		done <- err
 	}()
-	for {
-		if lockWaiting(t, watcher, "%consumer_groups_metadata%", "%group_gate%") {
-			break
-		}
-		time.Sleep(5 * time.Millisecond) // polling with a deadline (ctx)
-	}
+	mustWaitForLock(ctx, t, watcher, done, "the subscription update did not wait for the page", "%consumer_groups_metadata%", "%group_gate%")
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
