@@ -186,13 +186,16 @@ func (f hist) prometheus(s *Snapshot) (uint64, float64, map[float64]uint64) {
 
 // Help of the families several rows share.
 const (
-	helpMarks    = "Partition marks by source: local push, remote (peer hint), commit (transaction commit or DLQ move)."
-	helpInRef    = "Inbound hint streams refused, by reason: limit (every slot held by a live member stream), not_member, held (the named member's live stream holds its slot)."
-	helpPops     = "Finished pops by outcome: messages or empty (timed-out long-polls included)."
-	helpVerdicts = "Candidates the claim core evaluated, by verdict: took (messages delivered), empty, leased (another consumer of the group holds it), busy (row locked by another transaction), requeue (not evaluated)."
-	helpMembs    = "Members this node knows, itself included, by state."
-	helpRetDel   = "Messages the retention job deleted on this node, by reason: completed (passed by every group, past the dedup window or completedRetentionSeconds) or pending (retentionSeconds, maxWaitTimeSeconds)."
-	helpAckVia   = "Ack items by path: cas (a whole batch this node served, one compare-and-set; broker/ackcas.go) or general (queen.ack_v1)."
+	helpMarks      = "Partition marks by source: local push, remote (peer hint), commit (transaction commit or DLQ move)."
+	helpInRef      = "Inbound hint streams refused, by reason: limit (every slot held by a live member stream), not_member, held (the named member's live stream holds its slot)."
+	helpPops       = "Finished pops by outcome: messages or empty (timed-out long-polls included)."
+	helpFlushBusy  = "Seconds each kind's combined flush spent in PostgreSQL (one flush of a kind runs at a time per node): its rate is the share of time that flight was busy; near 1, requests queue behind it."
+	helpFlushWait  = "Seconds the requests each kind's flushes carried waited for their first flush (arrival to that flush's start); divide by queen_flush_waits_total for the mean."
+	helpFlushWaits = "Requests counted in queen_flush_wait_seconds_total, by kind."
+	helpVerdicts   = "Candidates the claim core evaluated, by verdict: took (messages delivered), empty, leased (another consumer of the group holds it), busy (row locked by another transaction), requeue (not evaluated)."
+	helpMembs      = "Members this node knows, itself included, by state."
+	helpRetDel     = "Messages the retention job deleted on this node, by reason: completed (passed by every group, past the dedup window or completedRetentionSeconds) or pending (retentionSeconds, maxWaitTimeSeconds)."
+	helpAckVia     = "Ack items by path: cas (a whole batch this node served, one compare-and-set; broker/ackcas.go) or general (queen.ack_v1)."
 )
 
 // membersIn counts the members in one state.
@@ -439,6 +442,29 @@ var Table = []Row{
 		Help: "Leases released because the pop's answer never reached its client (releases that found a lease).", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.LeasesDropped })},
 	{Status: "requests.lease_release_flushes", Metric: "queen_lease_release_flushes_total", Kind: Counter,
 		Help: "Statements that released those leases: releases that arrive while one is written go together, one statement per tenant.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.ReleaseFlushes })},
+
+	// The combiners' time (broker/flushclock.go): a request's latency is
+	// its wait for its flush plus that flush.
+	{Status: "requests.ack_flushes", Metric: "queen_ack_flushes_total", Kind: Counter,
+		Help: "CAS ack statements sent to PostgreSQL, each its own transaction; fewer than acks when concurrent acks went together.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.AckFlushes })},
+	{Status: "requests.flush_busy_seconds.push", Metric: "queen_flush_busy_seconds_total", Label: Label{"kind", "push"}, Kind: Counter,
+		Help: helpFlushBusy, Field: num[float64](func(s *Snapshot) *float64 { return &s.Requests.PushFlushTime.BusySeconds })},
+	{Status: "requests.flush_wait_seconds.push", Metric: "queen_flush_wait_seconds_total", Label: Label{"kind", "push"}, Kind: Counter,
+		Help: helpFlushWait, Field: num[float64](func(s *Snapshot) *float64 { return &s.Requests.PushFlushTime.WaitSeconds })},
+	{Status: "requests.flush_waits.push", Metric: "queen_flush_waits_total", Label: Label{"kind", "push"}, Kind: Counter,
+		Help: helpFlushWaits, Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.PushFlushTime.Waited })},
+	{Status: "requests.flush_busy_seconds.pop", Metric: "queen_flush_busy_seconds_total", Label: Label{"kind", "pop"}, Kind: Counter,
+		Help: helpFlushBusy, Field: num[float64](func(s *Snapshot) *float64 { return &s.Requests.PopFlushTime.BusySeconds })},
+	{Status: "requests.flush_wait_seconds.pop", Metric: "queen_flush_wait_seconds_total", Label: Label{"kind", "pop"}, Kind: Counter,
+		Help: helpFlushWait, Field: num[float64](func(s *Snapshot) *float64 { return &s.Requests.PopFlushTime.WaitSeconds })},
+	{Status: "requests.flush_waits.pop", Metric: "queen_flush_waits_total", Label: Label{"kind", "pop"}, Kind: Counter,
+		Help: helpFlushWaits, Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.PopFlushTime.Waited })},
+	{Status: "requests.flush_busy_seconds.ack", Metric: "queen_flush_busy_seconds_total", Label: Label{"kind", "ack"}, Kind: Counter,
+		Help: helpFlushBusy, Field: num[float64](func(s *Snapshot) *float64 { return &s.Requests.AckFlushTime.BusySeconds })},
+	{Status: "requests.flush_wait_seconds.ack", Metric: "queen_flush_wait_seconds_total", Label: Label{"kind", "ack"}, Kind: Counter,
+		Help: helpFlushWait, Field: num[float64](func(s *Snapshot) *float64 { return &s.Requests.AckFlushTime.WaitSeconds })},
+	{Status: "requests.flush_waits.ack", Metric: "queen_flush_waits_total", Label: Label{"kind", "ack"}, Kind: Counter,
+		Help: helpFlushWaits, Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.AckFlushTime.Waited })},
 
 	// retention: the background retention job on this node (docs/api.md,
 	// "Retention"). Deleted messages are one family by reason on /metrics,

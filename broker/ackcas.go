@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -199,7 +200,8 @@ func casOnly(outs []pg.AckOutcome, done []bool) []pg.AckOutcome {
 type ackCombiner struct {
 	db       *pg.DB
 	maxPairs int
-	flushes  *atomic.Int64
+	flushes  *atomic.Int64 // Stats.AckCASFlushes
+	clock    *flushClock   // Stats.AckFlushTime
 
 	mu       sync.Mutex
 	pending  []*casReq
@@ -224,6 +226,7 @@ const maxCASPairs = 10000
 
 type casReq struct {
 	ctx   context.Context
+	t0    time.Time // arrival
 	pairs []pg.CASPair
 	sent  bool // taken by a flush (under ackCombiner.mu)
 	done  chan struct{}
@@ -239,12 +242,12 @@ func (r *casReq) finish(res []pg.CASResult, err error) {
 	})
 }
 
-func newAckCombiner(db *pg.DB, maxPairs int, flushes *atomic.Int64) *ackCombiner {
-	return &ackCombiner{db: db, maxPairs: maxPairs, flushes: flushes}
+func newAckCombiner(db *pg.DB, maxPairs int, flushes *atomic.Int64, clock *flushClock) *ackCombiner {
+	return &ackCombiner{db: db, maxPairs: maxPairs, flushes: flushes, clock: clock}
 }
 
 func (c *ackCombiner) submit(ctx context.Context, pairs []pg.CASPair) ([]pg.CASResult, error) {
-	r := &casReq{ctx: ctx, pairs: pairs, done: make(chan struct{})}
+	r := &casReq{ctx: ctx, pairs: pairs, done: make(chan struct{}), t0: time.Now()}
 	c.mu.Lock()
 	c.pending = append(c.pending, r)
 	if c.inflight < flushesInFlight {
@@ -330,6 +333,10 @@ func (c *ackCombiner) flush(batch []*casReq) {
 		}
 	}
 	c.flushes.Add(1)
+	t0 := time.Now()
+	for _, r := range live {
+		c.clock.waitedSince(r.t0, t0)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), combineFlushTimeout)
 	var res []pg.CASResult
 	err := c.db.Retry(ctx, func() (err error) {
@@ -337,6 +344,7 @@ func (c *ackCombiner) flush(batch []*casReq) {
 		return err
 	})
 	cancel()
+	c.clock.ran(t0)
 	if err != nil {
 		for _, r := range live {
 			r.finish(nil, fmt.Errorf("ack cas flush: %w", err))

@@ -91,6 +91,8 @@ type Stats struct {
 	AcksCAS                                                     atomic.Int64 // ack items resolved by the CAS ack (broker/ackcas.go)
 	AcksGeneral                                                 atomic.Int64 // ack items sent to queen.ack_v2
 	AckCASFlushes                                               atomic.Int64 // CAS ack statements sent (fewer than acks when merged)
+	// Time in and waiting for the combined flushes of each kind (flushclock.go).
+	PushFlushTime, PopFlushTime, AckFlushTime flushClock
 }
 
 // New connects to PostgreSQL (retrying until ctx ends, since a database that
@@ -151,7 +153,7 @@ func New(ctx context.Context, cfg Config, log hclog.Logger) (*Broker, error) {
 	// Not derived from ctx: that one bounds only the start.
 	b.life, b.endLife = context.WithCancel(context.Background())
 	if cfg.PushCombine {
-		b.push = newPushCombiner(db, DefaultMaxPushRows, DefaultMaxPushBytes, &b.stats.PushFlushes, &b.stats.PushDeferred,
+		b.push = newPushCombiner(db, DefaultMaxPushRows, DefaultMaxPushBytes, &b.stats.PushFlushes, &b.stats.PushDeferred, &b.stats.PushFlushTime,
 			b.afterCommit)
 	}
 	b.prov = newProvisioned()
@@ -160,10 +162,10 @@ func New(ctx context.Context, cfg Config, log hclog.Logger) (*Broker, error) {
 	}
 	b.rel.b, b.rel.timeout, b.rel.kick = b, releaseTimeout, make(chan struct{}, 1)
 	if cfg.PopCombine {
-		b.popc = newPopCombiner(db, b.claimAlone, b.dropLease, &b.stats.PopFlushes)
+		b.popc = newPopCombiner(db, b.claimAlone, b.dropLease, &b.stats.PopFlushes, &b.stats.PopFlushTime)
 	}
 	if cfg.AckCAS {
-		b.acks = newAckCombiner(db, maxCASPairs, &b.stats.AckCASFlushes)
+		b.acks = newAckCombiner(db, maxCASPairs, &b.stats.AckCASFlushes, &b.stats.AckFlushTime)
 		b.leases = newLeaseMemory(defaultLeaseMemLeases, defaultLeaseMemBytes)
 	}
 	if cfg.Hotlist.Enabled {

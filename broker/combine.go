@@ -53,6 +53,7 @@ type pushCombiner struct {
 	// PostgreSQL call takes (1 GB per parameter) and fail together.
 	maxBytes int64
 	flushes  *atomic.Int64 // Stats.PushFlushes
+	clock    *flushClock   // Stats.PushFlushTime
 	deferred *atomic.Int64 // Stats.PushDeferred
 	// onCommit runs after every commit with the rows it wrote (their
 	// outcomes, none deferred): the marks, hints and counters of a push.
@@ -69,6 +70,7 @@ type pushCombiner struct {
 
 type pushReq struct {
 	ctx   context.Context
+	t0    time.Time // arrival
 	rows  []pg.PushRow
 	bytes int64 // rowsBytes(rows)
 	done  chan struct{}
@@ -134,15 +136,15 @@ func (r *pushReq) finish(outs []pg.PushOutcome, err error) {
 // flush's pushes go their own way (see pushCombiner).
 const combineFlushTimeout = 2 * time.Second
 
-func newPushCombiner(db *pg.DB, maxRows int, maxBytes int64, flushes, deferred *atomic.Int64,
+func newPushCombiner(db *pg.DB, maxRows int, maxBytes int64, flushes, deferred *atomic.Int64, clock *flushClock,
 	onCommit func(tenant string, rows []pg.PushRow, outs []pg.PushOutcome)) *pushCombiner {
 	return &pushCombiner{db: db, maxRows: maxRows, maxBytes: maxBytes, flushes: flushes, deferred: deferred,
-		onCommit: onCommit, pending: map[string][]*pushReq{}}
+		clock: clock, onCommit: onCommit, pending: map[string][]*pushReq{}}
 }
 
 // push queues rows and waits until the flush that carries them ends.
 func (c *pushCombiner) push(ctx context.Context, tenant string, rows []pg.PushRow) ([]pg.PushOutcome, error) {
-	r := &pushReq{ctx: ctx, rows: rows, bytes: rowsBytes(rows), done: make(chan struct{})}
+	r := &pushReq{ctx: ctx, rows: rows, bytes: rowsBytes(rows), done: make(chan struct{}), t0: time.Now()}
 	c.mu.Lock()
 	if len(c.pending[tenant]) == 0 {
 		c.tenants = append(c.tenants, tenant)
@@ -244,7 +246,11 @@ func (c *pushCombiner) flush(tenant string, batch []*pushReq) {
 	var all []pg.PushRow
 	var wait []bool
 	sent := make([]int, len(live)) // rows each push sends
+	t0 := time.Now()
 	for k, r := range live {
+		if r.left == nil { // its first flush; a deferred rest's wait is not counted again
+			c.clock.waitedSince(r.t0, t0)
+		}
 		rows := r.sending()
 		sent[k] = len(rows)
 		all = append(all, rows...)
@@ -256,6 +262,7 @@ func (c *pushCombiner) flush(tenant string, batch []*pushReq) {
 	ctx, cancel := context.WithTimeout(context.Background(), combineFlushTimeout)
 	outs, err := c.db.PushSome(ctx, tenant, all, wait)
 	cancel()
+	c.clock.ran(t0)
 	if err != nil {
 		// Nothing of this flush was stored, or (a PartialPushError) what
 		// was is known: it is handed on and recorded like any commit.

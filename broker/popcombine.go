@@ -39,6 +39,7 @@ type popCombiner struct {
 	alone   func(context.Context, pg.PopArgs) (*pg.PopOutcome, error)
 	drop    func(tenant, leaseID string)
 	flushes *atomic.Int64 // Stats.PopFlushes
+	clock   *flushClock   // Stats.PopFlushTime
 
 	mu       sync.Mutex
 	pending  []*popJob
@@ -62,6 +63,7 @@ const (
 
 type popJob struct {
 	ctx   context.Context
+	t0    time.Time // arrival
 	args  pg.PopArgs
 	done  chan struct{}
 	state int
@@ -70,8 +72,8 @@ type popJob struct {
 }
 
 func newPopCombiner(db *pg.DB, alone func(context.Context, pg.PopArgs) (*pg.PopOutcome, error),
-	drop func(tenant, leaseID string), flushes *atomic.Int64) *popCombiner {
-	return &popCombiner{db: db, alone: alone, drop: drop, flushes: flushes}
+	drop func(tenant, leaseID string), flushes *atomic.Int64, clock *flushClock) *popCombiner {
+	return &popCombiner{db: db, alone: alone, drop: drop, flushes: flushes, clock: clock}
 }
 
 // claim queues one claim and waits for the flush that carries it.
@@ -79,7 +81,7 @@ func (c *popCombiner) claim(ctx context.Context, args pg.PopArgs) (*pg.PopOutcom
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	j := &popJob{ctx: ctx, args: args, done: make(chan struct{})}
+	j := &popJob{ctx: ctx, args: args, done: make(chan struct{}), t0: time.Now()}
 	c.mu.Lock()
 	c.pending = append(c.pending, j)
 	if c.inflight < flushesInFlight {
@@ -143,9 +145,14 @@ func (c *popCombiner) flush(batch []*popJob) {
 		jobs[i] = j.args
 	}
 	c.flushes.Add(1)
+	t0 := time.Now()
+	for _, j := range batch {
+		c.clock.waitedSince(j.t0, t0)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), popFlushTimeout)
 	outs, err := c.db.PopMany(ctx, jobs)
 	cancel()
+	c.clock.ran(t0)
 	for i, j := range batch {
 		switch {
 		case err == nil:

@@ -60,6 +60,9 @@ type Counters struct {
 	Transactions    int64
 	LeasesDropped   int64
 	ReleaseFlushes  int64
+	AckFlushes      int64 // CAS ack statements (ackcas.go)
+	// Combined flushes' time by kind (flushclock.go).
+	PushFlushTime, PopFlushTime, AckFlushTime FlushTimes
 }
 
 // HotlistSnapshot is the hot-list's figures; Enabled is false (and the rest
@@ -94,7 +97,8 @@ func (s *Stats) Snapshot() Counters {
 		Acks: s.Acks.Load(), AcksRefused: s.AcksRefused.Load(), DeadLettered: s.DeadLettered.Load(),
 		AcksCAS: s.AcksCAS.Load(), AcksGeneral: s.AcksGeneral.Load(),
 		Transactions: s.Transactions.Load(), LeasesDropped: s.LeasesDropped.Load(),
-		ReleaseFlushes: s.ReleaseFlushes.Load(),
+		ReleaseFlushes: s.ReleaseFlushes.Load(), AckFlushes: s.AckCASFlushes.Load(),
+		PushFlushTime: s.PushFlushTime.snapshot(), PopFlushTime: s.PopFlushTime.snapshot(), AckFlushTime: s.AckFlushTime.snapshot(),
 	}
 }
 
