@@ -189,8 +189,9 @@ const (
 	helpMarks      = "Partition marks by source: local push, remote (peer hint), commit (transaction commit or DLQ move)."
 	helpInRef      = "Inbound hint streams refused, by reason: limit (every slot held by a live member stream), not_member, held (the named member's live stream holds its slot)."
 	helpPops       = "Finished pops by outcome: messages or empty (timed-out long-polls included)."
-	helpFlushBusy  = "Seconds each kind's combined flush spent in PostgreSQL (one flush of a kind runs at a time per node): its rate is the share of time that flight was busy; near 1, requests queue behind it."
-	helpFlushWait  = "Seconds the requests each kind's flushes carried waited for their first flush (arrival to that flush's start); divide by queen_flush_waits_total for the mean."
+	helpFlushBusy  = "Seconds each kind's combined flushes took, start to end: push; pop, the claim flight's flushes with claims (and the CAS acks waiting with them); ack, its flushes of CAS acks alone. The rate of pop plus ack is the share of time the claim flight is busy; near 1, requests queue behind it."
+	helpFlushRuns  = "Flushes counted in queen_flush_busy_seconds_total, by kind; divide the busy seconds by them for the mean flush."
+	helpFlushWait  = "Seconds the requests each kind's flushes carried waited for their first flush (arrival to that flush's start): pushes, claims, CAS acks (kind ack, whichever flush carried them); divide by queen_flush_waits_total for the mean."
 	helpFlushWaits = "Requests counted in queen_flush_wait_seconds_total, by kind."
 	helpVerdicts   = "Candidates the claim core evaluated, by verdict: took (messages delivered), empty, leased (another consumer of the group holds it), busy (row locked by another transaction), requeue (not evaluated)."
 	helpMembs      = "Members this node knows, itself included, by state."
@@ -446,21 +447,27 @@ var Table = []Row{
 	// The combiners' time (broker/flushclock.go): a request's latency is
 	// its wait for its flush plus that flush.
 	{Status: "requests.ack_flushes", Metric: "queen_ack_flushes_total", Kind: Counter,
-		Help: "CAS ack statements sent to PostgreSQL, each its own transaction; fewer than acks when concurrent acks went together.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.AckFlushes })},
+		Help: "CAS ack statements sent to PostgreSQL, in the claim flight's transactions or alone; fewer than acks when concurrent acks went together.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.AckFlushes })},
 	{Status: "requests.flush_busy_seconds.push", Metric: "queen_flush_busy_seconds_total", Label: Label{"kind", "push"}, Kind: Counter,
 		Help: helpFlushBusy, Field: num[float64](func(s *Snapshot) *float64 { return &s.Requests.PushFlushTime.BusySeconds })},
+	{Status: "requests.flush_runs.push", Metric: "queen_flush_runs_total", Label: Label{"kind", "push"}, Kind: Counter,
+		Help: helpFlushRuns, Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.PushFlushTime.Runs })},
 	{Status: "requests.flush_wait_seconds.push", Metric: "queen_flush_wait_seconds_total", Label: Label{"kind", "push"}, Kind: Counter,
 		Help: helpFlushWait, Field: num[float64](func(s *Snapshot) *float64 { return &s.Requests.PushFlushTime.WaitSeconds })},
 	{Status: "requests.flush_waits.push", Metric: "queen_flush_waits_total", Label: Label{"kind", "push"}, Kind: Counter,
 		Help: helpFlushWaits, Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.PushFlushTime.Waited })},
 	{Status: "requests.flush_busy_seconds.pop", Metric: "queen_flush_busy_seconds_total", Label: Label{"kind", "pop"}, Kind: Counter,
 		Help: helpFlushBusy, Field: num[float64](func(s *Snapshot) *float64 { return &s.Requests.PopFlushTime.BusySeconds })},
+	{Status: "requests.flush_runs.pop", Metric: "queen_flush_runs_total", Label: Label{"kind", "pop"}, Kind: Counter,
+		Help: helpFlushRuns, Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.PopFlushTime.Runs })},
 	{Status: "requests.flush_wait_seconds.pop", Metric: "queen_flush_wait_seconds_total", Label: Label{"kind", "pop"}, Kind: Counter,
 		Help: helpFlushWait, Field: num[float64](func(s *Snapshot) *float64 { return &s.Requests.PopFlushTime.WaitSeconds })},
 	{Status: "requests.flush_waits.pop", Metric: "queen_flush_waits_total", Label: Label{"kind", "pop"}, Kind: Counter,
 		Help: helpFlushWaits, Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.PopFlushTime.Waited })},
 	{Status: "requests.flush_busy_seconds.ack", Metric: "queen_flush_busy_seconds_total", Label: Label{"kind", "ack"}, Kind: Counter,
 		Help: helpFlushBusy, Field: num[float64](func(s *Snapshot) *float64 { return &s.Requests.AckFlushTime.BusySeconds })},
+	{Status: "requests.flush_runs.ack", Metric: "queen_flush_runs_total", Label: Label{"kind", "ack"}, Kind: Counter,
+		Help: helpFlushRuns, Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.AckFlushTime.Runs })},
 	{Status: "requests.flush_wait_seconds.ack", Metric: "queen_flush_wait_seconds_total", Label: Label{"kind", "ack"}, Kind: Counter,
 		Help: helpFlushWait, Field: num[float64](func(s *Snapshot) *float64 { return &s.Requests.AckFlushTime.WaitSeconds })},
 	{Status: "requests.flush_waits.ack", Metric: "queen_flush_waits_total", Label: Label{"kind", "ack"}, Kind: Counter,

@@ -196,20 +196,28 @@ func casOnly(outs []pg.AckOutcome, done []bool) []pg.AckOutcome {
 // general path), so one flush at a time is not held up by a row lock. A
 // request is answered only once the flush carrying it committed; one whose client left
 // before its pairs were sent is skipped. A flush that fails wrote nothing:
-// its requests take the general path under their own contexts.
+// its requests take the general path under their own contexts. With the
+// pop combiner on, the flush is the claims' flight's (joint): the acks go
+// in the claims' transaction when claims wait too, alone otherwise.
 type ackCombiner struct {
 	db       *pg.DB
 	maxPairs int
 	flushes  *atomic.Int64 // Stats.AckCASFlushes
 	clock    *flushClock   // Stats.AckFlushTime
 
+	// joint, when set, is the pop combiner whose flight carries these
+	// acks (one transaction for a node's claims and CAS acks); without it
+	// (QUEEN_POP_COMBINE=0) the acks have a flight of their own.
+	joint *popCombiner
+
 	mu       sync.Mutex
 	pending  []*casReq
 	inflight int
 }
 
-// flushesInFlight: a node runs one claim flush and one CAS-ack flush at a
-// time, alone or in a cluster, as it runs one push flush. A second flight
+// flushesInFlight: a node runs one claim flush at a time, which carries
+// its CAS acks too (popcombine.go), alone or in a cluster, as it runs one
+// push flush. (Until 2026-12-03 the CAS acks had a flight of their own.) A second flight
 // of each kind only split the same requests into more, smaller
 // transactions: its PostgreSQL shares the cores with the push flush, the
 // other kind's flush and the node itself, and consumers answered sooner
@@ -250,11 +258,14 @@ func (c *ackCombiner) submit(ctx context.Context, pairs []pg.CASPair) ([]pg.CASR
 	r := &casReq{ctx: ctx, pairs: pairs, done: make(chan struct{}), t0: time.Now()}
 	c.mu.Lock()
 	c.pending = append(c.pending, r)
-	if c.inflight < flushesInFlight {
+	if c.joint == nil && c.inflight < flushesInFlight {
 		c.inflight++
 		go c.run()
 	}
 	c.mu.Unlock()
+	if c.joint != nil {
+		c.joint.kick()
+	}
 	select {
 	case <-r.done:
 	case <-ctx.Done():
@@ -273,36 +284,43 @@ func (c *ackCombiner) submit(ctx context.Context, pairs []pg.CASPair) ([]pg.CASR
 
 func (c *ackCombiner) run() {
 	for {
-		c.mu.Lock()
-		if len(c.pending) == 0 {
-			c.inflight--
+		batch := c.take()
+		if batch == nil {
+			c.mu.Lock()
+			if len(c.pending) == 0 {
+				c.inflight--
+				c.mu.Unlock()
+				return
+			}
 			c.mu.Unlock()
-			return
+			continue
 		}
-		n, pairs := 0, 0
-		for n < len(c.pending) && (n == 0 || pairs+len(c.pending[n].pairs) <= c.maxPairs) {
-			pairs += len(c.pending[n].pairs)
-			n++
-		}
-		batch := c.pending[:n:n]
-		c.pending = c.pending[n:]
-		for _, r := range batch {
-			r.sent = true
-		}
-		c.mu.Unlock()
 		c.flush(batch)
 	}
 }
 
-func (c *ackCombiner) flush(batch []*casReq) {
-	live := batch[:0:0]
-	for _, r := range batch {
-		select {
-		case <-r.done: // its client left before its pairs were sent
-		default:
-			live = append(live, r)
-		}
+// take removes the next flush's requests from the queue (nil when none).
+func (c *ackCombiner) take() []*casReq {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.pending) == 0 {
+		return nil
 	}
+	n, pairs := 0, 0
+	for n < len(c.pending) && (n == 0 || pairs+len(c.pending[n].pairs) <= c.maxPairs) {
+		pairs += len(c.pending[n].pairs)
+		n++
+	}
+	batch := c.pending[:n:n]
+	c.pending = c.pending[n:]
+	for _, r := range batch {
+		r.sent = true
+	}
+	return batch
+}
+
+func (c *ackCombiner) flush(batch []*casReq) {
+	live, all, where := prepareCAS(batch)
 	if len(live) == 0 {
 		return
 	}
@@ -314,13 +332,39 @@ func (c *ackCombiner) flush(batch []*casReq) {
 			}
 		}
 	}()
-	// A (partition, group) goes to the statement once: a second request
-	// for the same batch (a duplicate ack) takes the general path after
-	// this flush, which then answers as ack_v2 does for a repeated ack.
+	c.flushes.Add(1)
+	t0 := time.Now()
+	for _, r := range live {
+		c.clock.waitedSince(r.t0, t0)
+	}
+	var res []pg.CASResult
+	err := func() error {
+		defer c.clock.ran(t0)
+		ctx, cancel := context.WithTimeout(context.Background(), combineFlushTimeout)
+		defer cancel()
+		return c.db.Retry(ctx, func() (err error) {
+			res, err = c.db.AckCAS(ctx, all)
+			return err
+		})
+	}()
+	finishCAS(live, where, res, err)
+}
+
+// prepareCAS keeps the requests whose clients still wait and lists their
+// pairs for one statement. A (partition, group) goes to the statement
+// once: a second request for the same batch (a duplicate ack) takes the
+// general path after this flush, which then answers as ack_v2 does for a
+// repeated ack.
+func prepareCAS(batch []*casReq) (live []*casReq, all []pg.CASPair, where [][2]int) {
+	for _, r := range batch {
+		select {
+		case <-r.done: // its client left before its pairs were sent
+		default:
+			live = append(live, r)
+		}
+	}
 	type key struct{ pid, group string }
 	seen := map[key]bool{}
-	var all []pg.CASPair
-	var where [][2]int // index in all -> (request, pair)
 	for ri, r := range live {
 		for pi, p := range r.pairs {
 			k := key{p.PartitionID, p.Group}
@@ -332,19 +376,12 @@ func (c *ackCombiner) flush(batch []*casReq) {
 			where = append(where, [2]int{ri, pi})
 		}
 	}
-	c.flushes.Add(1)
-	t0 := time.Now()
-	for _, r := range live {
-		c.clock.waitedSince(r.t0, t0)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), combineFlushTimeout)
-	var res []pg.CASResult
-	err := c.db.Retry(ctx, func() (err error) {
-		res, err = c.db.AckCAS(ctx, all)
-		return err
-	})
-	cancel()
-	c.clock.ran(t0)
+	return live, all, where
+}
+
+// finishCAS answers each request of a flush: its pairs' results, or err
+// (nothing of the flush written).
+func finishCAS(live []*casReq, where [][2]int, res []pg.CASResult, err error) {
 	if err != nil {
 		for _, r := range live {
 			r.finish(nil, fmt.Errorf("ack cas flush: %w", err))

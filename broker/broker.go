@@ -167,6 +167,10 @@ func New(ctx context.Context, cfg Config, log hclog.Logger) (*Broker, error) {
 	if cfg.AckCAS {
 		b.acks = newAckCombiner(db, maxCASPairs, &b.stats.AckCASFlushes, &b.stats.AckFlushTime)
 		b.leases = newLeaseMemory(defaultLeaseMemLeases, defaultLeaseMemBytes)
+		if b.popc != nil {
+			// one flight, one transaction, for claims and CAS acks (popcombine.go)
+			b.acks.joint, b.popc.acks = b.popc, b.acks
+		}
 	}
 	if cfg.Hotlist.Enabled {
 		b.hot = newHotlist(cfg, func(key hotlist.Key, event string, kv ...any) {

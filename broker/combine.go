@@ -259,10 +259,12 @@ func (c *pushCombiner) flush(tenant string, batch []*pushReq) {
 		}
 	}
 	c.flushes.Add(1)
-	ctx, cancel := context.WithTimeout(context.Background(), combineFlushTimeout)
-	outs, err := c.db.PushSome(ctx, tenant, all, wait)
-	cancel()
-	c.clock.ran(t0)
+	outs, err := func() ([]pg.PushOutcome, error) {
+		defer c.clock.ran(t0)
+		ctx, cancel := context.WithTimeout(context.Background(), combineFlushTimeout)
+		defer cancel()
+		return c.db.PushSome(ctx, tenant, all, wait)
+	}()
 	if err != nil {
 		// Nothing of this flush was stored, or (a PartialPushError) what
 		// was is known: it is handed on and recorded like any commit.

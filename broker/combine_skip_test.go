@@ -122,6 +122,11 @@ func TestCombinerDefersHeldPartition(t *testing.T) {
 	if fmt.Sprint(got) != "[1:a0 2:a1 3:a2 4:a3]" {
 		t.Fatalf("partition a: %v", got)
 	}
+	// A push's wait for its flush is counted once, not again for the
+	// flush that takes its deferred rest (broker/flushclock.go).
+	if w := b.Snapshot().Requests.PushFlushTime.Waited; w != 3 {
+		t.Fatalf("push waits counted %d, want 3 (the deferred rest not again)", w)
+	}
 }
 
 // Three nodes' combiners push to the same partitions at once, each producer

@@ -34,6 +34,19 @@ import (
 // whose client leaves after is answered at once; when its flush claimed
 // messages for it, its lease is released as soon as the flush ends, as
 // claimAlone does for a claim its client left during.
+//
+// The same flight carries the node's CAS acks (ackcas.go; acks set, with
+// the ack combiner's joint pointing here): each flush takes the claims and
+// the acks waiting, and sends the acks' statement first in the claims'
+// transaction (pg.DB.PopManyAcks), so a consumer's cycle of ack and claim
+// costs the node's flushes one commit where it cost two (docs/benchmarks.md,
+// "fourteenth session"). An ack thus lands before a claim of the same
+// flush, which then sees the partition released. Acks waiting with no
+// claim go alone (ackCombiner.flush). The ack statement locks rows only
+// with SKIP LOCKED, as the claims do, so the shared transaction still
+// never waits for a row lock. When the claims' first transaction fails,
+// the acks in it were not written: they take the general path, as after
+// a failed ack flush.
 type popCombiner struct {
 	db      *pg.DB
 	alone   func(context.Context, pg.PopArgs) (*pg.PopOutcome, error)
@@ -41,9 +54,24 @@ type popCombiner struct {
 	flushes *atomic.Int64 // Stats.PopFlushes
 	clock   *flushClock   // Stats.PopFlushTime
 
+	acks *ackCombiner // the CAS acks this flight carries; nil without them
+
 	mu       sync.Mutex
 	pending  []*popJob
 	inflight int
+	dirty    bool // acks were queued since run last looked
+}
+
+// kick starts the flight for acks queued in c.acks. dirty tells a run
+// that is about to end that acks came after it looked.
+func (c *popCombiner) kick() {
+	c.mu.Lock()
+	c.dirty = true
+	if c.inflight < flushesInFlight {
+		c.inflight++
+		go c.run()
+	}
+	c.mu.Unlock()
 }
 
 // Bounds of the pop combiner.
@@ -106,10 +134,11 @@ func (c *popCombiner) claim(ctx context.Context, args pg.PopArgs) (*pg.PopOutcom
 	return nil, ctx.Err()
 }
 
-// run flushes until nothing is waiting.
+// run flushes until no claim and no ack is waiting.
 func (c *popCombiner) run() {
 	for {
 		c.mu.Lock()
+		c.dirty = false
 		var batch []*popJob
 		n := 0
 		for n < len(c.pending) && len(batch) < popMaxJobs {
@@ -121,22 +150,39 @@ func (c *popCombiner) run() {
 			}
 		}
 		c.pending = c.pending[n:]
-		if len(batch) == 0 {
+		c.mu.Unlock()
+		var acks []*casReq
+		if c.acks != nil {
+			acks = c.acks.take()
+		}
+		switch {
+		case len(batch) == 0 && len(acks) == 0:
+			c.mu.Lock()
+			if c.dirty || len(c.pending) > 0 {
+				c.mu.Unlock()
+				continue
+			}
 			c.inflight--
 			c.mu.Unlock()
 			return
+		case len(batch) == 0:
+			c.acks.flush(acks)
+		default:
+			c.flush(batch, acks)
 		}
-		c.mu.Unlock()
-		c.flush(batch)
 	}
 }
 
-func (c *popCombiner) flush(batch []*popJob) {
+func (c *popCombiner) flush(batch []*popJob, acks []*casReq) {
+	live, pairs, where := prepareCAS(acks)
 	defer func() {
 		// A panic must neither kill the node nor leave claims waiting.
 		if p := recover(); p != nil {
 			for _, j := range batch {
 				c.deliver(j, nil, fmt.Errorf("pop: internal error: %v", p))
+			}
+			for _, r := range live {
+				r.finish(nil, fmt.Errorf("ack: internal error: %v", p))
 			}
 		}
 	}()
@@ -149,10 +195,25 @@ func (c *popCombiner) flush(batch []*popJob) {
 	for _, j := range batch {
 		c.clock.waitedSince(j.t0, t0)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), popFlushTimeout)
-	outs, err := c.db.PopMany(ctx, jobs)
-	cancel()
-	c.clock.ran(t0)
+	if len(pairs) > 0 {
+		c.acks.flushes.Add(1)
+		for _, r := range live {
+			c.acks.clock.waitedSince(r.t0, t0)
+		}
+	}
+	outs, cas, err := func() ([]*pg.PopOutcome, []pg.CASResult, error) {
+		defer c.clock.ran(t0)
+		ctx, cancel := context.WithTimeout(context.Background(), popFlushTimeout)
+		defer cancel()
+		return c.db.PopManyAcks(ctx, jobs, pairs)
+	}()
+	if len(live) > 0 {
+		if cas != nil {
+			finishCAS(live, where, cas, nil)
+		} else {
+			finishCAS(live, where, nil, fmt.Errorf("with the claims: %w", err))
+		}
+	}
 	for i, j := range batch {
 		switch {
 		case err == nil:

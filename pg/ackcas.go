@@ -3,6 +3,7 @@ package pg
 import (
 	"context"
 	"fmt"
+	"github.com/jackc/pgx/v5"
 )
 
 // CASPair asks to resolve, in one compare-and-set, the whole batch a pop
@@ -32,21 +33,31 @@ const ackCASSQL = `SELECT o_idx, o_queue, o_partition, o_pending
 // AckCAS applies the pairs in one statement (one round trip, one commit)
 // and reports each, in input order. An error means nothing was written.
 func (db *DB) AckCAS(ctx context.Context, pairs []CASPair) ([]CASResult, error) {
-	n := len(pairs)
-	out := make([]CASResult, n)
-	if n == 0 {
-		return out, nil
+	if len(pairs) == 0 {
+		return []CASResult{}, nil
 	}
+	rs, err := db.pool.Query(ctx, ackCASSQL, casParams(pairs)...)
+	if err != nil {
+		return nil, fmt.Errorf("ack cas: %w", err)
+	}
+	return scanCAS(rs, len(pairs))
+}
+
+// casParams are ackCASSQL's parameters for pairs.
+func casParams(pairs []CASPair) []any {
+	n := len(pairs)
 	idx, tenants, pids, groups, leases := make([]int32, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	firsts, ends, counts := make([]int64, n), make([]int64, n), make([]int32, n)
 	for i, p := range pairs {
 		idx[i], tenants[i], pids[i], groups[i], leases[i] = int32(i), p.Tenant, p.PartitionID, p.Group, p.LeaseID
 		firsts[i], ends[i], counts[i] = p.First, p.End, int32(p.N)
 	}
-	rs, err := db.pool.Query(ctx, ackCASSQL, idx, tenants, pids, groups, leases, firsts, ends, counts)
-	if err != nil {
-		return nil, fmt.Errorf("ack cas: %w", err)
-	}
+	return []any{idx, tenants, pids, groups, leases, firsts, ends, counts}
+}
+
+// scanCAS reads ackCASSQL's rows for n pairs and closes rs.
+func scanCAS(rs pgx.Rows, n int) ([]CASResult, error) {
+	out := make([]CASResult, n)
 	defer rs.Close()
 	for rs.Next() {
 		var (

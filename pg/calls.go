@@ -106,32 +106,43 @@ func (db *DB) Pop(ctx context.Context, a PopArgs) (*PopOutcome, error) {
 // When the first fails, outs is nil and nothing was claimed, unless the
 // failure hid the commit's outcome (a lost connection), as with any call.
 func (db *DB) PopMany(ctx context.Context, jobs []PopArgs) ([]*PopOutcome, error) {
+	outs, _, err := db.PopManyAcks(ctx, jobs, nil)
+	return outs, err
+}
+
+// PopManyAcks is PopMany with CAS acks (AckCAS) in its first transaction,
+// ahead of the claims: one commit for both. The acks' results come back
+// whenever that transaction committed, also when the second failed.
+func (db *DB) PopManyAcks(ctx context.Context, jobs []PopArgs, pairs []CASPair) ([]*PopOutcome, []CASResult, error) {
 	outs := make([]*PopOutcome, len(jobs))
 	all := make([]int, len(jobs))
 	for i := range jobs {
 		all[i] = i
 	}
-	again, err := db.popBatch(ctx, jobs, all, outs, true)
+	again, cas, err := db.popBatch(ctx, jobs, all, outs, true, pairs)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if len(again) == 0 {
-		return outs, nil
+		return outs, cas, nil
 	}
-	if _, err := db.popBatch(ctx, jobs, again, outs, false); err != nil {
+	if _, _, err := db.popBatch(ctx, jobs, again, outs, false, nil); err != nil {
 		for _, i := range again {
 			outs[i] = nil // read before the failure, perhaps, but rolled back
 		}
-		return outs, err
+		return outs, cas, err
 	}
-	return outs, nil
+	return outs, cas, nil
 }
 
 // popBatch runs jobs[idx...] in one pipelined batch, fast claims where
 // fast allows, and fills outs. It returns the jobs whose fast claim
 // answered nothing.
-func (db *DB) popBatch(ctx context.Context, jobs []PopArgs, idx []int, outs []*PopOutcome, fast bool) ([]int, error) {
+func (db *DB) popBatch(ctx context.Context, jobs []PopArgs, idx []int, outs []*PopOutcome, fast bool, pairs []CASPair) ([]int, []CASResult, error) {
 	b := &pgx.Batch{}
+	if len(pairs) > 0 {
+		b.Queue(ackCASSQL, casParams(pairs)...)
+	}
 	isFast := make([]bool, len(idx))
 	for k, i := range idx {
 		a := jobs[i]
@@ -143,13 +154,24 @@ func (db *DB) popBatch(ctx context.Context, jobs []PopArgs, idx []int, outs []*P
 		}
 	}
 	br := db.pool.SendBatch(ctx, b)
+	var cas []CASResult
+	if len(pairs) > 0 {
+		rs, err := br.Query()
+		if err == nil {
+			cas, err = scanCAS(rs, len(pairs))
+		}
+		if err != nil {
+			br.Close()
+			return nil, nil, fmt.Errorf("pop: acks: %w", err)
+		}
+	}
 	var again []int
 	for k, i := range idx {
 		a := jobs[i]
 		rs, err := br.Query()
 		if err != nil {
 			br.Close()
-			return nil, fmt.Errorf("pop %s (job %d of %d): %w", a.Queue, i+1, len(jobs), err)
+			return nil, nil, fmt.Errorf("pop %s (job %d of %d): %w", a.Queue, i+1, len(jobs), err)
 		}
 		var out *PopOutcome
 		if isFast[k] {
@@ -160,7 +182,7 @@ func (db *DB) popBatch(ctx context.Context, jobs []PopArgs, idx []int, outs []*P
 		rs.Close()
 		if err != nil {
 			br.Close()
-			return nil, fmt.Errorf("pop %s (job %d of %d): %w", a.Queue, i+1, len(jobs), err)
+			return nil, nil, fmt.Errorf("pop %s (job %d of %d): %w", a.Queue, i+1, len(jobs), err)
 		}
 		if out == nil {
 			again = append(again, i)
@@ -169,9 +191,9 @@ func (db *DB) popBatch(ctx context.Context, jobs []PopArgs, idx []int, outs []*P
 	}
 	// Close reads the Sync: the commit's outcome.
 	if err := br.Close(); err != nil {
-		return nil, fmt.Errorf("pop: commit of %d jobs: %w", len(idx), err)
+		return nil, nil, fmt.Errorf("pop: commit of %d jobs: %w", len(idx), err)
 	}
-	return again, nil
+	return again, cas, nil
 }
 
 func scanPop(rs pgx.Rows) (*PopOutcome, error) {

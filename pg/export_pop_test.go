@@ -109,7 +109,7 @@ const FastClaimSQL = fastClaimSQL
 // the fast claim, for the benchmarks that compare the two.
 func (db *DB) PopGeneral(ctx context.Context, a PopArgs) (*PopOutcome, error) {
 	outs := make([]*PopOutcome, 1)
-	if _, err := db.popBatch(ctx, []PopArgs{a}, []int{0}, outs, false); err != nil {
+	if _, _, err := db.popBatch(ctx, []PopArgs{a}, []int{0}, outs, false, nil); err != nil {
 		return nil, err
 	}
 	return outs[0], nil

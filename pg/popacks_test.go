@@ -1,0 +1,80 @@
+package pg_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"queen-node/pg"
+	"queen-node/protocol"
+)
+
+// TestPopManyAcksOneTransaction: the CAS acks a claim flush carries run
+// first, in the claims' transaction (broker/popcombine.go). A claim of the
+// partition an ack of the same flush releases takes its next messages at
+// once; when the transaction fails, the acks are not written either.
+func TestPopManyAcksOneTransaction(t *testing.T) {
+	db, url := openDB(t)
+	ctx := context.Background()
+	pushN(t, db, "q", "p", 10)
+	args := func(lease string) pg.PopArgs {
+		return pg.PopArgs{Tenant: "t", Queue: "q", Group: "g", Names: []string{"p"}, Budget: 4, MaxParts: 1,
+			ScanLimit: 16, SubMode: protocol.SubAll, LeaseID: lease, LeaseSeconds: 600}
+	}
+	l1 := uuid.NewString()
+	first := claim(t, db, args(l1))
+	if len(first.Messages) != 4 {
+		t.Fatalf("first claim: %d messages", len(first.Messages))
+	}
+	ackOf := func(out *pg.PopOutcome, lease string) pg.CASPair {
+		n := len(out.Messages)
+		return pg.CASPair{Tenant: "t", PartitionID: out.Messages[0].PartitionID, Group: "g", LeaseID: lease,
+			First: out.Messages[0].Off, End: out.Messages[n-1].Off, N: n}
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	cursor := func() (off int64, lease string) {
+		t.Helper()
+		var l *string
+		if err := conn.QueryRow(ctx, `SELECT c.committed_offset, c.lease_id FROM queen.consumers c
+			JOIN queen.partitions p ON p.id = c.partition_id WHERE p.name = 'p' AND c.consumer_group = 'g'`).Scan(&off, &l); err != nil {
+			t.Fatal(err)
+		}
+		if l != nil {
+			lease = *l
+		}
+		return off, lease
+	}
+
+	// A transaction that fails (a parameter PostgreSQL refuses: a NUL in
+	// text) writes neither the ack nor any claim.
+	bad := args(uuid.NewString())
+	bad.Tenant = "t\x00"
+	if outs, cas, err := db.PopManyAcks(ctx, []pg.PopArgs{bad}, []pg.CASPair{ackOf(first, l1)}); err == nil || cas != nil || outs != nil {
+		t.Fatalf("failed flush: outs %v, cas %v, err %v; want an error and nothing", outs, cas, err)
+	}
+	if off, lease := cursor(); off != 0 || lease != l1 {
+		t.Fatalf("after the failed flush: cursor %d, lease %q; want 0 and the first claim's %q", off, lease, l1)
+	}
+
+	// The ack releases the partition and the claim in the same flush takes
+	// the next four, in the first transaction (the fast claim; a claim that
+	// found the partition still leased would have answered nothing there).
+	l2 := uuid.NewString()
+	outs, cas, err := db.PopManyAcks(ctx, []pg.PopArgs{args(l2)}, []pg.CASPair{ackOf(first, l1)})
+	if err != nil || len(cas) != 1 || !cas[0].OK {
+		t.Fatalf("flush: cas %+v, err %v", cas, err)
+	}
+	second := outs[0]
+	if second == nil || len(second.Messages) != 4 || second.Messages[0].Off != first.Messages[3].Off+1 || !second.Fast {
+		t.Fatalf("the flush's claim: %+v; want the next 4 messages, by the fast claim", second)
+	}
+	if off, lease := cursor(); off != first.Messages[3].Off || lease != l2 {
+		t.Fatalf("after the flush: cursor %d, lease %q; want %d and %q", off, lease, first.Messages[3].Off, l2)
+	}
+}
