@@ -217,15 +217,16 @@ type ackCombiner struct {
 
 // flushesInFlight: a node runs one claim flush at a time, which carries
 // its CAS acks too (popcombine.go), alone or in a cluster, as it runs one
-// push flush. (Until 2026-12-03 the CAS acks had a flight of their own.) A second flight
-// of each kind only split the same requests into more, smaller
-// transactions: its PostgreSQL shares the cores with the push flush, the
-// other kind's flush and the node itself, and consumers answered sooner
-// claim more often and smaller, each claim and ack a fixed cost
-// (docs/benchmarks.md, "twelfth session": one node, 0.89-0.95x
-// PostgreSQL CPU per message at full load, 0.85x at half load). In a
-// cluster each node running its own second flight also multiplied the
-// transactions by the nodes ("fifth session").
+// push flush. (Until 2026-12-03 the CAS acks had a flight of their own.)
+// More flights only split the same requests into more, smaller
+// transactions: PostgreSQL shares the cores with the push flight and the
+// node itself, and consumers answered sooner claim more often and
+// smaller, each transaction a fixed cost (docs/benchmarks.md, "twelfth
+// session": one node, 0.89-0.95x PostgreSQL CPU per message with one
+// flight; "fourteenth session": 3 or 8 flights, 1.4-2.6x the commits and
+// 66-87 against 47 us per message). In a cluster each node running its
+// own second flight also multiplied the transactions by the nodes ("fifth
+// session").
 const flushesInFlight = 1
 
 // maxCASPairs bounds the (partition, group) pairs of one CAS flush; a
@@ -270,7 +271,8 @@ func (c *ackCombiner) submit(ctx context.Context, pairs []pg.CASPair) ([]pg.CASR
 	case <-r.done:
 	case <-ctx.Done():
 		// Skipped if not sent yet. Once sent, its rows may commit: wait
-		// for the flush (bounded by combineFlushTimeout), so that the
+		// for the flush (bounded by combineFlushTimeout, or by
+		// popFlushTimeout per transaction in the claims' flight), so that the
 		// caller still applies the hot-list effects of what committed.
 		c.mu.Lock()
 		if !r.sent {

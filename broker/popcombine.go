@@ -38,15 +38,19 @@ import (
 // The same flight carries the node's CAS acks (ackcas.go; acks set, with
 // the ack combiner's joint pointing here): each flush takes the claims and
 // the acks waiting, and sends the acks' statement first in the claims'
-// transaction (pg.DB.PopManyAcks), so a consumer's cycle of ack and claim
-// costs the node's flushes one commit where it cost two (docs/benchmarks.md,
-// "fourteenth session"). An ack thus lands before a claim of the same
-// flush, which then sees the partition released. Acks waiting with no
-// claim go alone (ackCombiner.flush). The ack statement locks rows only
-// with SKIP LOCKED, as the claims do, so the shared transaction still
-// never waits for a row lock. When the claims' first transaction fails,
-// the acks in it were not written: they take the general path, as after
-// a failed ack flush.
+// transaction (pg.DB.PopManyAcks). Under load, acks and other consumers'
+// claims thus share commits: the node's claim cycles cost about one
+// commit where they cost two (docs/benchmarks.md, "fourteenth session").
+// An ack lands before the claims of its flush, which see its partition
+// released. Acks waiting with no claim go alone (ackCombiner.flush). The
+// ack statement locks rows only with SKIP LOCKED, as the claims do, so
+// the shared transaction waits for a row lock only where a merged claim
+// already could (a stale name's insert, above). When the claims' first
+// transaction fails, the acks in it were not written: they take the
+// general path, as after a failed ack flush (they lose the ack flush's
+// own Retry); when the second fails, they committed and are answered. An
+// ack is answered when its flush ends, after a second transaction if the
+// flush needed one.
 type popCombiner struct {
 	db      *pg.DB
 	alone   func(context.Context, pg.PopArgs) (*pg.PopOutcome, error)
@@ -60,6 +64,8 @@ type popCombiner struct {
 	pending  []*popJob
 	inflight int
 	dirty    bool // acks were queued since run last looked
+
+	idleHook func() // tests: runs when the flight found nothing, before it decides to end
 }
 
 // kick starts the flight for acks queued in c.acks. dirty tells a run
@@ -157,6 +163,9 @@ func (c *popCombiner) run() {
 		}
 		switch {
 		case len(batch) == 0 && len(acks) == 0:
+			if c.idleHook != nil {
+				c.idleHook()
+			}
 			c.mu.Lock()
 			if c.dirty || len(c.pending) > 0 {
 				c.mu.Unlock()

@@ -78,3 +78,45 @@ func TestPopManyAcksOneTransaction(t *testing.T) {
 		t.Fatalf("after the flush: cursor %d, lease %q; want %d and %q", off, lease, first.Messages[3].Off, l2)
 	}
 }
+
+// TestPopManyAcksSecondTransactionFails: when the second transaction (the
+// fast claims that found nothing, run again as pop_v3) fails, the first,
+// with the acks, committed: their results come back with the error.
+func TestPopManyAcksSecondTransactionFails(t *testing.T) {
+	db, url := openDB(t)
+	ctx := context.Background()
+	pushN(t, db, "q", "p", 10)
+	args := func(lease string, names ...string) pg.PopArgs {
+		return pg.PopArgs{Tenant: "t", Queue: "q", Group: "g", Names: names, Budget: 4, MaxParts: 1,
+			ScanLimit: 16, SubMode: protocol.SubAll, LeaseID: lease, LeaseSeconds: 600}
+	}
+	l1 := uuid.NewString()
+	first := claim(t, db, args(l1, "p"))
+	n := len(first.Messages)
+	pair := pg.CASPair{Tenant: "t", PartitionID: first.Messages[0].PartitionID, Group: "g", LeaseID: l1,
+		First: first.Messages[0].Off, End: first.Messages[n-1].Off, N: n}
+	// The fast claim takes the first name only and finds no such
+	// partition; pop_v3 then gets a second name PostgreSQL refuses.
+	bad := args(uuid.NewString(), "nope", "x\x00")
+	_, cas, err := db.PopManyAcks(ctx, []pg.PopArgs{bad}, []pg.CASPair{pair})
+	if err == nil {
+		t.Fatal("want the second transaction to fail")
+	}
+	if len(cas) != 1 || !cas[0].OK {
+		t.Fatalf("acks %+v (%v): want the committed ack's result", cas, err)
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var off int64
+	var lease *string
+	if err := conn.QueryRow(ctx, `SELECT c.committed_offset, c.lease_id FROM queen.consumers c
+		JOIN queen.partitions p ON p.id = c.partition_id WHERE p.name = 'p' AND c.consumer_group = 'g'`).Scan(&off, &lease); err != nil {
+		t.Fatal(err)
+	}
+	if off != first.Messages[n-1].Off || lease != nil {
+		t.Fatalf("cursor %d, lease %v; want %d and none", off, lease, first.Messages[n-1].Off)
+	}
+}
