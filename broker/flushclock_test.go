@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -70,19 +71,8 @@ func TestFlushClocksCountEachRequestOnce(t *testing.T) {
 			wg.Add(1)
 			go func(res *PopResult) {
 				defer wg.Done()
-				items := make([]AckItem, len(res.Messages))
-				for k, m := range res.Messages {
-					items[k] = AckItem{TransactionID: m.TransactionID, PartitionID: m.PartitionID, LeaseID: res.LeaseID}
-				}
-				out, err := b.Ack(ctx, "t", items)
-				if err != nil {
-					t.Errorf("ack: %v", err)
-					return
-				}
-				for _, a := range out {
-					if !a.Success {
-						t.Errorf("ack refused: %+v", a)
-					}
+				if err := ackServed(ctx, b, res); err != nil {
+					t.Error(err)
 				}
 			}(o.res)
 		}
@@ -108,4 +98,23 @@ func TestFlushClocksCountEachRequestOnce(t *testing.T) {
 		s.AckFlushTime.BusySeconds <= 0 {
 		t.Fatalf("CAS ack flushes %d, time %+v", s.AckFlushes, s.AckFlushTime)
 	}
+}
+
+// ackServed acks every message of a pop, completed, under its lease (the
+// batch the CAS ack takes whole), and fails on an error or a refused item.
+func ackServed(ctx context.Context, b *Broker, res *PopResult) error {
+	items := make([]AckItem, len(res.Messages))
+	for k, m := range res.Messages {
+		items[k] = AckItem{TransactionID: m.TransactionID, PartitionID: m.PartitionID, LeaseID: res.LeaseID}
+	}
+	out, err := b.Ack(ctx, "t", items)
+	if err != nil {
+		return fmt.Errorf("ack: %w", err)
+	}
+	for _, a := range out {
+		if !a.Success {
+			return fmt.Errorf("ack refused: %+v", a)
+		}
+	}
+	return nil
 }

@@ -91,20 +91,9 @@ func oneFlushInFlight(t *testing.T, b *Broker) {
 				if res == nil || len(res.Messages) == 0 {
 					continue
 				}
-				acks := make([]AckItem, len(res.Messages))
-				for i, m := range res.Messages {
-					acks[i] = AckItem{TransactionID: m.TransactionID, PartitionID: m.PartitionID, LeaseID: res.LeaseID}
-				}
-				out, err := b.Ack(ctx, "t", acks)
-				if err != nil {
-					errs <- fmt.Errorf("ack: %w", err)
+				if err := ackServed(ctx, b, res); err != nil {
+					errs <- err
 					return
-				}
-				for _, o := range out {
-					if !o.Success {
-						errs <- fmt.Errorf("ack refused: %s", o.Error)
-						return
-					}
 				}
 				delivered.Add(int64(len(res.Messages)))
 			}
@@ -171,19 +160,9 @@ func TestAcksOwnFlightWithoutPopCombine(t *testing.T) {
 				if res == nil || len(res.Messages) == 0 {
 					continue
 				}
-				acks := make([]AckItem, len(res.Messages))
-				for i, m := range res.Messages {
-					acks[i] = AckItem{TransactionID: m.TransactionID, PartitionID: m.PartitionID, LeaseID: res.LeaseID}
-				}
-				out, err := b.Ack(ctx, "t", acks)
-				if err != nil {
+				if err := ackServed(ctx, b, res); err != nil {
 					t.Error(err)
 					return
-				}
-				for _, o := range out {
-					if !o.Success {
-						t.Errorf("ack refused: %+v", o)
-					}
 				}
 			}
 		}()

@@ -3,6 +3,7 @@ package pg
 import (
 	"context"
 	"fmt"
+
 	"github.com/jackc/pgx/v5"
 )
 
