@@ -29,10 +29,10 @@ type Broker struct {
 	log   hclog.Logger
 	db    *pg.DB
 	gates *gates
-	push  *pushCombiner // nil with PushCombine off
-	popc  *popCombiner  // nil with PopCombine off
-	rel   releaser      // lease releases of undelivered answers (release.go)
-	prov  *provisioned  // consumer rows known to exist, for the claim core
+	push  *pushLanes   // nil with PushCombine off
+	popc  *popCombiner // nil with PopCombine off
+	rel   releaser     // lease releases of undelivered answers (release.go)
+	prov  *provisioned // consumer rows known to exist, for the claim core
 	// acks and leases are the CAS ack (ackcas.go); nil with AckCAS off
 	acks   *ackCombiner
 	leases *leaseMemory
@@ -153,8 +153,11 @@ func New(ctx context.Context, cfg Config, log hclog.Logger) (*Broker, error) {
 	// Not derived from ctx: that one bounds only the start.
 	b.life, b.endLife = context.WithCancel(context.Background())
 	if cfg.PushCombine {
-		b.push = newPushCombiner(db, DefaultMaxPushRows, DefaultMaxPushBytes, &b.stats.PushFlushes, &b.stats.PushDeferred, &b.stats.PushFlushTime,
-			b.afterCommit)
+		b.push = &pushLanes{}
+		for range cfg.PushLanes {
+			b.push.lanes = append(b.push.lanes, newPushCombiner(db, DefaultMaxPushRows, DefaultMaxPushBytes,
+				&b.stats.PushFlushes, &b.stats.PushDeferred, &b.stats.PushFlushTime, b.afterCommit))
+		}
 	}
 	b.prov = newProvisioned()
 	if cfg.BulkProvision {
@@ -202,6 +205,12 @@ func (c *Config) validate() error {
 	}
 	if err := c.Churn.validate(); err != nil {
 		return err
+	}
+	if c.PushLanes <= 0 {
+		c.PushLanes = DefaultPushLanes
+	}
+	if c.PushLanes > MaxPushLanes {
+		return fmt.Errorf("push lanes %d: want 1 to %d", c.PushLanes, MaxPushLanes)
 	}
 	if c.MaxPopBytes < 0 {
 		return fmt.Errorf("max pop bytes %d: want 0 (no bound) or more", c.MaxPopBytes)

@@ -21,7 +21,8 @@ import (
 // partitions overlap a lot: every push locks its partitions until commit).
 // An idle node flushes a push at once: there is no timer.
 //
-// One flush runs at a time per node, bounded by combineFlushTimeout: a
+// One flush runs at a time per combiner (a node runs one per push lane,
+// pushlanes.go, each for its own partitions), bounded by combineFlushTimeout: a
 // flush that fails or runs out of time (a push stuck behind a lock some
 // other transaction holds) rolls back, or keeps only what its first
 // transaction committed (pg.PartialPushError: the fast push wrote the free
@@ -144,6 +145,13 @@ func newPushCombiner(db *pg.DB, maxRows int, maxBytes int64, flushes, deferred *
 
 // push queues rows and waits until the flush that carries them ends.
 func (c *pushCombiner) push(ctx context.Context, tenant string, rows []pg.PushRow) ([]pg.PushOutcome, error) {
+	return c.enqueue(ctx, tenant, rows).await(ctx)
+}
+
+// enqueue queues rows, starting the flight if it is idle; await waits for
+// them. Apart so that pushLanes can queue a push's parts in every lane
+// before it waits for any.
+func (c *pushCombiner) enqueue(ctx context.Context, tenant string, rows []pg.PushRow) *pushReq {
 	r := &pushReq{ctx: ctx, rows: rows, bytes: rowsBytes(rows), done: make(chan struct{}), t0: time.Now()}
 	c.mu.Lock()
 	if len(c.pending[tenant]) == 0 {
@@ -155,6 +163,10 @@ func (c *pushCombiner) push(ctx context.Context, tenant string, rows []pg.PushRo
 		go c.run()
 	}
 	c.mu.Unlock()
+	return r
+}
+
+func (r *pushReq) await(ctx context.Context) ([]pg.PushOutcome, error) {
 	select {
 	case <-r.done:
 		return r.outs, r.err

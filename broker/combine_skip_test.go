@@ -17,9 +17,10 @@ import (
 // A combined flush does not wait for a partition another transaction holds
 // (another node's flush): the push's other partitions commit at once, the
 // held one's rows are sent again by the next flush once the holder is gone,
-// and a later push to that partition still comes after them.
+// and a later push to that partition still comes after them. One push lane:
+// the test is about one flight's deferrals (lanes: pushlanes_test.go).
 func TestCombinerDefersHeldPartition(t *testing.T) {
-	n := nodetest.Start(t, func(c *broker.Config) { c.PushCombine = true })
+	n := nodetest.Start(t, func(c *broker.Config) { c.PushCombine, c.PushLanes = true, 1 })
 	b := n.Broker
 	ctx := context.Background()
 	const q = "held"

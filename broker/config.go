@@ -18,6 +18,8 @@ const (
 	DefaultMaxPushRows    = 10000    // rows of one combined push flush (broker/combine.go) and of one replayed push (maintenance.go)
 	DefaultMaxPushBytes   = 10 << 20 // a push request's body (api.DefaultMaxBodyBytes; docs/api.md, "Input bounds") and a replayed push's records (maintenance.go)
 	DefaultPushCombine    = true
+	DefaultPushLanes      = 2  // group-commit flights, each its own partitions (broker/pushlanes.go)
+	MaxPushLanes          = 16 // each lane holds a pooled connection while it flushes
 	DefaultPopCombine     = true
 	DefaultAckCAS         = true
 	DefaultBulkProvision  = true
@@ -50,6 +52,10 @@ type Config struct {
 	// for the one being written into one transaction: group commit
 	// (broker/combine.go). Off, every push is its own transaction.
 	PushCombine bool
+	// PushLanes (QUEEN_PUSH_LANES, default 2) is how many group commits
+	// run side by side with PushCombine on, each for its own share of the
+	// partitions (broker/pushlanes.go); 1 to MaxPushLanes.
+	PushLanes int
 	// PopCombine (QUEEN_POP_COMBINE, default on) merges claims that wait
 	// for the ones being run into one transaction (broker/popcombine.go).
 	// Off, every claim is its own call.
@@ -108,6 +114,7 @@ func DefaultConfig() Config {
 		ReleaseAgain:  DefaultReleaseAgain,
 		MaxPopBytes:   DefaultMaxPopBytes,
 		PushCombine:   DefaultPushCombine,
+		PushLanes:     DefaultPushLanes,
 		PopCombine:    DefaultPopCombine,
 		AckCAS:        DefaultAckCAS,
 		BulkProvision: DefaultBulkProvision,

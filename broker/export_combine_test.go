@@ -1,16 +1,29 @@
 package broker
 
 // PendingPushTxIDs lists the transaction id of the first row of every push
-// waiting in the combiner's queue (not in a flush), for tests that need a
+// waiting in a push lane's queue (not in a flush), for tests that need a
 // push to be queued behind another.
 func (b *Broker) PendingPushTxIDs() []string {
-	b.push.mu.Lock()
-	defer b.push.mu.Unlock()
 	var out []string
-	for _, q := range b.push.pending {
-		for _, r := range q {
-			out = append(out, r.rows[0].TxID)
+	for _, c := range b.push.lanes {
+		c.mu.Lock()
+		for _, q := range c.pending {
+			for _, r := range q {
+				out = append(out, r.rows[0].TxID)
+			}
 		}
+		c.mu.Unlock()
 	}
 	return out
+}
+
+// LaneOf is laneOf, for tests that pick partitions of each push lane.
+func LaneOf(queue, partition string, lanes int) int { return laneOf(queue, partition, lanes) }
+
+// PushLanes is how many push lanes the node runs (0: PushCombine off).
+func (b *Broker) PushLanes() int {
+	if b.push == nil {
+		return 0
+	}
+	return len(b.push.lanes)
 }

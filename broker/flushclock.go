@@ -7,7 +7,8 @@ import (
 
 // flushClock is what one kind of combined flush spends in time: how long
 // its flushes ran, and how long the requests it carried waited for them. A
-// node runs one push flight and one claim flight (flushesInFlight), the
+// node runs a push flight per push lane (pushlanes.go; a push spread over
+// lanes counts a wait in each) and one claim flight (flushesInFlight), the
 // claim flight carrying the CAS acks too: kind "pop" is its flushes with
 // claims (and any acks waiting with them), kind "ack" its flushes of acks
 // alone. A request's latency is its wait plus its flush; busy time near

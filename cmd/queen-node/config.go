@@ -101,6 +101,13 @@ func settings() []setting {
 			}},
 		{env: "QUEEN_PUSH_COMBINE", flag: "push-combine", def: boolDef(d.Broker.PushCombine), isBool: true, usage: "pushes waiting for the one being written go to PostgreSQL together (group commit); 0 = one transaction per push",
 			apply: func(c *Config, v string) error { return boolean(v, &c.Node.Broker.PushCombine) }},
+		{env: "QUEEN_PUSH_LANES", flag: "push-lanes", def: strconv.Itoa(d.Broker.PushLanes),
+			usage: "group commits that run side by side, each for its own share of the partitions (a partition always goes through the same one); 1 = one push flush at a time",
+			apply: func(c *Config, v string) error {
+				n, err := intIn(v, 1, broker.MaxPushLanes)
+				c.Node.Broker.PushLanes = n
+				return err
+			}},
 		{env: "QUEEN_BULK_PROVISION", flag: "bulk-provision", def: boolDef(d.Broker.BulkProvision), isBool: true, usage: "a claim that meets partitions without the group's consumer row has the group's rows of the whole queue made in pages of 1,000; 0 = each claim makes its own candidates' rows",
 			apply: func(c *Config, v string) error { return boolean(v, &c.Node.Broker.BulkProvision) }},
 		{env: "QUEEN_POP_COMBINE", flag: "pop-combine", def: boolDef(d.Broker.PopCombine), isBool: true, usage: "claims waiting for the ones being run go to PostgreSQL together, one transaction per flush; 0 = one transaction per claim",

@@ -1,0 +1,97 @@
+package broker
+
+import (
+	"context"
+
+	"queen-node/pg"
+)
+
+// pushLanes splits a node's group commit into lanes by partition: each lane
+// is a pushCombiner with its own flight, and a partition's rows always go
+// through the same lane. One flight was busy 97% of the time at full load
+// and its statement runs on one PostgreSQL core; two lanes write disjoint
+// partitions, so their flushes run side by side without waiting for each
+// other's row locks or deferring rows (docs/benchmarks.md, "fifteenth
+// session"). A partition's rows keep their order because its lane flushes
+// one at a time, in arrival order. A push whose rows span lanes is queued
+// in each, then waits for all: its partitions may commit in separate
+// transactions, as docs/api.md ("a push's transactions") allows.
+type pushLanes struct {
+	lanes []*pushCombiner
+}
+
+// laneOf is the lane of a partition: FNV-1a of its queue and name, so the
+// lanes share random partitions about evenly.
+func laneOf(queue, partition string, lanes int) int {
+	h := uint32(2166136261)
+	for i := 0; i < len(queue); i++ {
+		h = (h ^ uint32(queue[i])) * 16777619
+	}
+	h *= 16777619 // a zero byte between the two: ("ab","c") and ("a","bc") differ
+	for i := 0; i < len(partition); i++ {
+		h = (h ^ uint32(partition[i])) * 16777619
+	}
+	return int(h % uint32(lanes))
+}
+
+// push stores rows through their lanes and returns every outcome with Idx
+// into rows. A lane's error is the push's, once every lane has answered
+// (what the others wrote stays written; a retry finds it a duplicate).
+func (p *pushLanes) push(ctx context.Context, tenant string, rows []pg.PushRow) ([]pg.PushOutcome, error) {
+	n := len(p.lanes)
+	if n == 1 {
+		return p.lanes[0].push(ctx, tenant, rows)
+	}
+	of := make([]int, len(rows))
+	count := make([]int, n)
+	for i := range rows {
+		of[i] = laneOf(rows[i].Queue, rows[i].Partition, n)
+		count[of[i]]++
+	}
+	if count[of[0]] == len(rows) { // one lane: no copy
+		return p.lanes[of[0]].push(ctx, tenant, rows)
+	}
+	type part struct {
+		idx []int // into rows
+		req *pushReq
+	}
+	parts := make([]part, n)
+	for l := range parts {
+		parts[l].idx = make([]int, 0, count[l])
+	}
+	for i, l := range of {
+		parts[l].idx = append(parts[l].idx, i)
+	}
+	for l := range parts {
+		if len(parts[l].idx) == 0 {
+			continue
+		}
+		sub := make([]pg.PushRow, len(parts[l].idx))
+		for k, i := range parts[l].idx {
+			sub[k] = rows[i]
+		}
+		parts[l].req = p.lanes[l].enqueue(ctx, tenant, sub)
+	}
+	all := make([]pg.PushOutcome, 0, len(rows))
+	var first error
+	for _, pt := range parts {
+		if pt.req == nil {
+			continue
+		}
+		outs, err := pt.req.await(ctx)
+		if err != nil {
+			if first == nil {
+				first = err
+			}
+			continue
+		}
+		for _, o := range outs {
+			o.Idx = pt.idx[o.Idx]
+			all = append(all, o)
+		}
+	}
+	if first != nil {
+		return nil, first
+	}
+	return all, nil
+}
