@@ -189,9 +189,9 @@ const (
 	helpMarks      = "Partition marks by source: local push, remote (peer hint), commit (transaction commit or DLQ move)."
 	helpInRef      = "Inbound hint streams refused, by reason: limit (every slot held by a live member stream), not_member, held (the named member's live stream holds its slot)."
 	helpPops       = "Finished pops by outcome: messages or empty (timed-out long-polls included)."
-	helpFlushBusy  = "Seconds each kind's combined flushes took, start to end: push; pop, the claim flight's flushes with claims (and the CAS acks waiting with them); ack, its flushes of CAS acks alone. The rate of pop plus ack is the share of time the claim flight is busy; near 1, requests queue behind it."
+	helpFlushBusy  = "Seconds each kind's combined flushes took, start to end: push, all push lanes together; pop, the claim flight's flushes with claims (and the CAS acks waiting with them); ack, its flushes of CAS acks alone. The rate of pop plus ack is the share of time the claim flight is busy; near 1, requests queue behind it."
 	helpFlushRuns  = "Flushes counted in queen_flush_busy_seconds_total, by kind; divide the busy seconds by them for the mean flush."
-	helpFlushWait  = "Seconds the requests each kind's flushes carried waited for their first flush (arrival to that flush's start): pushes, claims, CAS acks (kind ack, whichever flush carried them); divide by queen_flush_waits_total for the mean."
+	helpFlushWait  = "Seconds the requests each kind's flushes carried waited for their first flush (arrival to that flush's start): pushes (a push spread over push lanes counts in each), claims, CAS acks (kind ack, whichever flush carried them); divide by queen_flush_waits_total for the mean."
 	helpFlushWaits = "Requests counted in queen_flush_wait_seconds_total, by kind."
 	helpVerdicts   = "Candidates the claim core evaluated, by verdict: took (messages delivered), empty, leased (another consumer of the group holds it), busy (row locked by another transaction), requeue (not evaluated)."
 	helpMembs      = "Members this node knows, itself included, by state."
@@ -390,7 +390,7 @@ var Table = []Row{
 	{Status: "requests.pushed_messages", Metric: "queen_pushed_messages_total", Kind: Counter,
 		Help: "Messages stored by pushes.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.PushedItems })},
 	{Status: "requests.push_flushes", Metric: "queen_push_flushes_total", Kind: Counter,
-		Help: "Push transactions sent to PostgreSQL; fewer than pushes when concurrent pushes are combined (QUEEN_PUSH_COMBINE).", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.PushFlushes })},
+		Help: "Push transactions sent to PostgreSQL; fewer than pushes when concurrent pushes are combined (QUEEN_PUSH_COMBINE), though a push spread over several push lanes counts one in each (QUEEN_PUSH_LANES).", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.PushFlushes })},
 	{Status: "requests.push_deferred", Metric: "queen_push_deferred_total", Kind: Counter,
 		Help: "Pushed messages a combined flush left for the next one because another transaction (another node's flush) held their partition.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.PushDeferred })},
 	// The family is prefixed by what it counts duplicates of; /status

@@ -216,10 +216,11 @@ type ackCombiner struct {
 }
 
 // flushesInFlight: a node runs one claim flush at a time, which carries
-// its CAS acks too (popcombine.go), alone or in a cluster, as it runs one
-// push flush. (Until 2026-12-03 the CAS acks had a flight of their own.)
+// its CAS acks too (popcombine.go), alone or in a cluster. (Until
+// 2026-12-03 the CAS acks had a flight of their own. Pushes run a flight
+// per push lane, pushlanes.go: they split by partition, claims cannot.)
 // More flights only split the same requests into more, smaller
-// transactions: PostgreSQL shares the cores with the push flight and the
+// transactions: PostgreSQL shares the cores with the push flights and the
 // node itself, and consumers answered sooner claim more often and
 // smaller, each transaction a fixed cost (docs/benchmarks.md, "twelfth
 // session": one node, 0.89-0.95x PostgreSQL CPU per message with one

@@ -154,7 +154,7 @@ func New(ctx context.Context, cfg Config, log hclog.Logger) (*Broker, error) {
 	b.life, b.endLife = context.WithCancel(context.Background())
 	if cfg.PushCombine {
 		b.push = &pushLanes{}
-		for range cfg.PushLanes {
+		for range pushLaneCount(cfg) {
 			b.push.lanes = append(b.push.lanes, newPushCombiner(db, DefaultMaxPushRows, DefaultMaxPushBytes,
 				&b.stats.PushFlushes, &b.stats.PushDeferred, &b.stats.PushFlushTime, b.afterCommit))
 		}

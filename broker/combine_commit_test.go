@@ -19,6 +19,7 @@ import (
 func TestLeftPushStillWakesItsCommittedPartition(t *testing.T) {
 	n := nodetest.Start(t, func(c *broker.Config) {
 		c.PushCombine = true
+		c.PushLanes = 1                      // a and b in one flush, as the test needs
 		c.Hotlist.ReseedInterval = time.Hour // the floor must not be what delivers
 		c.PopBackoffMin = 10 * time.Second   // nor the parked pop's own re-poll
 		c.PopBackoffMax = 10 * time.Second

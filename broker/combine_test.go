@@ -20,7 +20,7 @@ import (
 // message is stored once, each producer's order holds per partition, and a
 // push that fails in PostgreSQL fails alone.
 func TestPushCombining(t *testing.T) {
-	n := nodetest.Start(t, func(c *broker.Config) { c.PushCombine = true })
+	n := nodetest.Start(t, func(c *broker.Config) { c.PushCombine, c.PushLanes = true, 1 }) // one lane: a push, one flush (lanes: pushlanes_test.go)
 	b := n.Broker
 	ctx := context.Background()
 	const producers, pushes, per, parts = 8, 40, 10, 5

@@ -20,8 +20,11 @@ type pushLanes struct {
 	lanes []*pushCombiner
 }
 
-// laneOf is the lane of a partition: FNV-1a of its queue and name, so the
-// lanes share random partitions about evenly.
+// laneOf is the lane of a partition: FNV-1a of its queue and name, mixed
+// (murmur3's finalizer) before it is reduced: FNV's low bits see only the
+// low bits of each byte, so modulo 2 alone it would put names of the same
+// letters in any order ("p12", "p21"), or "p0", "p2", "p4", in one lane.
+// TestLaneOfSpreadsNames holds the spread.
 func laneOf(queue, partition string, lanes int) int {
 	h := uint32(2166136261)
 	for i := 0; i < len(queue); i++ {
@@ -31,7 +34,20 @@ func laneOf(queue, partition string, lanes int) int {
 	for i := 0; i < len(partition); i++ {
 		h = (h ^ uint32(partition[i])) * 16777619
 	}
+	h ^= h >> 16
+	h *= 0x85ebca6b
+	h ^= h >> 13
+	h *= 0xc2b2ae35
+	h ^= h >> 16
 	return int(h % uint32(lanes))
+}
+
+// pushLaneCount is the lanes a node runs: PushLanes, but at most a quarter
+// of the pool, since each lane holds a connection while it flushes (and a
+// failed flush's replays one each), and claims, acks and the rest need
+// theirs.
+func pushLaneCount(cfg Config) int {
+	return min(cfg.PushLanes, max(1, int(cfg.PG.MaxConns)/4))
 }
 
 // push stores rows through their lanes and returns every outcome with Idx
@@ -39,7 +55,7 @@ func laneOf(queue, partition string, lanes int) int {
 // (what the others wrote stays written; a retry finds it a duplicate).
 func (p *pushLanes) push(ctx context.Context, tenant string, rows []pg.PushRow) ([]pg.PushOutcome, error) {
 	n := len(p.lanes)
-	if n == 1 {
+	if n == 1 || len(rows) == 0 {
 		return p.lanes[0].push(ctx, tenant, rows)
 	}
 	of := make([]int, len(rows))

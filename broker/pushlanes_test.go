@@ -204,3 +204,50 @@ func TestPushLanesOneLaneFails(t *testing.T) {
 		t.Fatalf("stored %v, want g1, b1 and g2 once each", got)
 	}
 }
+
+// Partition names spread over the lanes about evenly, whatever their
+// shape: each lane of 2, 3 and 16 holds its share of 1,000 names within
+// half of it, and names of the same letters in another order are not kept
+// together (FNV-1a reduced modulo 2 would put every such pair in one lane).
+func TestLaneOfSpreadsNames(t *testing.T) {
+	for _, shape := range []string{"p%d", "part-%d", "shard-%03d"} {
+		for _, lanes := range []int{2, 3, 16} {
+			count := make([]int, lanes)
+			for i := 0; i < 1000; i++ {
+				count[broker.LaneOf("q", fmt.Sprintf(shape, i), lanes)]++
+			}
+			mean := 1000 / lanes
+			for l, c := range count {
+				if c < mean/2 || c > mean*3/2 {
+					t.Fatalf("%s over %d lanes: lane %d holds %d of 1,000 (%v)", shape, lanes, l, c, count)
+				}
+			}
+		}
+	}
+	pairs, apart := 0, 0
+	for x := 0; x < 10; x++ {
+		for y := x + 1; y < 10; y++ {
+			pairs++
+			if broker.LaneOf("q", fmt.Sprintf("p%d%d", x, y), 2) != broker.LaneOf("q", fmt.Sprintf("p%d%d", y, x), 2) {
+				apart++
+			}
+		}
+	}
+	if apart < pairs/4 || apart > pairs*3/4 {
+		t.Fatalf("%d of %d names whose letters are the same in another order are in different lanes", apart, pairs)
+	}
+}
+
+// A node runs at most a quarter of its pool as push lanes.
+func TestPushLanesBoundedByPool(t *testing.T) {
+	for _, c := range []struct {
+		lanes int
+		pool  int32
+		want  int
+	}{{2, 4, 1}, {16, 32, 8}, {2, 32, 2}, {1, 32, 1}} {
+		n := nodetest.Start(t, func(cfg *broker.Config) { cfg.PushCombine, cfg.PushLanes, cfg.PG.MaxConns = true, c.lanes, c.pool })
+		if got := n.Broker.PushLanes(); got != c.want {
+			t.Fatalf("QUEEN_PUSH_LANES=%d with a pool of %d: %d lanes, want %d", c.lanes, c.pool, got, c.want)
+		}
+	}
+}
