@@ -20,6 +20,11 @@ func (b *Broker) PendingPushTxIDs() []string {
 // LaneOf is laneOf, for tests that pick partitions of each push lane.
 func LaneOf(queue, partition string, lanes int) int { return laneOf(queue, partition, lanes) }
 
+// PushLaneCount is pushLaneCount of a configuration with these settings.
+func PushLaneCount(lanes int, pool int32) int {
+	return pushLaneCount(Config{PushLanes: lanes, PG: PGConfig{MaxConns: pool}})
+}
+
 // PushLanes is how many push lanes the node runs (0: PushCombine off).
 func (b *Broker) PushLanes() int {
 	if b.push == nil {

@@ -43,11 +43,11 @@ func laneOf(queue, partition string, lanes int) int {
 }
 
 // pushLaneCount is the lanes a node runs: PushLanes, but at most a quarter
-// of the pool, since each lane holds a connection while it flushes (and a
+// of the pool (one at least), since each lane holds a connection while it flushes (and a
 // failed flush's replays one each), and claims, acks and the rest need
 // theirs.
 func pushLaneCount(cfg Config) int {
-	return min(cfg.PushLanes, max(1, int(cfg.PG.MaxConns)/4))
+	return max(1, min(cfg.PushLanes, int(cfg.PG.MaxConns)/4))
 }
 
 // push stores rows through their lanes and returns every outcome with Idx
@@ -102,6 +102,9 @@ func (p *pushLanes) push(ctx context.Context, tenant string, rows []pg.PushRow) 
 			continue
 		}
 		for _, o := range outs {
+			if o.Idx < 0 || o.Idx >= len(pt.idx) {
+				continue // never; pushResults reports a row without an outcome not stored
+			}
 			o.Idx = pt.idx[o.Idx]
 			all = append(all, o)
 		}

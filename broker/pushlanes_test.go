@@ -53,8 +53,8 @@ func TestPushLanesSplitAPush(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := b.Snapshot().Requests.PushFlushes - before; got != 2 {
-		t.Fatalf("a push over both lanes took %d flushes, want 2 (one per lane)", got)
+	if got := b.Snapshot().Requests.PushFlushes - before; got < 2 {
+		t.Fatalf("a push over both lanes took %d flush, want one per lane", got)
 	}
 	ids := map[string]bool{}
 	for i, r := range res {
@@ -75,6 +75,9 @@ func TestPushLanesSplitAPush(t *testing.T) {
 			p, i := m["partition"].(string), int(m["data"].(map[string]any)["i"].(float64))
 			if items[i].Partition != p {
 				t.Fatalf("message %d stored in %s, pushed to %s", i, p, items[i].Partition)
+			}
+			if m["id"] != res[i].MessageID { // each answer is its own item's
+				t.Fatalf("message %d stored as %v, answered %s", i, m["id"], res[i].MessageID)
 			}
 			if prev, ok := last[p]; ok && i <= prev {
 				t.Fatalf("partition %s: message %d after %d", p, i, prev)
@@ -238,16 +241,19 @@ func TestLaneOfSpreadsNames(t *testing.T) {
 	}
 }
 
-// A node runs at most a quarter of its pool as push lanes.
+// A node runs at most a quarter of its pool as push lanes, one at least.
 func TestPushLanesBoundedByPool(t *testing.T) {
 	for _, c := range []struct {
 		lanes int
 		pool  int32
 		want  int
-	}{{2, 4, 1}, {16, 32, 8}, {2, 32, 2}, {1, 32, 1}} {
-		n := nodetest.Start(t, func(cfg *broker.Config) { cfg.PushCombine, cfg.PushLanes, cfg.PG.MaxConns = true, c.lanes, c.pool })
-		if got := n.Broker.PushLanes(); got != c.want {
-			t.Fatalf("QUEEN_PUSH_LANES=%d with a pool of %d: %d lanes, want %d", c.lanes, c.pool, got, c.want)
+	}{{2, 4, 1}, {2, 2, 1}, {16, 32, 8}, {2, 32, 2}, {1, 32, 1}, {0, 32, 1}} {
+		if got := broker.PushLaneCount(c.lanes, c.pool); got != c.want {
+			t.Fatalf("%d lanes with a pool of %d: %d, want %d", c.lanes, c.pool, got, c.want)
 		}
+	}
+	n := nodetest.Start(t, func(cfg *broker.Config) { cfg.PushCombine, cfg.PushLanes, cfg.PG.MaxConns = true, 16, 12 })
+	if got := n.Broker.PushLanes(); got != 3 {
+		t.Fatalf("QUEEN_PUSH_LANES=16 with a pool of 12: the node runs %d lanes, want 3", got)
 	}
 }

@@ -189,9 +189,11 @@ type TxResult struct {
 }
 
 // ErrQueueDeleted refuses a push whose queue kept being deleted while it
-// was written: nothing was stored and the client may retry (the API answers
-// 409; docs/api.md, "queue delete").
-var ErrQueueDeleted = errors.New("queue deleted during the push; nothing was stored, retry")
+// was written: the push lane that met the deletes stored nothing, and the
+// client may retry (the API answers 409; docs/api.md, "queue delete").
+// The push's partitions in another lane may have committed; a retry finds
+// them duplicates.
+var ErrQueueDeleted = errors.New("queue deleted during the push; retry")
 
 // ErrUnavailable wraps storage failures caused by PostgreSQL being
 // unreachable; it is pg's, so package reads returns the same value.

@@ -102,7 +102,7 @@ func settings() []setting {
 		{env: "QUEEN_PUSH_COMBINE", flag: "push-combine", def: boolDef(d.Broker.PushCombine), isBool: true, usage: "pushes waiting for the one being written go to PostgreSQL together (group commit); 0 = one transaction per push",
 			apply: func(c *Config, v string) error { return boolean(v, &c.Node.Broker.PushCombine) }},
 		{env: "QUEEN_PUSH_LANES", flag: "push-lanes", def: strconv.Itoa(d.Broker.PushLanes),
-			usage: "group commits that run side by side, each for its own share of the partitions (a partition always goes through the same one); 1 = one push flush at a time",
+			usage: "group commits that run side by side (1 to 16, at most a quarter of the pool), each for its own share of the partitions (a partition always goes through the same one); 1 = one push flush at a time",
 			apply: func(c *Config, v string) error {
 				n, err := intIn(v, 1, broker.MaxPushLanes)
 				c.Node.Broker.PushLanes = n

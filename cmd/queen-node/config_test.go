@@ -74,6 +74,7 @@ func TestLoadConfigValues(t *testing.T) {
 		"QUEEN_NODE_NAME":                 "n1",
 		"QUEEN_TENANT":                    "acme",
 		"QUEEN_PG_MAX_CONNS":              "8",
+		"QUEEN_PUSH_LANES":                "5",
 		"QUEEN_POP_BACKOFF_MAX_MS":        "500",
 		"QUEEN_DEFAULT_SUBSCRIPTION_MODE": "new-only",
 		"QUEEN_PPROF_ADDR":                "localhost:6060",
@@ -103,7 +104,7 @@ func TestLoadConfigValues(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := cfg.Node.Broker
-	if b.PG.URL != "postgres://u:p@h/db" || b.NodeName != "n1" || b.PG.MaxConns != 8 || b.PopBackoffMax != 500*time.Millisecond ||
+	if b.PG.URL != "postgres://u:p@h/db" || b.NodeName != "n1" || b.PG.MaxConns != 8 || b.PushLanes != 5 || b.PopBackoffMax != 500*time.Millisecond ||
 		b.DefaultSubscription != "new" || b.LogTopNQueues != 0 || b.Hotlist.Enabled || b.Hotlist.Shards != 16 ||
 		b.Hotlist.ReseedInterval != 2*time.Second || b.Hotlist.IdleSweep != 0 || b.Hotlist.WindowBatch != 5 || b.Hotlist.TracePrefix != "trace-" {
 		t.Fatalf("broker %+v", b)
@@ -149,6 +150,8 @@ func TestLoadConfigErrors(t *testing.T) {
 		{nil, map[string]string{"QUEEN_HTTP_ADDR": "6632"}, `invalid QUEEN_HTTP_ADDR="6632": want host:port or :port, e.g. :6632`},
 		{nil, map[string]string{"QUEEN_PPROF_ADDR": "x:y"}, `invalid QUEEN_PPROF_ADDR="x:y": want host:port or :port, e.g. :6632`},
 		{nil, map[string]string{"QUEEN_PG_MAX_CONNS": "0"}, `invalid QUEEN_PG_MAX_CONNS="0": want an integer from 1 to 10000`},
+		{nil, map[string]string{"QUEEN_PUSH_LANES": "0"}, `invalid QUEEN_PUSH_LANES="0": want an integer from 1 to 16`},
+		{[]string{"-push-lanes=17"}, nil, `invalid -push-lanes="17": want an integer from 1 to 16`},
 		{nil, map[string]string{"QUEEN_POP_BACKOFF_MAX_MS": "1"}, `invalid QUEEN_POP_BACKOFF_MAX_MS="1": want an integer number of milliseconds from 25 to 60000`},
 		{nil, map[string]string{"QUEEN_DEFAULT_SUBSCRIPTION_MODE": "latest"}, `invalid QUEEN_DEFAULT_SUBSCRIPTION_MODE="latest": want one of all, new, new-only (or empty)`},
 		{nil, map[string]string{"QUEEN_HOTLIST_RESEED_MS": "-1"}, `invalid QUEEN_HOTLIST_RESEED_MS="-1": want an integer number of milliseconds from 10 to 86400000`},
