@@ -390,7 +390,7 @@ var Table = []Row{
 	{Status: "requests.pushed_messages", Metric: "queen_pushed_messages_total", Kind: Counter,
 		Help: "Messages stored by pushes.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.PushedItems })},
 	{Status: "requests.push_flushes", Metric: "queen_push_flushes_total", Kind: Counter,
-		Help: "Push transactions sent to PostgreSQL; fewer than pushes when concurrent pushes are combined (QUEEN_PUSH_COMBINE), though a push spread over several push lanes counts one in each (QUEEN_PUSH_LANES).", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.PushFlushes })},
+		Help: "Push transactions sent to PostgreSQL; fewer than pushes when concurrent pushes are combined (QUEEN_PUSH_COMBINE), though a push spread over several push lanes is carried by a flush in each (QUEEN_PUSH_LANES).", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.PushFlushes })},
 	{Status: "requests.push_deferred", Metric: "queen_push_deferred_total", Kind: Counter,
 		Help: "Pushed messages a combined flush left for the next one because another transaction (another node's flush) held their partition.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.PushDeferred })},
 	// The family is prefixed by what it counts duplicates of; /status

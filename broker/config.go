@@ -54,8 +54,9 @@ type Config struct {
 	PushCombine bool
 	// PushLanes (QUEEN_PUSH_LANES, default 2) is how many group commits
 	// run side by side with PushCombine on, each for its own share of the
-	// partitions (broker/pushlanes.go); 1 to MaxPushLanes, and at most a
-	// quarter of PG.MaxConns, one at least (a smaller pool runs fewer).
+	// partitions (broker/pushlanes.go); 1 to MaxPushLanes (0 = the default),
+	// and at most a quarter of PG.MaxConns, one at least (a smaller pool
+	// runs fewer).
 	PushLanes int
 	// PopCombine (QUEEN_POP_COMBINE, default on) merges claims that wait
 	// for the ones being run into one transaction (broker/popcombine.go).

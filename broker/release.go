@@ -9,8 +9,8 @@ import (
 
 // releaser merges the lease releases that arrive while one is being
 // written into one statement per tenant (pg.DB.ReleaseLeases), as the
-// push combiner merges pushes (combine.go): one flush at a time, no
-// timer. A release is a pop's answer its client did not take: a client
+// push combiner merges pushes (combine.go): one flush at a time (the
+// push path runs one per lane), no timer. A release is a pop's answer its client did not take: a client
 // that left, a write that failed, a forwarded pop whose answer never came
 // (ReleaseForwarded, twice). Those come in bursts (a load balancer
 // cutting its long-polls, a peer failing under many pops), and one

@@ -189,10 +189,10 @@ type TxResult struct {
 }
 
 // ErrQueueDeleted refuses a push whose queue kept being deleted while it
-// was written: the push lane that met the deletes stored nothing, and the
-// client may retry (the API answers 409; docs/api.md, "queue delete").
-// The push's partitions in another lane may have committed; a retry finds
-// them duplicates.
+// was written: the deleted queue's rows were not stored, and the client
+// may retry (the API answers 409; docs/api.md, "queue delete"). The push's
+// other partitions (another queue's, or another push lane's) may have
+// committed; a retry finds them duplicates.
 var ErrQueueDeleted = errors.New("queue deleted during the push; retry")
 
 // ErrUnavailable wraps storage failures caused by PostgreSQL being
