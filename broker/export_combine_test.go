@@ -24,11 +24,3 @@ func LaneOf(queue, partition string, lanes int) int { return laneOf(queue, parti
 func PushLaneCount(lanes int, pool int32) int {
 	return pushLaneCount(Config{PushLanes: lanes, PG: PGConfig{MaxConns: pool}})
 }
-
-// PushLanes is how many push lanes the node runs (0: PushCombine off).
-func (b *Broker) PushLanes() int {
-	if b.push == nil {
-		return 0
-	}
-	return len(b.push.lanes)
-}

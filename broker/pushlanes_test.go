@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -37,8 +38,8 @@ func lanePartitions(queue string, lanes, partsPerLane int) [][]string {
 func TestPushLanesSplitAPush(t *testing.T) {
 	n := nodetest.Start(t, func(c *broker.Config) { c.PushCombine, c.PushLanes = true, 2 })
 	b := n.Broker
-	if b.PushLanes() != 2 {
-		t.Fatalf("%d push lanes, want 2", b.PushLanes())
+	if got := b.Snapshot().Requests.PushLanes; got != 2 {
+		t.Fatalf("%d push lanes, want 2", got)
 	}
 	const q = "lanes"
 	parts := lanePartitions(q, 2, 3)
@@ -253,7 +254,14 @@ func TestPushLanesBoundedByPool(t *testing.T) {
 		}
 	}
 	n := nodetest.Start(t, func(cfg *broker.Config) { cfg.PushCombine, cfg.PushLanes, cfg.PG.MaxConns = true, 16, 12 })
-	if got := n.Broker.PushLanes(); got != 3 {
+	if got := n.Broker.Snapshot().Requests.PushLanes; got != 3 {
 		t.Fatalf("QUEEN_PUSH_LANES=16 with a pool of 12: the node runs %d lanes, want 3", got)
+	}
+	if r := n.Do(t, "GET", "/metrics", nil); !strings.Contains(string(r.Body), "\nqueen_push_lanes 3\n") {
+		t.Fatalf("/metrics does not say queen_push_lanes 3")
+	}
+	off := nodetest.Start(t, func(cfg *broker.Config) { cfg.PushCombine = false })
+	if got := off.Broker.Snapshot().Requests.PushLanes; got != 0 {
+		t.Fatalf("QUEEN_PUSH_COMBINE=0: %d push lanes, want 0", got)
 	}
 }

@@ -37,6 +37,7 @@ type Counters struct {
 	PushedItems     int64
 	PushFlushes     int64
 	PushDeferred    int64
+	PushLanes       int64 // push lanes this node runs (pushlanes.go); 0 with PushCombine off
 	Duplicates      int64
 	Pops            int64
 	PopsMessages    int64
@@ -112,6 +113,9 @@ func (b *Broker) Snapshot() Snapshot {
 		Parked:   b.gates.parked(),
 		PG:       b.db.Stat(),
 		Maint:    b.maintenanceSnapshot(),
+	}
+	if b.push != nil {
+		st.Requests.PushLanes = int64(len(b.push.lanes))
 	}
 	if b.hot != nil {
 		st.Hotlist = HotlistSnapshot{Enabled: true, Stats: b.hot.Stats(), TopRings: b.hot.TopRings(b.cfg.LogTopNQueues),
