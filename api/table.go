@@ -392,7 +392,7 @@ var Table = []Row{
 	{Status: "requests.push_flushes", Metric: "queen_push_flushes_total", Kind: Counter,
 		Help: "Push transactions sent to PostgreSQL; fewer than pushes when concurrent pushes are combined (QUEEN_PUSH_COMBINE), though a push spread over several push lanes is carried by a flush in each (QUEEN_PUSH_LANES).", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.PushFlushes })},
 	{Status: "requests.push_lanes", Metric: "queen_push_lanes", Kind: Gauge,
-		Help: "Push lanes this node runs: QUEEN_PUSH_LANES, at most a quarter of QUEEN_PG_MAX_CONNS; 0 with QUEEN_PUSH_COMBINE=0.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.PushLanes })},
+		Help: "Push lanes this node runs: QUEEN_PUSH_LANES, at most a quarter of QUEEN_PG_MAX_CONNS (one at least); 0 with QUEEN_PUSH_COMBINE=0.", Field: num[int](func(s *Snapshot) *int { return &s.PushLanes })},
 	{Status: "requests.push_deferred", Metric: "queen_push_deferred_total", Kind: Counter,
 		Help: "Pushed messages a combined flush left for the next one because another transaction (another node's flush) held their partition.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.PushDeferred })},
 	// The family is prefixed by what it counts duplicates of; /status

@@ -38,7 +38,7 @@ func lanePartitions(queue string, lanes, partsPerLane int) [][]string {
 func TestPushLanesSplitAPush(t *testing.T) {
 	n := nodetest.Start(t, func(c *broker.Config) { c.PushCombine, c.PushLanes = true, 2 })
 	b := n.Broker
-	if got := b.Snapshot().Requests.PushLanes; got != 2 {
+	if got := b.Snapshot().PushLanes; got != 2 {
 		t.Fatalf("%d push lanes, want 2", got)
 	}
 	const q = "lanes"
@@ -242,7 +242,8 @@ func TestLaneOfSpreadsNames(t *testing.T) {
 	}
 }
 
-// A node runs at most a quarter of its pool as push lanes, one at least.
+// A node runs at most a quarter of its pool as push lanes, one at least,
+// and says how many in its status and /metrics (0 with QUEEN_PUSH_COMBINE=0).
 func TestPushLanesBoundedByPool(t *testing.T) {
 	for _, c := range []struct {
 		lanes int
@@ -254,14 +255,14 @@ func TestPushLanesBoundedByPool(t *testing.T) {
 		}
 	}
 	n := nodetest.Start(t, func(cfg *broker.Config) { cfg.PushCombine, cfg.PushLanes, cfg.PG.MaxConns = true, 16, 12 })
-	if got := n.Broker.Snapshot().Requests.PushLanes; got != 3 {
+	if got := n.Broker.Snapshot().PushLanes; got != 3 {
 		t.Fatalf("QUEEN_PUSH_LANES=16 with a pool of 12: the node runs %d lanes, want 3", got)
 	}
 	if r := n.Do(t, "GET", "/metrics", nil); !strings.Contains(string(r.Body), "\nqueen_push_lanes 3\n") {
 		t.Fatalf("/metrics does not say queen_push_lanes 3")
 	}
 	off := nodetest.Start(t, func(cfg *broker.Config) { cfg.PushCombine = false })
-	if got := off.Broker.Snapshot().Requests.PushLanes; got != 0 {
+	if got := off.Broker.Snapshot().PushLanes; got != 0 {
 		t.Fatalf("QUEEN_PUSH_COMBINE=0: %d push lanes, want 0", got)
 	}
 }

@@ -25,10 +25,13 @@ type Snapshot struct {
 	Started  time.Time // when the broker started
 	Requests Counters
 	Parked   int // long-poll pops parked on a wake gate now
-	PG       pg.PoolStat
-	Hotlist  HotlistSnapshot
-	Mesh     MeshSnapshot
-	Maint    MaintenanceSnapshot // maintenance modes and the push buffer (maintenance.go)
+	// PushLanes is the push lanes this node runs (pushlanes.go): a
+	// setting bounded by the pool, 0 with PushCombine off.
+	PushLanes int
+	PG        pg.PoolStat
+	Hotlist   HotlistSnapshot
+	Mesh      MeshSnapshot
+	Maint     MaintenanceSnapshot // maintenance modes and the push buffer (maintenance.go)
 }
 
 // Counters is a copy of Stats at one moment.
@@ -37,7 +40,6 @@ type Counters struct {
 	PushedItems     int64
 	PushFlushes     int64
 	PushDeferred    int64
-	PushLanes       int64 // push lanes this node runs (pushlanes.go); 0 with PushCombine off
 	Duplicates      int64
 	Pops            int64
 	PopsMessages    int64
@@ -115,7 +117,7 @@ func (b *Broker) Snapshot() Snapshot {
 		Maint:    b.maintenanceSnapshot(),
 	}
 	if b.push != nil {
-		st.Requests.PushLanes = int64(len(b.push.lanes))
+		st.PushLanes = len(b.push.lanes)
 	}
 	if b.hot != nil {
 		st.Hotlist = HotlistSnapshot{Enabled: true, Stats: b.hot.Stats(), TopRings: b.hot.TopRings(b.cfg.LogTopNQueues),
