@@ -131,26 +131,17 @@ func TestPushCombining(t *testing.T) {
 
 	// Every queued message is stored once, each producer's in its order.
 	last := map[string]int{} // producer/partition -> last (i*per+j)
-	got := 0
-	for {
-		ms, _ := pop(t, n, q, "batch=1000&wait=false")
-		if ms == nil {
-			break
-		}
-		for _, m := range ms {
-			got++
-			d := m["data"].(map[string]any)
-			if !isShared(m["transactionId"].(string)) {
-				k := fmt.Sprint(d["p"], "/", m["partition"])
-				seq := int(d["i"].(float64))*per + int(d["j"].(float64))
-				if prev, ok := last[k]; ok && seq <= prev {
-					t.Fatalf("producer/partition %s out of order: %d after %d", k, seq, prev)
-				}
-				last[k] = seq
+	got := drainQueue(t, n, q, func(m msg) {
+		d := m["data"].(map[string]any)
+		if !isShared(m["transactionId"].(string)) {
+			k := fmt.Sprint(d["p"], "/", m["partition"])
+			seq := int(d["i"].(float64))*per + int(d["j"].(float64))
+			if prev, ok := last[k]; ok && seq <= prev {
+				t.Fatalf("producer/partition %s out of order: %d after %d", k, seq, prev)
 			}
+			last[k] = seq
 		}
-		ackAll(t, n, "", "completed", ms)
-	}
+	})
 	if got != len(queued) {
 		t.Fatalf("popped %d, queued %d", got, len(queued))
 	}

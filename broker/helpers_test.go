@@ -83,6 +83,25 @@ func popUntil(t *testing.T, n *nodetest.Node, queue, query string, within time.D
 	}
 }
 
+// drainQueue pops queue in queue mode (batches of 1,000, no wait) until it
+// is empty, acks each batch completed, and hands every message to see, in
+// the order popped; it returns how many it popped.
+func drainQueue(t *testing.T, n *nodetest.Node, queue string, see func(m msg)) int {
+	t.Helper()
+	got := 0
+	for {
+		ms, _ := pop(t, n, queue, "batch=1000&wait=false")
+		if ms == nil {
+			return got
+		}
+		for _, m := range ms {
+			got++
+			see(m)
+		}
+		ackAll(t, n, "", "completed", ms)
+	}
+}
+
 // ackAll acks messages with a status through /api/v1/ack/batch.
 func ackAll(t *testing.T, n *nodetest.Node, group, status string, ms []msg) []msg {
 	t.Helper()

@@ -58,43 +58,32 @@ func (p *pushLanes) push(ctx context.Context, tenant string, rows []pg.PushRow) 
 	if n == 1 || len(rows) == 0 {
 		return p.lanes[0].push(ctx, tenant, rows)
 	}
-	of := make([]int, len(rows))
-	count := make([]int, n)
+	idx := make([][]int, n) // each lane's rows, as indexes into rows
 	for i := range rows {
-		of[i] = laneOf(rows[i].Queue, rows[i].Partition, n)
-		count[of[i]]++
+		l := laneOf(rows[i].Queue, rows[i].Partition, n)
+		idx[l] = append(idx[l], i)
 	}
-	if count[of[0]] == len(rows) { // one lane: no copy
-		return p.lanes[of[0]].push(ctx, tenant, rows)
-	}
-	type part struct {
-		idx []int // into rows
-		req *pushReq
-	}
-	parts := make([]part, n)
-	for l := range parts {
-		parts[l].idx = make([]int, 0, count[l])
-	}
-	for i, l := range of {
-		parts[l].idx = append(parts[l].idx, i)
-	}
-	for l := range parts {
-		if len(parts[l].idx) == 0 {
+	reqs := make([]*pushReq, n)
+	for l, ix := range idx {
+		if len(ix) == len(rows) { // one lane: no copy
+			return p.lanes[l].push(ctx, tenant, rows)
+		}
+		if len(ix) == 0 {
 			continue
 		}
-		sub := make([]pg.PushRow, len(parts[l].idx))
-		for k, i := range parts[l].idx {
+		sub := make([]pg.PushRow, len(ix))
+		for k, i := range ix {
 			sub[k] = rows[i]
 		}
-		parts[l].req = p.lanes[l].enqueue(ctx, tenant, sub)
+		reqs[l] = p.lanes[l].enqueue(ctx, tenant, sub)
 	}
 	all := make([]pg.PushOutcome, 0, len(rows))
 	var first error
-	for _, pt := range parts {
-		if pt.req == nil {
+	for l, r := range reqs {
+		if r == nil {
 			continue
 		}
-		outs, err := pt.req.await(ctx)
+		outs, err := r.await(ctx)
 		if err != nil {
 			if first == nil {
 				first = err
@@ -102,10 +91,10 @@ func (p *pushLanes) push(ctx context.Context, tenant string, rows []pg.PushRow) 
 			continue
 		}
 		for _, o := range outs {
-			if o.Idx < 0 || o.Idx >= len(pt.idx) {
+			if o.Idx < 0 || o.Idx >= len(idx[l]) {
 				continue // never; pushResults reports a row without an outcome not stored
 			}
-			o.Idx = pt.idx[o.Idx]
+			o.Idx = idx[l][o.Idx]
 			all = append(all, o)
 		}
 	}

@@ -3,10 +3,14 @@ package broker_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"queen-node/broker"
 	"queen-node/internal/nodetest"
@@ -65,28 +69,19 @@ func TestPushLanesSplitAPush(t *testing.T) {
 		ids[r.MessageID] = true
 	}
 	last := map[string]int{}
-	got := 0
-	for {
-		ms, _ := pop(t, n, q, "batch=1000&wait=false")
-		if ms == nil {
-			break
+	got := drainQueue(t, n, q, func(m msg) {
+		p, i := m["partition"].(string), int(m["data"].(map[string]any)["i"].(float64))
+		if items[i].Partition != p {
+			t.Fatalf("message %d stored in %s, pushed to %s", i, p, items[i].Partition)
 		}
-		for _, m := range ms {
-			got++
-			p, i := m["partition"].(string), int(m["data"].(map[string]any)["i"].(float64))
-			if items[i].Partition != p {
-				t.Fatalf("message %d stored in %s, pushed to %s", i, p, items[i].Partition)
-			}
-			if m["id"] != res[i].MessageID { // each answer is its own item's
-				t.Fatalf("message %d stored as %v, answered %s", i, m["id"], res[i].MessageID)
-			}
-			if prev, ok := last[p]; ok && i <= prev {
-				t.Fatalf("partition %s: message %d after %d", p, i, prev)
-			}
-			last[p] = i
+		if m["id"] != res[i].MessageID { // each answer is its own item's
+			t.Fatalf("message %d stored as %v, answered %s", i, m["id"], res[i].MessageID)
 		}
-		ackAll(t, n, "", "completed", ms)
-	}
+		if prev, ok := last[p]; ok && i <= prev {
+			t.Fatalf("partition %s: message %d after %d", p, i, prev)
+		}
+		last[p] = i
+	})
 	if got != len(items) {
 		t.Fatalf("popped %d of %d", got, len(items))
 	}
@@ -142,24 +137,15 @@ func TestPushLanesNeverShareAPartition(t *testing.T) {
 		t.Fatalf("%d pushes in %d flushes: nothing was combined", st.Pushes, st.PushFlushes)
 	}
 	last := map[string]int{}
-	got := 0
-	for {
-		ms, _ := pop(t, n, q, "batch=1000&wait=false")
-		if ms == nil {
-			break
+	got := drainQueue(t, n, q, func(m msg) {
+		d := m["data"].(map[string]any)
+		k := fmt.Sprint(d["p"], "/", m["partition"])
+		s := int(d["s"].(float64))
+		if prev, ok := last[k]; ok && s <= prev {
+			t.Fatalf("producer/partition %s: %d after %d", k, s, prev)
 		}
-		for _, m := range ms {
-			got++
-			d := m["data"].(map[string]any)
-			k := fmt.Sprint(d["p"], "/", m["partition"])
-			s := int(d["s"].(float64))
-			if prev, ok := last[k]; ok && s <= prev {
-				t.Fatalf("producer/partition %s: %d after %d", k, s, prev)
-			}
-			last[k] = s
-		}
-		ackAll(t, n, "", "completed", ms)
-	}
+		last[k] = s
+	})
 	if got != producers*pushes*per {
 		t.Fatalf("popped %d of %d", got, producers*pushes*per)
 	}
@@ -194,16 +180,7 @@ func TestPushLanesOneLaneFails(t *testing.T) {
 		}
 	}
 	got := map[string]int{}
-	for {
-		ms, _ := pop(t, n, q, "batch=10&wait=false")
-		if ms == nil {
-			break
-		}
-		for _, m := range ms {
-			got[m["transactionId"].(string)]++
-		}
-		ackAll(t, n, "", "completed", ms)
-	}
+	drainQueue(t, n, q, func(m msg) { got[m["transactionId"].(string)]++ })
 	if len(got) != 3 || got["g1"] != 1 || got["b1"] != 1 || got["g2"] != 1 {
 		t.Fatalf("stored %v, want g1, b1 and g2 once each", got)
 	}
@@ -264,5 +241,87 @@ func TestPushLanesBoundedByPool(t *testing.T) {
 	off := nodetest.Start(t, func(cfg *broker.Config) { cfg.PushCombine = false })
 	if got := off.Broker.Snapshot().PushLanes; got != 0 {
 		t.Fatalf("QUEEN_PUSH_COMBINE=0: %d push lanes, want 0", got)
+	}
+}
+
+// A client that leaves while its push waits in two lanes, one of them held
+// up by a partition another transaction locks, is answered at once with
+// its context's error; the free lane's rows commit, the held lane goes on
+// once the lock is gone, nothing is stored twice, and the next push through
+// both lanes is answered.
+func TestPushLanesClientLeaves(t *testing.T) {
+	n := nodetest.Start(t, func(c *broker.Config) { c.PushCombine, c.PushLanes = true, 2 })
+	b := n.Broker
+	ctx := context.Background()
+	const q = "lanes-leave"
+	parts := lanePartitions(q, 2, 1)
+	free, held := parts[0][0], parts[1][0]
+	item := func(p, tx string) broker.PushItem {
+		return broker.PushItem{Queue: q, Partition: p, TransactionID: tx, Payload: json.RawMessage(`{}`)}
+	}
+	if _, err := b.Push(ctx, broker.DefaultTenant, nil, []broker.PushItem{item(free, "f0"), item(held, "h0")}); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, n.DBURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	holder, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(ctx)
+	if _, err := holder.Exec(ctx, `SELECT 1 FROM queen.partitions p JOIN queen.queues qu ON qu.id = p.queue_id
+		WHERE qu.name = $1 AND p.name = $2 FOR NO KEY UPDATE OF p`, q, held); err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	answered := make(chan error, 1)
+	go func() {
+		_, err := b.Push(cctx, broker.DefaultTenant, nil, []broker.PushItem{item(free, "f1"), item(held, "h1")})
+		answered <- err
+	}()
+	reader, err := pgx.Connect(ctx, n.DBURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close(ctx)
+	count := func(tx string) int {
+		var c int
+		if err := reader.QueryRow(ctx, `SELECT count(*) FROM queen.messages WHERE transaction_id = $1`, tx).Scan(&c); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	waitFor(t, 10*time.Second, "the free lane's row to commit", func() bool { return count("f1") == 1 })
+	select {
+	case err := <-answered:
+		t.Fatalf("push answered %v while its held lane waits", err)
+	default:
+	}
+	cancel()
+	select {
+	case err := <-answered:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("the left client's push answered %v, want its context's error", err)
+		}
+	case <-time.After(time.Second): // less than combineFlushTimeout (2 s), whose expiry would answer it too
+		t.Fatal("a client that left is not answered while a lane is held")
+	}
+	if err := holder.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res, err := b.Push(ctx, broker.DefaultTenant, nil, []broker.PushItem{item(free, "f2"), item(held, "h2")})
+	if err != nil || len(res) != 2 || res[0].Status != "queued" || res[1].Status != "queued" {
+		t.Fatalf("the next push through both lanes: %+v, %v", res, err)
+	}
+	for _, tx := range []string{"f0", "h0", "f1", "f2", "h2"} {
+		if c := count(tx); c != 1 {
+			t.Fatalf("%s stored %d times, want once", tx, c)
+		}
+	}
+	if c := count("h1"); c > 1 { // sent before the client left: it may commit, once
+		t.Fatalf("h1 stored %d times", c)
 	}
 }
