@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	"queen-node/broker"
+	"queen-node/internal/jsonscan"
 	"queen-node/protocol"
 )
 
@@ -101,19 +102,19 @@ func (s *Server) handleAck(w http.ResponseWriter, r *http.Request, c caller) {
 	writeJSON(w, http.StatusOK, toAckResults(res))
 }
 
-// fastAckItems decodes a well-formed batch ack in one pass (bodyScanner);
+// fastAckItems decodes a well-formed batch ack in one pass (jsonscan.Scanner);
 // anything unexpected declines (ok false) and goes to the field-by-field
 // path for a precise error.
 func fastAckItems(raw []byte, maxItems int) ([]broker.AckItem, bool) {
-	s := bodyScanner{data: raw}
-	if s.peek() != '{' {
+	s := jsonscan.Scanner{Data: raw}
+	if s.Peek() != '{' {
 		return nil, false
 	}
-	s.pos++
+	s.Pos++
 	var items []broker.AckItem // nil while there is no acknowledgments array
-	var group jsonField
+	var group jsonscan.Field
 	for first := true; ; first = false {
-		key, escaped, done, ok := s.member(first)
+		key, escaped, done, ok := s.Member(first)
 		if !ok {
 			return nil, false
 		}
@@ -122,26 +123,26 @@ func fastAckItems(raw []byte, maxItems int) ([]broker.AckItem, bool) {
 		}
 		switch string(key) {
 		case "consumerGroup":
-			ok = s.stringField(&group)
+			ok = s.StringField(&group)
 		case "acknowledgments":
-			if s.null() {
+			if s.Null() {
 				items = nil // null is absent; the last of duplicate keys counts
 			} else {
-				items, ok = s.ackItems(maxItems)
+				items, ok = scanAckItems(&s, maxItems)
 			}
 		default:
-			ok = !unknownKey(key, escaped, "consumerGroup", "acknowledgments") && s.skipValue(1)
+			ok = !jsonscan.UnknownKey(key, escaped, "consumerGroup", "acknowledgments") && s.SkipValue(1)
 		}
 		if !ok {
 			return nil, false
 		}
 	}
-	if items == nil || !s.atEnd() {
+	if items == nil || !s.AtEnd() {
 		return nil, false
 	}
 	// The top-level group may follow the array: items without their own
 	// get it now (docs/api.md, "Semantics").
-	g, ok := group.name("", true)
+	g, ok := fieldName(&group, "", true)
 	if !ok {
 		return nil, false
 	}
@@ -156,25 +157,25 @@ func fastAckItems(raw []byte, maxItems int) ([]broker.AckItem, bool) {
 	return items, true
 }
 
-// ackItems reads the acknowledgments array at pos. Past maxItems it fails,
+// scanAckItems reads the acknowledgments array at Pos. Past maxItems it fails,
 // and the field-by-field path answers 413.
-func (s *bodyScanner) ackItems(maxItems int) ([]broker.AckItem, bool) {
-	return scanArray(s, maxItems, s.ackItem)
+func scanAckItems(s *jsonscan.Scanner, maxItems int) ([]broker.AckItem, bool) {
+	return jsonscan.Array(s, maxItems, func(prev broker.AckItem) (broker.AckItem, bool) { return scanAckItem(s, prev) })
 }
 
-// ackItem reads one acknowledgment object at pos; prev is the one before
+// scanAckItem reads one acknowledgment object at Pos; prev is the one before
 // it, whose names it reuses when equal. Group stays "" when the item names
 // none.
-func (s *bodyScanner) ackItem(prev broker.AckItem) (broker.AckItem, bool) {
+func scanAckItem(s *jsonscan.Scanner, prev broker.AckItem) (broker.AckItem, bool) {
 	var it broker.AckItem
-	if s.pos >= len(s.data) || s.data[s.pos] != '{' {
+	if s.Pos >= len(s.Data) || s.Data[s.Pos] != '{' {
 		return it, false
 	}
-	s.pos++
-	var txID, partitionID, status, group, leaseID jsonField
+	s.Pos++
+	var txID, partitionID, status, group, leaseID jsonscan.Field
 	var errRaw []byte // nil: absent or null
 	for first := true; ; first = false {
-		key, escaped, done, ok := s.member(first)
+		key, escaped, done, ok := s.Member(first)
 		if !ok {
 			return it, false
 		}
@@ -183,38 +184,38 @@ func (s *bodyScanner) ackItem(prev broker.AckItem) (broker.AckItem, bool) {
 		}
 		switch string(key) {
 		case "transactionId":
-			ok = s.stringField(&txID)
+			ok = s.StringField(&txID)
 		case "partitionId":
-			ok = s.stringField(&partitionID)
+			ok = s.StringField(&partitionID)
 		case "status":
-			ok = s.stringField(&status)
+			ok = s.StringField(&status)
 		case "consumerGroup":
-			ok = s.stringField(&group)
+			ok = s.StringField(&group)
 		case "leaseId":
-			ok = s.stringField(&leaseID)
+			ok = s.StringField(&leaseID)
 		case "error":
-			if s.null() {
+			if s.Null() {
 				errRaw = nil
 			} else {
-				start := s.pos
-				ok = s.skipValue(4)
-				errRaw = s.data[start:s.pos]
+				start := s.Pos
+				ok = s.SkipValue(4)
+				errRaw = s.Data[start:s.Pos]
 			}
 		default:
-			ok = !unknownKey(key, escaped, "transactionId", "partitionId", "status", "consumerGroup", "leaseId", "error") &&
-				s.skipValue(4)
+			ok = !jsonscan.UnknownKey(key, escaped, "transactionId", "partitionId", "status", "consumerGroup", "leaseId", "error") &&
+				s.SkipValue(4)
 		}
 		if !ok {
 			return it, false
 		}
 	}
 	var ok1, ok2, ok4, ok5 bool
-	it.TransactionID, ok1 = txID.name("", false)
-	it.PartitionID, ok2 = partitionID.name(prev.PartitionID, false)
-	st, ok3 := status.name(string(prev.Status), true) // unknown statuses go through, as in parseAckItem
+	it.TransactionID, ok1 = fieldName(&txID, "", false)
+	it.PartitionID, ok2 = fieldName(&partitionID, prev.PartitionID, false)
+	st, ok3 := fieldName(&status, string(prev.Status), true) // unknown statuses go through, as in parseAckItem
 	it.Status = protocol.AckStatus(st)
-	it.Group, ok4 = group.name(prev.Group, true)
-	it.LeaseID, ok5 = leaseID.name(prev.LeaseID, true)
+	it.Group, ok4 = fieldName(&group, prev.Group, true)
+	it.LeaseID, ok5 = fieldName(&leaseID, prev.LeaseID, true)
 	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 {
 		return it, false
 	}

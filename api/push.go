@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"queen-node/broker"
+	"queen-node/internal/jsonscan"
 	"queen-node/protocol"
 )
 
@@ -102,19 +103,19 @@ func slowPushItems(raw []byte, maxItems int) ([]broker.PushItem, error) {
 	return parsePushItems(raws)
 }
 
-// fastPushItems decodes a well-formed push body in one pass (bodyScanner):
+// fastPushItems decodes a well-formed push body in one pass (jsonscan.Scanner):
 // the field-by-field path costs several times the CPU on the push hot path.
 // Any surprise declines (ok false) and sends the request to that path, which
 // gives the precise error. Payloads are slices of raw, which the request owns.
 func fastPushItems(raw []byte, maxItems int) ([]broker.PushItem, bool) {
-	s := bodyScanner{data: raw}
-	if s.peek() != '{' {
+	s := jsonscan.Scanner{Data: raw}
+	if s.Peek() != '{' {
 		return nil, false
 	}
-	s.pos++
+	s.Pos++
 	var items []broker.PushItem // nil while there is no items array
 	for first := true; ; first = false {
-		key, escaped, done, ok := s.member(first)
+		key, escaped, done, ok := s.Member(first)
 		if !ok {
 			return nil, false
 		}
@@ -123,43 +124,43 @@ func fastPushItems(raw []byte, maxItems int) ([]broker.PushItem, bool) {
 		}
 		switch string(key) {
 		case "items":
-			if s.null() {
+			if s.Null() {
 				items = nil // null is absent; the last of duplicate keys counts
-			} else if items, ok = s.pushItems(maxItems); !ok {
+			} else if items, ok = scanPushItems(&s, maxItems); !ok {
 				return nil, false
 			}
 		default:
-			if unknownKey(key, escaped, "items") || !s.skipValue(1) {
+			if jsonscan.UnknownKey(key, escaped, "items") || !s.SkipValue(1) {
 				return nil, false
 			}
 		}
 	}
-	if items == nil || !s.atEnd() {
+	if items == nil || !s.AtEnd() {
 		return nil, false
 	}
 	return items, true
 }
 
-// pushItems reads the items array at pos. Past maxItems it fails, and the
+// scanPushItems reads the items array at Pos. Past maxItems it fails, and the
 // field-by-field path answers 413: what was decoded until then is bounded
 // by maxItems, whatever the size of the body.
-func (s *bodyScanner) pushItems(maxItems int) ([]broker.PushItem, bool) {
-	return scanArray(s, maxItems, s.pushItem)
+func scanPushItems(s *jsonscan.Scanner, maxItems int) ([]broker.PushItem, bool) {
+	return jsonscan.Array(s, maxItems, func(prev broker.PushItem) (broker.PushItem, bool) { return scanPushItem(s, prev) })
 }
 
-// pushItem reads one item object at pos; prev is the item before it, whose
+// scanPushItem reads one item object at Pos; prev is the item before it, whose
 // names it reuses when equal.
-func (s *bodyScanner) pushItem(prev broker.PushItem) (broker.PushItem, bool) {
+func scanPushItem(s *jsonscan.Scanner, prev broker.PushItem) (broker.PushItem, bool) {
 	var it broker.PushItem
-	if s.pos >= len(s.data) || s.data[s.pos] != '{' {
+	if s.Pos >= len(s.Data) || s.Data[s.Pos] != '{' {
 		return it, false
 	}
-	s.pos++
-	var queue, partition, txID, trace jsonField
+	s.Pos++
+	var queue, partition, txID, trace jsonscan.Field
 	var payload []byte
 	hasPayload, payloadWS := false, false
 	for first := true; ; first = false {
-		key, escaped, done, ok := s.member(first)
+		key, escaped, done, ok := s.Member(first)
 		if !ok {
 			return it, false
 		}
@@ -168,32 +169,32 @@ func (s *bodyScanner) pushItem(prev broker.PushItem) (broker.PushItem, bool) {
 		}
 		switch string(key) {
 		case "queue":
-			ok = s.stringField(&queue)
+			ok = s.StringField(&queue)
 		case "partition":
-			ok = s.stringField(&partition)
+			ok = s.StringField(&partition)
 		case "transactionId":
-			ok = s.stringField(&txID)
+			ok = s.StringField(&txID)
 		case "traceId":
-			ok = s.stringField(&trace)
+			ok = s.StringField(&trace)
 		case "payload":
-			start := s.pos
-			s.ws = false
-			ok = s.skipValue(4)
+			start := s.Pos
+			s.WS = false
+			ok = s.SkipValue(4)
 			// Capacity capped: an append to a payload must not write into raw.
-			payload, hasPayload, payloadWS = s.data[start:s.pos:s.pos], true, s.ws
+			payload, hasPayload, payloadWS = s.Data[start:s.Pos:s.Pos], true, s.WS
 		default:
-			ok = !unknownKey(key, escaped, "queue", "partition", "transactionId", "traceId", "payload") && s.skipValue(4)
+			ok = !jsonscan.UnknownKey(key, escaped, "queue", "partition", "transactionId", "traceId", "payload") && s.SkipValue(4)
 		}
 		if !ok {
 			return it, false
 		}
 	}
 	var ok1, ok2, ok3, ok4 bool
-	it.Queue, ok1 = queue.name(prev.Queue, false)
+	it.Queue, ok1 = fieldName(&queue, prev.Queue, false)
 	// partition "" = Default, transactionId "" = generated (broker contract).
-	it.Partition, ok2 = partition.name(prev.Partition, true)
-	it.TransactionID, ok3 = txID.name("", true)
-	traceID, ok4 := trace.text("")
+	it.Partition, ok2 = fieldName(&partition, prev.Partition, true)
+	it.TransactionID, ok3 = fieldName(&txID, "", true)
+	traceID, ok4 := trace.Text("")
 	if !ok1 || !ok2 || !ok3 || !ok4 {
 		return it, false
 	}

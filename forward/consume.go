@@ -2,7 +2,6 @@ package forward
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -608,8 +607,8 @@ type peerAck struct {
 // decodeAcks checks that the answer names every sent item once, with its
 // own transaction id, and returns the results in the items' order.
 func decodeAcks(body []byte, items []broker.AckItem) ([]broker.AckResult, error) {
-	var pas []peerAck
-	if err := json.Unmarshal(body, &pas); err != nil {
+	pas, err := parsePeerAcks(body, len(items))
+	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errAnswer, err)
 	}
 	if len(pas) != len(items) {

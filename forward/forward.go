@@ -15,7 +15,6 @@ package forward
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -641,8 +640,8 @@ type peerResult struct {
 // known status and the item's own transaction id, and returns the results
 // in the items' order.
 func decodeAnswer(body []byte, items []broker.PushItem) ([]broker.PushResult, error) {
-	var prs []peerResult
-	if err := json.Unmarshal(body, &prs); err != nil {
+	prs, err := parsePeerResults(body, len(items))
+	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errAnswer, err)
 	}
 	if len(prs) != len(items) {
