@@ -23,8 +23,8 @@ type ackResult struct {
 	DLQ           bool    `json:"dlq"`
 }
 
-func toAckResults(res []broker.AckResult) []ackResult {
-	out := make([]ackResult, 0, len(res))
+func toAckResults(res []broker.AckResult) ackResults {
+	out := make(ackResults, 0, len(res))
 	for _, a := range res {
 		out = append(out, ackResult{
 			Index:         a.Index,
@@ -289,7 +289,7 @@ func slowAckItems(raw []byte, maxItems int) ([]broker.AckItem, error) {
 }
 
 func (s *Server) ackItems(w http.ResponseWriter, r *http.Request, c caller, items []broker.AckItem) {
-	out := []ackResult{}
+	out := ackResults{}
 	if len(items) > 0 {
 		res, err := s.ack(r, c, items)
 		if err != nil {

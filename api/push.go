@@ -39,14 +39,14 @@ func (s *Server) handlePush(w http.ResponseWriter, r *http.Request, c caller) {
 		writeReqError(w, err)
 		return
 	}
-	out := []pushResult{}
+	out := pushResults{}
 	if len(items) > 0 {
 		res, err := s.push(r, c, items)
 		if err != nil {
 			s.brokerError(w, r, "push", err)
 			return
 		}
-		out = make([]pushResult, 0, len(res))
+		out = make(pushResults, 0, len(res))
 		for _, p := range res {
 			out = append(out, toPushResult(p))
 		}

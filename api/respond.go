@@ -62,9 +62,10 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 			respBufs.Put(buf) // Write has returned: nothing holds its bytes
 		}
 	}()
-	enc := json.NewEncoder(buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
+	if a, ok := v.(jsonAppender); ok {
+		buf.Write(a.appendJSON(buf.AvailableBuffer()))
+		buf.WriteByte('\n') // as Encode ends
+	} else if err := encodeJSON(buf, v); err != nil {
 		status = http.StatusInternalServerError
 		buf.Reset()
 		buf.WriteString(`{"error":"internal error: encode response"}` + "\n")
@@ -75,6 +76,12 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
 	w.WriteHeader(status)
 	_, _ = w.Write(buf.Bytes())
+}
+
+func encodeJSON(buf *bytes.Buffer, v any) error {
+	enc := json.NewEncoder(buf)
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
 }
 
 type errorBody struct {

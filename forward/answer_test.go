@@ -58,7 +58,7 @@ func ownerAnswers(t testing.TB, n int) (push, ack []byte) {
 	acks := make([]ownerAckResult, n)
 	for i := range n {
 		tx := fmt.Sprintf("0190a0b4-5f2c-7c3e-8a4b-%012x", i)
-		pid := strp(fmt.Sprintf("0190a0b4-0000-7000-8000-%012x", i%7))
+		pid := strp(fmt.Sprintf("0190a0b4-0000-7000-8000-%012x", i/10)) // runs of one partition, as a flush stores them
 		prs[i] = ownerPushResult{Index: i, Status: "queued", TransactionID: tx, TransactionIDSn: tx,
 			MessageID: strp(fmt.Sprintf("0190a0b5-5f2c-7c3e-8a4b-%012x", i)), PartitionIDSn: pid, PartitionID: pid,
 			QueueName: "bench-q"}
@@ -112,6 +112,9 @@ func TestPeerAnswersAgree(t *testing.T) {
 		{"[{\"index\":0,\"transactionId\":\"\xff\"}]", false},
 		{`[{"index":0,"x":[1,]}]`, false},
 		{`[{"index":0}] [`, false},
+		{`[{"index":0,"status":"queued","ſtatus":"failed"}]`, false}, // U+017F folds to 's' in encoding/json
+		{`[{"index":0,"partitionId":"a\u0041"},{"index":1,"partitionId":"a\u0041"}]`, true},
+		{`[{"index":0,"partitionId":"a\\u0041"},{"index":1,"partitionId":"a\u0041"}]`, true},
 		{`[null]`, false},
 		{`null`, false},
 		{`{"index":0}`, false},
@@ -138,6 +141,7 @@ func TestPeerAnswersAgree(t *testing.T) {
 		{`[{"index":0,"success":1}]`, false},
 		{`[{"index":0,"Success":true}]`, false},
 		{`[{"index":0,"dlq":tru}]`, false},
+		{`[{"index":0,"success":true,"ſuccess":false}]`, false},
 	}
 	for _, c := range acks {
 		fast, ok := fastPeerAcks([]byte(c.body), 2)
@@ -171,12 +175,12 @@ func TestPeerAnswersRandom(t *testing.T) {
 	}
 	keys := []string{"index", "status", "transactionId", "message_id", "partitionId", "trace_id", "queueName",
 		"error", "success", "partitionName", "leaseReleased", "dlq", "Index", "STATUS", "other", "transaction_id",
-		`ind\u0065x`, "é"}
+		`ind\u0065x`, "é", "ſtatus", "ſuccess"}
 	accepted := [2]int{}
 	for range 20000 {
 		var b strings.Builder
 		b.WriteString(ws() + "[")
-		for i := range rng.IntN(4) {
+		for i := range rng.IntN(5) { // up to one more than the 3 items sent
 			if i > 0 {
 				b.WriteString("," + ws())
 			}

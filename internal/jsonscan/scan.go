@@ -1,10 +1,11 @@
 // Package jsonscan reads JSON in one pass for the fast decoders of the hot
 // path: the push and batch-ack request bodies (package api) and the owner's
-// answers to forwarded pushes and acks (package forward). encoding/json's
-// reflection costs several times the CPU there. A fast decoder built on it
+// answers to forwarded pushes and acks (package forward). Reflection-based
+// decoding costs several times the CPU there. A fast decoder built on it
 // declines (reports not ok) wherever it cannot be sure of giving exactly
-// encoding/json's result, and its caller then decodes the same bytes the
-// general way; so a fast decoder can only be faster, never different.
+// its general path's result (api's field-by-field decoders, encoding/json
+// in forward), and its caller then decodes the same bytes that way; so a
+// fast decoder can only be faster, never different.
 package jsonscan
 
 import (
@@ -18,10 +19,11 @@ import (
 
 // Scanner reads a JSON document in one pass. It checks everything it
 // passes over against the JSON grammar encoding/json accepts, so a
-// document it gets through is one encoding/json can decode too. Where it
-// cannot be sure of giving encoding/json's exact result (invalid UTF-8,
-// which encoding/json replaces; escaped or case-folded keys; deep nesting)
-// a method fails, and the caller declines.
+// document it gets through is one encoding/json can decode too. Where a
+// value could decode differently (invalid UTF-8, which encoding/json
+// replaces; deep nesting) a method fails; keys that might match a known
+// one differently (escaped, non-ASCII or case-folded) are for the caller
+// to decline, with UnknownKey.
 type Scanner struct {
 	Data []byte // the document
 	Pos  int    // the next byte to read
@@ -316,9 +318,11 @@ func (s *Scanner) SkipValue(depth int) bool {
 }
 
 // UnknownKey is called for a key the decoder does not use. It tells
-// whether the document must be left to encoding/json: the key is escaped
-// or not ASCII (it might decode to a known key), or it equals a known key
-// but for case (encoding/json matches those).
+// whether the document must be left to the general path: the key is
+// escaped or not ASCII (it might decode, or fold, to a known key: in
+// encoding/json U+017F folds to 's' and U+212A to 'k'), or it equals a
+// known key but for case (encoding/json matches those; api's field-by-field
+// path does not, and declining them keeps one behaviour on both paths).
 func UnknownKey(key []byte, escaped bool, known ...string) bool {
 	if escaped {
 		return true
