@@ -12,6 +12,7 @@ import (
 
 	"queen-node/broker"
 	"queen-node/forward"
+	"queen-node/internal/jsonscan"
 )
 
 // SetPushForwarder makes POST /api/v1/push store each item on the node that
@@ -198,8 +199,65 @@ const maxAnswerHead = 4 << 10
 
 // answerHead reads the head of a pop answer (writePop's popHead, whose
 // fields come before the messages): its lease, queue and first partition,
-// "" for what it does not name.
+// "" for what it does not name. It is read on every forwarded pop, in one
+// pass (fastAnswerHead); a head that pass declines is read token by token.
 func answerHead(head []byte) (leaseID, queue, partitionID string) {
+	if l, q, p, ok := fastAnswerHead(head); ok {
+		return l, q, p
+	}
+	return answerHeadTokens(head)
+}
+
+// fastAnswerHead is answerHeadTokens in one pass over the head's scalar
+// members; it declines (ok false) an escaped key, a nested value, and
+// anything else jsonscan cannot read exactly as the tokens would, where
+// answerHeadTokens gives its own answer.
+func fastAnswerHead(head []byte) (leaseID, queue, partitionID string, ok bool) {
+	s := jsonscan.Scanner{Data: head}
+	if s.Peek() != '{' {
+		return "", "", "", false
+	}
+	s.Pos++
+	for first := true; ; first = false {
+		key, escaped, done, ok := s.Member(first)
+		switch {
+		case !ok || escaped:
+			return "", "", "", false
+		case done || string(key) == "messages":
+			return leaseID, queue, partitionID, true
+		}
+		var dst *string
+		switch string(key) {
+		case "leaseId":
+			dst = &leaseID
+		case "queue":
+			dst = &queue
+		case "partitionId":
+			dst = &partitionID
+		}
+		var v string
+		switch c := s.Peek(); {
+		case c == '{' || c == '[':
+			return "", "", "", false
+		case c == '"':
+			var f jsonscan.Field
+			if !s.StringField(&f) {
+				return "", "", "", false
+			}
+			if v, ok = f.Text(""); !ok {
+				return "", "", "", false
+			}
+		case !s.SkipValue(1): // a number, true, false or null: "" as a field
+			return "", "", "", false
+		}
+		if dst != nil {
+			*dst = v
+		}
+	}
+}
+
+// answerHeadTokens is answerHead with json.Decoder's tokens.
+func answerHeadTokens(head []byte) (leaseID, queue, partitionID string) {
 	dec := json.NewDecoder(bytes.NewReader(head))
 	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
 		return "", "", ""
