@@ -8,7 +8,7 @@ import (
 )
 
 // The owner's answers to forwarded pushes and acks are decoded on every
-// forwarded request: with encoding/json that was a fifth of a non-owner's
+// forwarded request: with encoding/json that was 16-26% of a non-owner's
 // CPU (docs/benchmarks.md, "sixteenth session"). parsePeerResults and
 // parsePeerAcks read them in one pass and fall back to encoding/json for
 // anything the one-pass readers decline (jsonscan), so what they return is
