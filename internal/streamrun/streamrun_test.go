@@ -437,6 +437,18 @@ func (counter) Process(_ string, state map[string]json.RawMessage, msgs []stream
 	return []streamrun.StateOp{{Type: "upsert", Key: "tally", Value: c}}, push, len(msgs)
 }
 
+// slowCounter is counter with 3 ms of work per message, as a processor
+// that does something would have: no runner can then finish the 200
+// messages inside a random kill point (at most 220 ms), so kills and the
+// restart land while work remains, on a fast machine too (CI once saw two
+// runners finish everything before the restart was due).
+type slowCounter struct{ counter }
+
+func (c slowCounter) Process(q string, state map[string]json.RawMessage, msgs []streamrun.Message) ([]streamrun.StateOp, []streamrun.PushItem, int) {
+	time.Sleep(time.Duration(len(msgs)) * 3 * time.Millisecond)
+	return c.counter.Process(q, state, msgs)
+}
+
 // TestStreamExactlyOnceAcrossKillsAndRestart kills the runner again and
 // again at random points (including right after a cycle was sent, before
 // its answer is read) and restarts the node on the same database midway.
@@ -490,7 +502,9 @@ func TestStreamExactlyOnceAcrossKillsAndRestart(t *testing.T) {
 	kills, sentKills, progressed := 0, 0, 0
 	deadline := time.Now().Add(40 * time.Second)
 	for {
-		restartNow := !restarted && progressed >= per/2
+		// The restart comes mid-way, or after a few kills at the latest,
+		// so it happens before the work is done however fast the machine.
+		restartNow := !restarted && (progressed >= per/2 || kills >= 4)
 		ctx, cancel := context.WithCancel(context.Background())
 		var once sync.Once
 		var sentKill bool
@@ -511,7 +525,7 @@ func TestStreamExactlyOnceAcrossKillsAndRestart(t *testing.T) {
 			}
 			killAt = 2 * time.Second
 		}
-		rn := streamrun.New(o, counter{})
+		rn := streamrun.New(o, slowCounter{})
 		done := make(chan error, 1)
 		go func() { done <- rn.Run(ctx) }()
 		if restartNow {
