@@ -79,6 +79,7 @@ func run(args []string) int {
 	fs.DurationVar(&cfg.Duration, "duration", bench.DurationDefault, "push phase length (ignored with --messages)")
 	fs.IntVar(&cfg.Messages, "messages", 0, "total messages to push instead of a duration")
 	fs.Float64Var(&cfg.Rate, "rate", 0, "target push rate in msgs/s over all producers (open loop); 0 = as fast as possible")
+	fs.BoolVar(&cfg.Even, "even", false, "send the run's k-th message to partition k mod --partitions instead of a random one (with --messages n x partitions: exactly n per partition)")
 	fs.BoolVar(&cfg.Backlog, "backlog", false, "start the consumers only after every push was answered (drain a queued backlog); the report adds the drain rate")
 	fs.DurationVar(&cfg.Drain, "drain", bench.DrainDefault, "how long consumers may finish after the producers stop")
 	fs.BoolVar(&cfg.Setup, "setup", false, "configure the queue (POST /api/v1/configure) before the run")

@@ -56,6 +56,12 @@ type Config struct {
 	Groups int `json:"groups"`
 	// Partitions: each message goes to a random one of p0..p<N-1>. Default 100.
 	Partitions int `json:"partitions"`
+	// Even sends the run's k-th message (counted over all producers) to
+	// partition k mod Partitions instead of a random one, so Messages =
+	// n x Partitions queues exactly n per partition: a backlog of a known
+	// depth everywhere (issue 20 asks for at least 50 per partition), where
+	// random partitions leave some with half the mean. Default false.
+	Even bool `json:"even,omitempty"`
 	// PayloadBytes is the approximate JSON size of each message's data
 	// (never less than the fields the checker needs). Default 256.
 	PayloadBytes int `json:"payload_bytes"`

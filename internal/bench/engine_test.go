@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"queen-node/internal/nodetest"
 	"queen-node/internal/pgtest"
 )
@@ -94,14 +96,18 @@ func TestSmokeQueueModeAutoAck(t *testing.T) {
 // TestSmokeBacklog: with Backlog the consumers start only after the last
 // push was answered, so every message is still queued then (no pop ran
 // during the push phase) and the drain rate covers the consumers' phase.
+// With Even, each partition holds exactly Messages/Partitions (3
+// producers, so their shares of 1,000 differ by one).
 func TestSmokeBacklog(t *testing.T) {
 	node := nodetest.Start(t)
 	cfg := DefaultConfig(node.URL)
-	cfg.Producers, cfg.Consumers, cfg.Partitions = 2, 2, 20
+	cfg.Producers, cfg.Consumers, cfg.Partitions = 3, 2, 20
 	cfg.PushBatch, cfg.PopBatch = 25, 25
 	cfg.Messages = 1000
 	cfg.Rate = 400 // a push phase of about 2.5 s: progress ticks see it
 	cfg.Backlog = true
+	cfg.Even = true
+	cfg.Queue = "smoke-even"
 	cfg.Drain = 30 * time.Second
 	var popsDuringPush int64
 	res, err := Run(context.Background(), cfg, func(p Progress) {
@@ -115,6 +121,33 @@ func TestSmokeBacklog(t *testing.T) {
 	if !res.OK || res.Delivered != 1000 || popsDuringPush != 0 || res.DrainSeconds <= 0 || res.DrainedPerSec <= res.DeliveredPerSec {
 		t.Fatalf("backlog run: OK=%v delivered %d, deliveries during the pushes %d, drain %.2f s at %.0f/s (overall %.0f/s); check %+v",
 			res.OK, res.Delivered, popsDuringPush, res.DrainSeconds, res.DrainedPerSec, res.DeliveredPerSec, res.Check)
+	}
+	conn, err := pgx.Connect(context.Background(), node.DBURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	rows, err := conn.Query(context.Background(), `SELECT p.name, count(*) FROM queen.messages m
+		JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id
+		WHERE q.name = $1 GROUP BY p.name`, cfg.Queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	perPartition, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (int64, error) {
+		var name string
+		var n int64
+		return n, r.Scan(&name, &n)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(perPartition) != 20 {
+		t.Fatalf("even: %d partitions hold messages, want 20", len(perPartition))
+	}
+	for _, n := range perPartition {
+		if n != 50 {
+			t.Fatalf("even: per-partition counts %v, want 50 each", perPartition)
+		}
 	}
 }
 

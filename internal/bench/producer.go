@@ -19,7 +19,7 @@ type pushItem struct {
 }
 
 // producer pushes batches of cfg.PushBatch messages, one request in flight,
-// each message to a random partition, until its quota (quota > 0) or the
+// each message to a random partition (or, with cfg.Even, in turn), until its quota (quota > 0) or the
 // end of the push phase. In open loop (cfg.Rate > 0) batch k is scheduled
 // at start + offset + k*interval and its messages carry that scheduled
 // time, so a late send counts against latency (no coordinated omission).
@@ -73,7 +73,11 @@ func (r *runner) producer(ctx context.Context, idx int, quota int64, end time.Ti
 			if i > 0 {
 				body = append(body, ',')
 			}
-			parts[i] = rng.IntN(cfg.Partitions)
+			if cfg.Even { // producer idx sends the run's messages idx, idx+P, idx+2P, ...
+				parts[i] = int(((seq+i)*int64(cfg.Producers) + int64(idx)) % int64(cfg.Partitions))
+			} else {
+				parts[i] = rng.IntN(cfg.Partitions)
+			}
 			body = append(body, `{"queue":`...)
 			body = append(body, qname...)
 			body = append(body, `,"partition":"p`...)

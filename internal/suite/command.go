@@ -27,6 +27,12 @@ func commandLine(c bench.Config) string {
 	} else {
 		args = append(args, "--duration", c.Duration.String())
 	}
+	if c.Even {
+		args = append(args, "--even")
+	}
+	if c.Backlog {
+		args = append(args, "--backlog")
+	}
 	args = append(args, "--drain", c.Drain.String())
 	if c.Rate > 0 {
 		args = append(args, "--rate", fmt.Sprintf("%.0f", c.Rate))

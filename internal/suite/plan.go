@@ -33,6 +33,12 @@ type Plan struct {
 	// step with scenario 1's (NodeSeries) between one-node runs.
 	GrowthPartitions []int `json:"growth_partitions"`
 	GrowthNodes      []int `json:"growth_nodes"`
+	// Scenario 5's backlog (issue 20): BacklogPartitions partitions on one
+	// node, exactly BacklogPerPartition messages each (bench.Config.Even),
+	// once all queued before the consumers start and once pushed with the
+	// consumers running (mixed). Their drain is BigDrain.
+	BacklogPartitions   int `json:"backlog_partitions"`
+	BacklogPerPartition int `json:"backlog_per_partition"`
 	// Scenario 3.
 	IdleSizes     []int `json:"idle_sizes"`
 	IdleConsumers int   `json:"idle_consumers"`
@@ -128,8 +134,10 @@ func NewPlan(quick bool, run time.Duration) Plan {
 		WakeReseedMS:  1000,
 		WakeRate:      20,
 		// 100,000 partitions on one node; 2, 4, 5 nodes with scenario 1's 3.
-		GrowthPartitions: []int{100000},
-		GrowthNodes:      []int{2, 4, 5},
+		GrowthPartitions:    []int{100000},
+		GrowthNodes:         []int{2, 4, 5},
+		BacklogPartitions:   10000,
+		BacklogPerPartition: 50,
 	}
 	if quick {
 		p.RunDuration = 5 * time.Second
@@ -143,6 +151,7 @@ func NewPlan(quick bool, run time.Duration) Plan {
 		p.ActiveSizes = []int{10000}
 		p.GrowthPartitions = nil
 		p.GrowthNodes = []int{5}
+		p.BacklogPartitions = 2000
 	}
 	if run > 0 {
 		p.RunDuration = run
@@ -231,6 +240,45 @@ func (p Plan) growthPoints() []int {
 		}
 	}
 	return out
+}
+
+// backlogWorkloads are the backlog step's two runs: queued first, then
+// mixed.
+func (p Plan) backlogWorkloads() []BacklogWorkload {
+	if p.BacklogPartitions <= 0 || p.BacklogPerPartition <= 0 {
+		return nil
+	}
+	out := make([]BacklogWorkload, 0, 2)
+	for _, queued := range []bool{true, false} {
+		out = append(out, BacklogWorkload{Partitions: p.BacklogPartitions, PerPartition: p.BacklogPerPartition, Queued: queued})
+	}
+	return out
+}
+
+// BacklogWorkload is one run of the backlog step: the standard workload's
+// producers and consumers over Partitions, PerPartition messages each.
+type BacklogWorkload struct {
+	Partitions, PerPartition int
+	// Queued: every push is answered before the consumers start
+	// (bench.Config.Backlog); else the two run together.
+	Queued bool
+}
+
+// ID names the run and its JSON file.
+func (w BacklogWorkload) ID() string {
+	kind := "mixed"
+	if w.Queued {
+		kind = "backlog"
+	}
+	return fmt.Sprintf("%s-1n-p%d", kind, w.Partitions)
+}
+
+// Name is the run's label in the report.
+func (w BacklogWorkload) Name() string {
+	if w.Queued {
+		return "queued, then drained"
+	}
+	return "mixed: pushed while consumed"
 }
 
 func growthPartitionsID(partitions int) string {

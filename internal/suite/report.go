@@ -250,6 +250,7 @@ func renderGrowth(w writer, r *Report) {
 		}
 		w("| %s | %s | %s | %s | %s | %.1f | %s |\n", num(float64(n)), num(f.delivered), ratio(f.delivered, base.delivered), num(f.pgUs), num(f.nodeUs), f.msgsPerPop, verdict(f))
 	}
+	renderBacklog(w, r)
 	w("\nBy nodes (100 partitions, queue mode; node CPU summed over the nodes). Each point of 2 nodes or\n")
 	w("more ran between two one-node runs of the same workload, one just before and one just after it, on\n")
 	w("fresh clusters; \"around\" is the mean of those two, which cancels a drift of this machine or of the\n")
@@ -298,6 +299,38 @@ func renderGrowth(w writer, r *Report) {
 		w("\n![delivered/s and PostgreSQL CPU per message by partitions and by nodes](%s)\n", r.SVG)
 	}
 	w("\n")
+}
+
+// renderBacklog is the backlog step's table: many partitions, each with
+// a known number of messages, queued first or pushed while consumed.
+func renderBacklog(w writer, r *Report) {
+	wls := r.Plan.backlogWorkloads()
+	if len(wls) == 0 {
+		return
+	}
+	wl := wls[0]
+	w("\n%s partitions with a backlog (1 node, queue mode, the standard producers and consumers): exactly\n", num(float64(wl.Partitions)))
+	w("%d messages per partition (`--even`), %s in all, into a fresh queue per run. \"Queued\" answers every\n",
+		wl.PerPartition, num(float64(wl.Partitions*wl.PerPartition)))
+	w("push before the consumers start (`--backlog`): its drained/s counts first deliveries from the end of the\n")
+	w("pushes to the last delivery, and its latency includes the wait for the push phase to end. \"Mixed\"\n")
+	w("pushes the same messages with the consumers running. delivered/s is over the whole run.\n\n")
+	w("| run | pushed/s | delivered/s | drained/s | drain s | msgs/pop | latency p50 / p99 ms | PG us/msg | nodes us/msg | check |\n")
+	w("| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | --- |\n")
+	for _, wl := range wls {
+		id := wl.ID()
+		f, ok := r.figures(id)
+		if !ok {
+			w("| `%s` %s | %s |\n", id, wl.Name(), missing(r, id))
+			continue
+		}
+		drained, secs := "-", "-"
+		if res := r.Runs[id].Result; wl.Queued && res.DrainSeconds > 0 {
+			drained, secs = "**"+num(res.DrainedPerSec)+"**", fmt.Sprintf("%.1f", res.DrainSeconds)
+		}
+		w("| `%s` %s | %s | **%s** | %s | %s | %.1f | %s / %s | %s | %s | %s |\n", id, wl.Name(),
+			num(f.pushed), num(f.delivered), drained, secs, f.msgsPerPop, ms(f.p50), ms(f.p99), num(f.pgUs), num(f.nodeUs), verdict(f))
+	}
 }
 
 func renderCommands(w writer, r *Report) {

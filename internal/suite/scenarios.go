@@ -56,6 +56,33 @@ func (s *suite) growthByNodes(ctx context.Context) error {
 	return nil
 }
 
+// backlog runs scenario 5's backlog: one node, Plan.BacklogPartitions
+// partitions with exactly Plan.BacklogPerPartition messages each, first
+// queued before the consumers start, then pushed while they consume, each
+// into a fresh queue.
+func (s *suite) backlog(ctx context.Context) error {
+	p := s.rep.Plan
+	wls := p.backlogWorkloads()
+	if len(wls) == 0 {
+		return nil
+	}
+	c, err := s.cluster(ctx, 1, nil, "backlog", "scenario 5, backlog")
+	if err != nil {
+		return err
+	}
+	defer c.stop()
+	for _, wl := range wls {
+		cfg := s.baseConfig(c)
+		cfg.Partitions, cfg.Messages, cfg.Even = wl.Partitions, wl.Partitions*wl.PerPartition, true
+		cfg.Backlog = wl.Queued
+		cfg.Drain = max(cfg.Drain, p.BigDrain)
+		if _, err := s.load(ctx, wl.ID(), c, cfg); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (s *suite) throughputOn(ctx context.Context, n int) error {
 	p := s.rep.Plan
 	purpose := "scenarios 1, 2"

@@ -107,6 +107,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		{"raw ceilings", s.raw},
 		{"throughput and latency", s.throughput},
 		{"growth by nodes", s.growthByNodes},
+		{"backlog over many partitions", s.backlog},
 		{"hot-list on and off", s.hotlist},
 		{"cross-node wake", s.wake},
 	}

@@ -68,6 +68,15 @@ func TestPlanScenarioTable(t *testing.T) {
 		add(growthNodesID(n))
 		add(growthAroundID(k + 1))
 	}
+	for _, wl := range full.backlogWorkloads() {
+		add(wl.ID())
+		if wl.Partitions != 10000 || wl.PerPartition < 50 {
+			t.Errorf("backlog run %+v: issue 20 asks for 10,000 partitions with at least 50 messages each", wl)
+		}
+	}
+	if got := full.backlogWorkloads(); len(got) != 2 || !got[0].Queued || got[1].Queued {
+		t.Fatalf("backlog runs %+v: want queued, then mixed", got)
+	}
 	if got := quick.growthPoints(); !equal(got, []int{3, 5}) {
 		t.Fatalf("quick growth points %v", got)
 	}
@@ -118,6 +127,10 @@ func fakeReport() *Report {
 	r.Idle[idleID(true, 1000)] = &IdleCost{ID: idleID(true, 1000), XactPerSec: 0.5, PopSQLPerS: 0,
 		SettleSec: 2.5, SettlePopSQL: 1000}
 	r.Idle[idleID(false, 1000)] = &IdleCost{ID: idleID(false, 1000), XactPerSec: 120, PopSQLPerS: 99}
+	queued := fakeRun(BacklogWorkload{Partitions: p.BacklogPartitions, Queued: true}.ID(), 1, 8000, 60)
+	queued.Result.DrainSeconds, queued.Result.DrainedPerSec = 4.25, 23529
+	r.addRun(queued)
+	r.addRun(&LoadRun{ID: BacklogWorkload{Partitions: p.BacklogPartitions}.ID(), Nodes: 1, Err: "bang"})
 	fail := fakeRun(wakeID(1), 3, 20, 0)
 	fail.Result.OK, fail.Result.Check.OK, fail.Result.Check.Lost = false, false, 3
 	r.addRun(fail)
@@ -141,6 +154,9 @@ func TestRenderReport(t *testing.T) {
 		"| 1 | 12,000 | 1.00 | 20 | 15 | 10.0 | mean of the step's one-node runs | - | - | pass |",
 		"| 3 | 30,000 | 2.50 | 20 | 15 | 10.0 | 12,000, 16, 10.0 / 12,000, 24, 10.0 | **1.00** | **1.00** | pass |", // against the runs around it
 		"| 5 | 50,000 | 4.17 | 20 | 15 | 10.0 | 12,000, 24, 10.0 / not measured: boom | **0.83** | **1.00** | pass |",
+		"2,000 partitions with a backlog", "exactly\n50 messages per partition (`--even`), 100,000 in all",
+		"| `backlog-1n-p2000` queued, then drained | 8,000 | **8,000** | **23,529** | 4.2 | 10.0 | 12.5 / 48.0 | 60 | 15 | pass |",
+		"| `mixed-1n-p2000` mixed: pushed while consumed | not measured: bang |",
 		"![delivered/s",
 		"    # thr-1n-p100\n    queen-bench --nodes http://127.0.0.1:1",
 		"not measured",
