@@ -110,7 +110,7 @@ func onOff(b bool) string {
 	return "off"
 }
 
-// NewPlan returns the full suite (about 13 minutes with 15 s runs) or the
+// NewPlan returns the full suite (about 14 minutes with 15 s runs) or the
 // quick one (about 4 minutes). run > 0 overrides the push phase length.
 func NewPlan(quick bool, run time.Duration) Plan {
 	p := Plan{
