@@ -180,7 +180,8 @@ func plainString(s *jsonscan.Scanner, v *string, prev string) bool {
 }
 
 // stringPtr reads a string or null into *v (null is nil). A value equal
-// to *prev is prev itself: the results are read, never written.
+// to *prev shares prev's bytes (strings are immutable) under a pointer of
+// its own, so a caller that sets one result's field changes no other.
 func stringPtr(s *jsonscan.Scanner, v **string, prev *string) bool {
 	if s.Null() {
 		*v = nil
@@ -191,7 +192,8 @@ func stringPtr(s *jsonscan.Scanner, v **string, prev *string) bool {
 		return false
 	}
 	if prev != nil && !f.Escaped && string(f.Raw) == *prev {
-		*v = prev
+		t := *prev
+		*v = &t
 		return true
 	}
 	t, ok := f.Text("")

@@ -87,6 +87,22 @@ func TestOwnerAnswersTakeTheFastPath(t *testing.T) {
 	}
 }
 
+// Results that repeat the previous one's partition id share its bytes,
+// not its pointer: setting one result's id changes no other (as with
+// encoding/json, which gives each its own).
+func TestPeerResultsOwnTheirPointers(t *testing.T) {
+	push, _ := ownerAnswers(t, 3)
+	res, ok := fastPeerResults(push, 3)
+	if !ok || res[0].PartitionID == nil || res[1].PartitionID == nil || *res[0].PartitionID != *res[1].PartitionID {
+		t.Fatalf("the owner's answer should repeat one partition id: ok=%v %s", ok, push)
+	}
+	was := *res[1].PartitionID
+	*res[0].PartitionID = "changed"
+	if *res[1].PartitionID != was {
+		t.Fatalf("setting result 0's partition id changed result 1's to %q", *res[1].PartitionID)
+	}
+}
+
 // Awkward answers: whenever the one-pass reader accepts one, it agrees with
 // encoding/json; the listed ones it must accept, the others decline.
 func TestPeerAnswersAgree(t *testing.T) {
