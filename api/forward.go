@@ -247,7 +247,17 @@ func fastAnswerHead(head []byte) (leaseID, queue, partitionID string, ok bool) {
 			if v, ok = f.Text(""); !ok {
 				return "", "", "", false
 			}
-		case !s.SkipValue(1): // a number, true, false or null: "" as a field
+		case c == '-' || '0' <= c && c <= '9':
+			// json.Decoder's tokens stop at a number beyond float64's
+			// range; decline it so the token reader gives its answer.
+			start := s.Pos
+			if !s.Number() {
+				return "", "", "", false
+			}
+			if _, err := strconv.ParseFloat(string(head[start:s.Pos]), 64); err != nil {
+				return "", "", "", false
+			}
+		case !s.SkipValue(1): // true, false or null: "" as a field
 			return "", "", "", false
 		}
 		if dst != nil {

@@ -53,8 +53,9 @@ func TestAnswerHead(t *testing.T) {
 
 // The one-pass head reader takes the heads writePop writes, and wherever
 // it takes a head it reads what the token reader reads: generated heads
-// with escapes, nulls, numbers, nested values, duplicate, escaped and
-// case-changed keys, and cut documents.
+// with escapes, nulls, numbers (also beyond float64's range, where the
+// tokens stop), nested values, duplicate, escaped and case-changed keys,
+// and cut documents.
 func TestAnswerHeadOnePass(t *testing.T) {
 	res := &broker.PopResult{Queue: "q\u2028\"é", Partition: "p", PartitionID: "pid", LeaseID: "lease",
 		ConsumerGroup: "g", PartitionsClaimed: 1, Messages: []broker.Message{{ID: "m", CreatedAt: time.Unix(0, 0)}}}
@@ -76,7 +77,7 @@ func TestAnswerHeadOnePass(t *testing.T) {
 		for j := rng.Intn(6); j > 0; j-- {
 			b.WriteString(pick("", " ") + pick(`"leaseId"`, `"queue"`, `"partitionId"`, `"messages"`, `"success"`,
 				`"LeaseId"`, `"lease\u0049d"`, `"x"`) + ":" + pick("", " "))
-			b.WriteString(pick(`"a"`, `"b\"c"`, `"\u00e9"`, `"\ud800"`, `""`, "null", "1", "-2.5e3", "true",
+			b.WriteString(pick(`"a"`, `"b\"c"`, `"\u00e9"`, `"\ud800"`, `""`, "null", "1", "-2.5e3", "1e400", "-1e999", "true",
 				`{"leaseId":"in"}`, `["leaseId","x"]`, `[]`))
 			if j > 1 {
 				b.WriteString(pick(",", ",", " ,", ""))

@@ -499,12 +499,13 @@ func TestStreamExactlyOnceAcrossKillsAndRestart(t *testing.T) {
 		return total
 	}
 	restarted := false
-	kills, sentKills, progressed := 0, 0, 0
+	kills, sentKills, progressed, restartedAt := 0, 0, 0, 0
 	deadline := time.Now().Add(40 * time.Second)
 	for {
-		// The restart comes mid-way, or after a few kills at the latest,
-		// so it happens before the work is done however fast the machine.
-		restartNow := !restarted && (progressed >= per/2 || kills >= 4)
+		// The restart comes mid-way, or after a few kills at the latest
+		// once some work is done, so it lands while work remains however
+		// fast or slow the machine (checked below).
+		restartNow := !restarted && (progressed >= per/2 || kills >= 4 && progressed > 0)
 		ctx, cancel := context.WithCancel(context.Background())
 		var once sync.Once
 		var sentKill bool
@@ -540,7 +541,7 @@ func TestStreamExactlyOnceAcrossKillsAndRestart(t *testing.T) {
 			c()
 			once.Do(cancel)
 			n = nodetest.StartOn(t, dbURL)
-			restarted = true
+			restarted, restartedAt = true, progressed
 		}
 		timer := time.AfterFunc(killAt, func() { once.Do(cancel) })
 		if err := <-done; err != nil {
@@ -567,8 +568,9 @@ func TestStreamExactlyOnceAcrossKillsAndRestart(t *testing.T) {
 			t.Fatalf("after %d kills: %d of %d messages in state", kills, progressed, 2*per)
 		}
 	}
-	if !restarted || sentKills == 0 || kills-sentKills == 0 {
-		t.Fatalf("restarted %v, %d kills right after a cycle was sent, %d at random times: not the scenario", restarted, sentKills, kills-sentKills)
+	if !restarted || restartedAt == 0 || restartedAt >= 2*per || sentKills == 0 || kills-sentKills == 0 {
+		t.Fatalf("restarted %v (at %d of %d messages in state), %d kills right after a cycle was sent, %d at random times: not the scenario",
+			restarted, restartedAt, 2*per, sentKills, kills-sentKills)
 	}
 	for name, pid := range pids {
 		r := n.Do(t, "POST", "/streams/v1/state/get", map[string]any{"query_id": queryID, "partition_id": pid, "keys": []string{}})
@@ -587,7 +589,7 @@ func TestStreamExactlyOnceAcrossKillsAndRestart(t *testing.T) {
 		}
 		seen[v] = true
 	}
-	t.Logf("%d runner kills (%d right after a cycle was sent), node restarted once", kills, sentKills)
+	t.Logf("%d runner kills (%d right after a cycle was sent), node restarted once at %d of %d messages", kills, sentKills, restartedAt, 2*per)
 }
 
 // partitionIDs maps a queue's partition names to ids, through a peek pop
