@@ -197,6 +197,7 @@ const (
 	helpMembs      = "Members this node knows, itself included, by state."
 	helpRetDel     = "Messages the retention job deleted on this node, by reason: completed (passed by every group, past the dedup window or completedRetentionSeconds) or pending (retentionSeconds, maxWaitTimeSeconds)."
 	helpAckVia     = "Ack items by path: cas (a whole batch this node served, one compare-and-set; broker/ackcas.go) or general (queen.ack_v1)."
+	helpPrefetch   = "Claims taken ahead on a CAS ack for the acking client's next pop (QUEEN_POP_PREFETCH; docs/api.md, \"Claims taken ahead\"): taken (the claim got messages), served (a pop was answered with it), released (no pop came in time; its lease ended)."
 )
 
 // membersIn counts the members in one state.
@@ -437,6 +438,12 @@ var Table = []Row{
 		Help: helpAckVia, Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.AcksCAS })},
 	{Status: "requests.acks_general", Metric: "queen_ack_items_total", Label: Label{"path", "general"}, Kind: Counter,
 		Help: helpAckVia, Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.AcksGeneral })},
+	{Status: "requests.prefetch_taken", Metric: "queen_prefetch_claims_total", Label: Label{"outcome", "taken"}, Kind: Counter,
+		Help: helpPrefetch, Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.PrefetchTaken })},
+	{Status: "requests.prefetch_served", Metric: "queen_prefetch_claims_total", Label: Label{"outcome", "served"}, Kind: Counter,
+		Help: helpPrefetch, Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.PrefetchServed })},
+	{Status: "requests.prefetch_released", Metric: "queen_prefetch_claims_total", Label: Label{"outcome", "released"}, Kind: Counter,
+		Help: helpPrefetch, Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.PrefetchReleased })},
 	{Status: "requests.dead_lettered", Metric: "queen_dead_lettered_total", Kind: Counter,
 		Help: "Messages moved to the dead-letter queue.", Field: num[int64](func(s *Snapshot) *int64 { return &s.Requests.DeadLettered })},
 	{Status: "requests.transactions", Metric: "queen_transactions_total", Kind: Counter,

@@ -120,6 +120,16 @@ func (b *Broker) ackWithCAS(ctx context.Context, tenant string, items []AckItem)
 	if len(plan.pairs) == 0 {
 		return nil, false, nil
 	}
+	if b.pre != nil {
+		// Queued before the ack, to share its flight (prefetch.go).
+		var started []*prefetchKey // one per lease: the batches of a lease share it
+		for _, sb := range plan.batches {
+			if sb.next != nil && !slices.Contains(started, sb.next) && len(started) < prefetchPerLine {
+				started = append(started, sb.next)
+				b.pre.start(*sb.next)
+			}
+		}
+	}
 	res, err := b.acks.submit(ctx, plan.pairs)
 	if err != nil {
 		if ctx.Err() != nil {

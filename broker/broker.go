@@ -36,6 +36,7 @@ type Broker struct {
 	// acks and leases are the CAS ack (ackcas.go); nil with AckCAS off
 	acks   *ackCombiner
 	leases *leaseMemory
+	pre    *prefetcher // claims taken ahead on acks (prefetch.go); nil with PopPrefetch off
 
 	hot        *hotlist.Hotlist // nil with QUEEN_HOTLIST=0: every hook is one branch on it
 	wakeKick   chan struct{}    // a quiet mark happened: the wake loop runs (wake.go)
@@ -91,6 +92,9 @@ type Stats struct {
 	AcksCAS                                                     atomic.Int64 // ack items resolved by the CAS ack (broker/ackcas.go)
 	AcksGeneral                                                 atomic.Int64 // ack items sent to queen.ack_v2
 	AckCASFlushes                                               atomic.Int64 // CAS ack statements sent (fewer than acks when merged)
+	// Claims taken ahead (prefetch.go): those that took messages, those a
+	// pop was answered with, those released unused.
+	PrefetchTaken, PrefetchServed, PrefetchReleased atomic.Int64
 	// Time in and waiting for the combined flushes of each kind (flushclock.go).
 	PushFlushTime, PopFlushTime, AckFlushTime flushClock
 }
@@ -175,6 +179,9 @@ func New(ctx context.Context, cfg Config, log hclog.Logger) (*Broker, error) {
 			b.acks.joint, b.popc.acks = b.popc, b.acks
 		}
 	}
+	if cfg.PopPrefetch && cfg.Hotlist.Enabled && b.popc != nil && b.acks != nil {
+		b.pre = newPrefetcher(b)
+	}
 	if cfg.Hotlist.Enabled {
 		b.hot = newHotlist(cfg, func(key hotlist.Key, event string, kv ...any) {
 			b.hotLog.Debug("trace "+event, append([]any{"queue", queueName(key)}, kv...)...)
@@ -224,6 +231,9 @@ func (c *Config) validate() error {
 // Close stops the background loops, waits for them, and closes the pool.
 func (b *Broker) Close() {
 	b.closeOnce.Do(func() {
+		if b.pre != nil {
+			b.pre.close() // while releases can still run
+		}
 		b.afterMu.Lock()
 		b.endLife()
 		b.afterMu.Unlock()

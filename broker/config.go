@@ -22,6 +22,7 @@ const (
 	MaxPushLanes          = 16 // each lane holds a pooled connection while it flushes
 	DefaultPopCombine     = true
 	DefaultAckCAS         = true
+	DefaultPopPrefetch    = true
 	DefaultBulkProvision  = true
 	DefaultMaxPopBytes    = 16 << 20 // a pop response's payload bytes, about (docs/operations.md, "Limits")
 	DefaultHotlistEnabled = true
@@ -66,6 +67,12 @@ type Config struct {
 	// under a lease is one compare-and-set of the cursor, merged with
 	// concurrent ones (broker/ackcas.go); off, every ack calls ack_v2.
 	AckCAS bool
+	// PopPrefetch (QUEEN_POP_PREFETCH, default on): a CAS ack of a lease
+	// this node handed to its own client also takes that pop's next
+	// claim, in the ack's flight, for the client's next pop to find
+	// answered (broker/prefetch.go). Needs PopCombine, AckCAS and the
+	// hot-list; off, every pop waits for a flight of its own.
+	PopPrefetch bool
 	// BulkProvision (QUEEN_BULK_PROVISION, default on): a claim that meets
 	// partitions without the group's consumer row has the group's rows of
 	// the whole queue made in pages (broker/provision.go); off, each claim
@@ -119,6 +126,7 @@ func DefaultConfig() Config {
 		PushLanes:     DefaultPushLanes,
 		PopCombine:    DefaultPopCombine,
 		AckCAS:        DefaultAckCAS,
+		PopPrefetch:   DefaultPopPrefetch,
 		BulkProvision: DefaultBulkProvision,
 		Hotlist: HotlistConfig{Enabled: DefaultHotlistEnabled, IdleSweep: DefaultHotlistIdle,
 			Config: hotlist.DefaultConfig()},

@@ -208,16 +208,35 @@ func (b *Broker) probe(ctx context.Context, args pg.PopArgs, ring *hotlist.Ring,
 			b.hot.Abandon(ring, cands, time.Now())
 		}
 	}()
-	names := make([]string, len(cands))
-	byName := make(map[string]hotlist.Candidate, len(cands))
-	for i, c := range cands {
-		names[i] = c.Name
-		byName[c.Name] = c
-	}
-	args.Names = names
+	args.Names = candNames(cands)
 	out, err := b.claim(ctx, args)
 	if err != nil {
 		return nil, false, err // the drop guard re-appends
+	}
+	woke = b.checkIn(ring, cands, args, out)
+	checkedIn = true
+	if len(out.Messages) == 0 {
+		return nil, woke, nil
+	}
+	return b.popResult(args, out), woke, nil
+}
+
+// candNames are the candidates' partition names, the claim's Names.
+func candNames(cands []hotlist.Candidate) []string {
+	names := make([]string, len(cands))
+	for i, c := range cands {
+		names[i] = c.Name
+	}
+	return names
+}
+
+// checkIn checks every candidate of a claim back in with its verdict
+// (those the claim did not evaluate as requeue); true when a parked pop
+// should be woken.
+func (b *Broker) checkIn(ring *hotlist.Ring, cands []hotlist.Candidate, args pg.PopArgs, out *pg.PopOutcome) bool {
+	byName := make(map[string]hotlist.Candidate, len(cands))
+	for _, c := range cands {
+		byName[c.Name] = c
 	}
 	b.hot.SetOpts(ring.Key(), queueOpts(out))
 	results := make([]hotlist.Result, 0, len(cands))
@@ -233,12 +252,7 @@ func (b *Broker) probe(ctx context.Context, args pg.PopArgs, ring *hotlist.Ring,
 	for _, c := range byName { // not evaluated (e.g. the queue vanished)
 		results = append(results, hotlist.Result{Cand: c, Verdict: hotlist.Requeue})
 	}
-	woke = b.hot.CheckIn(ring, results, time.Now())
-	checkedIn = true
-	if len(out.Messages) == 0 {
-		return nil, woke, nil
-	}
-	return b.popResult(args, out), woke, nil
+	return b.hot.CheckIn(ring, results, time.Now())
 }
 
 // firstContact is a pop of a (queue, group) that has no ring on this

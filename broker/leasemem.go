@@ -43,6 +43,9 @@ type servedBatch struct {
 	queue, partition   string
 	first, end         int64    // offsets of the first and last served message
 	txids              []string // sorted
+	// next, when set, is the pop that served this batch: its ack takes
+	// the same pop's claim ahead (prefetch.go).
+	next *prefetchKey
 }
 
 const (
@@ -158,6 +161,25 @@ func (lm *leaseMemory) take(tenant, leaseID, partitionID, group string, txids []
 		return b
 	}
 	return nil
+}
+
+// setNext records that the pop which served leaseID may be taken ahead
+// again when its ack comes (prefetch.go); nil-safe, and a lease it does
+// not hold is ignored.
+func (lm *leaseMemory) setNext(leaseID string, key prefetchKey) {
+	if lm == nil {
+		return
+	}
+	lm.mu.Lock()
+	defer lm.mu.Unlock()
+	el, ok := lm.byID[leaseID]
+	if !ok {
+		return
+	}
+	k := &key
+	for _, b := range el.Value.(*leaseEntry).batches {
+		b.next = k
+	}
 }
 
 // len and size report the memory's use (tests).

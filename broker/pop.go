@@ -14,7 +14,7 @@ import (
 // Pop claims up to req.Batch messages for the group. With req.Wait it parks
 // until messages arrive or req.Timeout passes; it returns nil when there is
 // nothing (the API answers 204).
-func (b *Broker) Pop(ctx context.Context, tenant string, req PopRequest) (*PopResult, error) {
+func (b *Broker) Pop(ctx context.Context, tenant string, req PopRequest) (res *PopResult, err error) {
 	b.stats.Pops.Add(1)
 	args := b.popArgs(tenant, req)
 
@@ -24,6 +24,25 @@ func (b *Broker) Pop(ctx context.Context, tenant string, req PopRequest) (*PopRe
 		deadline = time.Now().Add(req.Timeout)
 	}
 	backoff := b.cfg.PopBackoffMin
+	if b.pre != nil {
+		if pk, ok := prefetchKeyOf(req, args); ok {
+			// Its ack may take the next claim of its line ahead.
+			defer func() {
+				if res != nil {
+					b.leases.setNext(res.LeaseID, pk)
+				}
+			}()
+			if _, pausedNow := b.popGate(); !pausedNow {
+				// A claim taken ahead for this pop's line (prefetch.go).
+				if res, err := b.pre.take(ctx, pk); res != nil || err != nil {
+					if res != nil {
+						b.countPopped(res)
+					}
+					return res, err
+				}
+			}
+		}
+	}
 	for {
 		var (
 			wake    <-chan struct{}
@@ -171,13 +190,18 @@ func (b *Broker) claim(ctx context.Context, args pg.PopArgs) (*pg.PopOutcome, er
 		out, err = b.claimAlone(ctx, args)
 	}
 	if err == nil {
-		b.prov.learn(args, out)
-		b.countVerdicts(out.Verdicts)
-		if out.Fast {
-			b.stats.ClaimsFast.Add(1)
-		}
+		b.claimed(args, out)
 	}
 	return out, err
+}
+
+// claimed learns from and counts a claim-core call that returned.
+func (b *Broker) claimed(args pg.PopArgs, out *pg.PopOutcome) {
+	b.prov.learn(args, out)
+	b.countVerdicts(out.Verdicts)
+	if out.Fast {
+		b.stats.ClaimsFast.Add(1)
+	}
 }
 
 // claimAlone is one round trip to the claim core. When the request ends during
@@ -222,7 +246,23 @@ func (b *Broker) countVerdicts(vs []pg.Verdict) {
 	}
 }
 
+// popResult is the answer of a claim that took messages, counted as
+// delivered.
 func (b *Broker) popResult(args pg.PopArgs, out *pg.PopOutcome) *PopResult {
+	res := b.buildPopResult(args, out)
+	b.countPopped(res)
+	return res
+}
+
+// countPopped counts a pop answered with res's messages.
+func (b *Broker) countPopped(res *PopResult) {
+	b.stats.PopsMessages.Add(1)
+	b.stats.PoppedItems.Add(int64(len(res.Messages)))
+}
+
+// buildPopResult is the answer of a claim that took messages; it
+// remembers the served batches for the CAS ack, and counts nothing.
+func (b *Broker) buildPopResult(args pg.PopArgs, out *pg.PopOutcome) *PopResult {
 	res := &PopResult{Queue: args.Queue, LeaseID: args.LeaseID, ConsumerGroup: args.Group,
 		Messages: make([]Message, len(out.Messages))}
 	for _, v := range out.Verdicts {
@@ -238,8 +278,6 @@ func (b *Broker) popResult(args pg.PopArgs, out *pg.PopOutcome) *PopResult {
 			CreatedAt: m.CreatedAt, Queue: args.Queue, Partition: m.Partition, PartitionID: m.PartitionID,
 			LeaseID: args.LeaseID, ConsumerGroup: args.Group, ProducerSub: m.Sub, RetryCount: m.Retry}
 	}
-	b.stats.PopsMessages.Add(1)
-	b.stats.PoppedItems.Add(int64(len(out.Messages)))
 	b.leases.rememberPop(args, out) // for the CAS ack (ackcas.go)
 	return res
 }
@@ -267,6 +305,22 @@ func (b *Broker) ReleaseForwarded(tenant, leaseID string, again bool) {
 	if again {
 		b.after(b.cfg.ReleaseAgain, func() { b.dropLease(tenant, leaseID) })
 	}
+}
+
+// track runs f in a goroutine Close waits for; false (and f not run) once
+// Close has begun.
+func (b *Broker) track(f func()) bool {
+	b.afterMu.Lock()
+	defer b.afterMu.Unlock()
+	if b.life.Err() != nil {
+		return false
+	}
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		f()
+	}()
+	return true
 }
 
 // after runs f once d has passed, in a goroutine Close waits for; Close

@@ -115,6 +115,13 @@ func (c *popCombiner) claim(ctx context.Context, args pg.PopArgs) (*pg.PopOutcom
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	return c.wait(ctx, c.enqueue(ctx, args))
+}
+
+// enqueue queues one claim for the next flush and returns at once: a
+// claim taken ahead (prefetch.go) is queued before its ack, so that both
+// usually go in the same flush.
+func (c *popCombiner) enqueue(ctx context.Context, args pg.PopArgs) *popJob {
 	j := &popJob{ctx: ctx, args: args, done: make(chan struct{}), t0: time.Now()}
 	c.mu.Lock()
 	c.pending = append(c.pending, j)
@@ -123,6 +130,12 @@ func (c *popCombiner) claim(ctx context.Context, args pg.PopArgs) (*pg.PopOutcom
 		go c.run()
 	}
 	c.mu.Unlock()
+	return j
+}
+
+// wait waits for the flush that carries j.
+func (c *popCombiner) wait(ctx context.Context, j *popJob) (*pg.PopOutcome, error) {
+	args := j.args
 	select {
 	case <-j.done:
 		return j.out, j.err

@@ -64,6 +64,9 @@ type Counters struct {
 	LeasesDropped   int64
 	ReleaseFlushes  int64
 	AckFlushes      int64 // CAS ack statements (ackcas.go)
+	// Claims taken ahead (prefetch.go): with messages, handed to pops,
+	// released unused.
+	PrefetchTaken, PrefetchServed, PrefetchReleased int64
 	// Combined flushes' time by kind (flushclock.go).
 	PushFlushTime, PopFlushTime, AckFlushTime FlushTimes
 }
@@ -101,6 +104,7 @@ func (s *Stats) Snapshot() Counters {
 		AcksCAS: s.AcksCAS.Load(), AcksGeneral: s.AcksGeneral.Load(),
 		Transactions: s.Transactions.Load(), LeasesDropped: s.LeasesDropped.Load(),
 		ReleaseFlushes: s.ReleaseFlushes.Load(), AckFlushes: s.AckCASFlushes.Load(),
+		PrefetchTaken: s.PrefetchTaken.Load(), PrefetchServed: s.PrefetchServed.Load(), PrefetchReleased: s.PrefetchReleased.Load(),
 		PushFlushTime: s.PushFlushTime.snapshot(), PopFlushTime: s.PopFlushTime.snapshot(), AckFlushTime: s.AckFlushTime.snapshot(),
 	}
 }

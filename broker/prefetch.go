@@ -1,0 +1,383 @@
+package broker
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"queen-node/hotlist"
+	"queen-node/pg"
+	"queen-node/protocol"
+)
+
+// Claims taken ahead (docs/benchmarks.md, "Claims taken ahead"). A
+// consumer's cycle is a pop and then an ack, and each waited for a claim
+// flight of its own: two flights in a row per claim, which bounds how
+// often a partition is visited, and so how long a message waits for it
+// (issue 20, goal 1). A consumer acks and then pops again at once, with
+// the same parameters. So when a CAS ack arrives for a lease this node
+// handed out to one of its own clients, the node also queues a claim with
+// that pop's parameters, before the ack, so that both usually go in the
+// same flight and commit together; its answer waits in a line of the
+// (queue, group, parameters). The next pop with those parameters takes the
+// oldest answer of the line (waiting for it while its flight runs)
+// instead of a flight of its own.
+//
+// A claim taken ahead is an ordinary claim under a lease of its own: the
+// node hands it out whole, as the claim core answered it, or releases its
+// lease (prefetchTTL after it was answered, or at Close), so no message
+// is lost or delivered twice, and each partition keeps its order. A
+// client sees only a lease that began when the claim was made, up to
+// prefetchTTL before its pop. A node that dies with answers in a line
+// leaves their leases to expire, as it does with the claims of its
+// flight.
+//
+// Each line has a score: a pop served from it or one that found it empty
+// raises it, an answer released unused lowers it by more, and a line
+// whose score is not positive takes nothing ahead. So consumers that do
+// not pop again soon after an ack cost a claim and a release now and
+// then, not every cycle.
+//
+// Only pops that the node serves for its own clients take part: a
+// forwarded pop names the lease its forwarding node chose (api/forward.go)
+// and cannot be given another. Wildcard leased pops only: a named
+// partition or autoAck is never taken ahead.
+type prefetcher struct {
+	b   *Broker
+	ttl time.Duration
+
+	mu     sync.Mutex
+	lines  map[prefetchKey]*prefetchLine
+	total  int  // entries in all lines
+	closed bool // Close began: answers are released as they come
+}
+
+// prefetchKey is what a claim taken ahead must share with the pop that
+// takes it: everything of pg.PopArgs but the candidates and the lease.
+type prefetchKey struct {
+	tenant, queue, group   string
+	batch, maxParts, lease int // lease: LeaseSeconds
+	subMode                protocol.SubMode
+	subFrom                int64 // unix nanoseconds; 0 without
+	maxBytes               int64
+}
+
+type prefetchLine struct {
+	entries []*prefetchEntry // oldest first
+	score   int
+}
+
+// prefetchEntry is one claim taken ahead. done closes when its flight
+// answered; res is then its answer, nil when it took nothing.
+type prefetchEntry struct {
+	key   prefetchKey
+	lease string
+	done  chan struct{}
+	res   *PopResult
+	taken bool // a pop took it, or it was released (under prefetcher.mu)
+}
+
+// Bounds of the lines.
+const (
+	prefetchTTL       = 250 * time.Millisecond // an answer not taken by then is released
+	prefetchPerLine   = 64                     // entries per line
+	prefetchMaxTotal  = 4096                   // entries over all lines
+	prefetchMaxLines  = 4096                   // lines kept (each a few words)
+	prefetchScoreMax  = 8
+	prefetchScoreHit  = 1 // a pop took an answer, or found none
+	prefetchScoreLost = 8 // an answer released unused
+	prefetchClaimWait = 10 * time.Second
+)
+
+func newPrefetcher(b *Broker) *prefetcher {
+	return &prefetcher{b: b, ttl: prefetchTTL, lines: map[prefetchKey]*prefetchLine{}}
+}
+
+// prefetchKeyOf is the line of a pop with args; false when the pop takes
+// no part (autoAck, a named partition, a forwarded pop's lease).
+func prefetchKeyOf(req PopRequest, args pg.PopArgs) (prefetchKey, bool) {
+	if args.AutoAck || req.LeaseID != "" || args.Names != nil {
+		return prefetchKey{}, false
+	}
+	k := prefetchKey{tenant: args.Tenant, queue: args.Queue, group: args.Group, batch: args.Budget,
+		maxParts: args.MaxParts, lease: args.LeaseSeconds, subMode: args.SubMode, maxBytes: args.MaxBytes}
+	if args.SubFrom != nil {
+		k.subFrom = args.SubFrom.UnixNano()
+		if k.subFrom == 0 {
+			return prefetchKey{}, false // (the epoch itself: not told apart from none)
+		}
+	}
+	return k, true
+}
+
+// args are the claim arguments of a pop of this line, under a fresh lease.
+func (k prefetchKey) args(owner string) pg.PopArgs {
+	a := pg.PopArgs{Tenant: k.tenant, Queue: k.queue, Group: k.group,
+		ScanLimit: clamp(k.maxParts*8, 16, 256), Budget: k.batch, MaxParts: k.maxParts,
+		LeaseSeconds: k.lease, Owner: owner, SubMode: k.subMode, MaxBytes: k.maxBytes,
+		LeaseID: uuid.NewString()}
+	if k.subFrom != 0 {
+		t := time.Unix(0, k.subFrom)
+		a.SubFrom = &t
+	}
+	return a
+}
+
+// start takes a claim ahead for key's line when the line wants one and
+// its ring has candidates whose consumer rows are known (so the claim can
+// join the flight). It queues the claim and returns; called before the
+// ack that prompted it is queued.
+func (p *prefetcher) start(key prefetchKey) {
+	b := p.b
+	if !p.wanted(key) {
+		return
+	}
+	if _, paused := b.popGate(); paused {
+		return
+	}
+	qk := queueKey(key.tenant, key.queue)
+	ring := b.hot.Lookup(qk, key.group)
+	if ring == nil || ring.Cold() {
+		return
+	}
+	now := time.Now()
+	cands := b.hot.Take(ring, clamp(key.maxParts*4, 4, 256), now)
+	if cands == nil {
+		return
+	}
+	args := key.args(b.cfg.NodeName)
+	args.Names = candNames(cands)
+	args.Unprov = b.prov.unprov(args)
+	if args.Unprov == nil || len(args.Unprov) > 0 {
+		b.hot.Abandon(ring, cands, now) // a pop of its own provisions them
+		return
+	}
+	e := p.add(key, args.LeaseID)
+	if e == nil {
+		b.hot.Abandon(ring, cands, now)
+		return
+	}
+	ctx, cancel := context.WithTimeout(b.life, prefetchClaimWait)
+	b.stats.PopSQLCalls.Add(1)
+	j := b.popc.enqueue(ctx, args)
+	if !b.track(func() { defer cancel(); p.finish(ctx, e, j, ring, cands) }) {
+		// Close began: the claim still runs; its outcome is waited for
+		// here, then released.
+		defer cancel()
+		p.finish(ctx, e, j, ring, cands)
+	}
+}
+
+// wanted tells whether key's line should take a claim ahead now.
+func (p *prefetcher) wanted(key prefetchKey) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || p.total >= prefetchMaxTotal {
+		return false
+	}
+	l := p.lines[key]
+	if l == nil {
+		return len(p.lines) < prefetchMaxLines || p.sweepLocked()
+	}
+	return l.score > 0 && len(l.entries) < prefetchPerLine
+}
+
+// sweepLocked drops the lines without entries; true when there is room.
+func (p *prefetcher) sweepLocked() bool {
+	for k, l := range p.lines {
+		if len(l.entries) == 0 {
+			delete(p.lines, k)
+		}
+	}
+	return len(p.lines) < prefetchMaxLines
+}
+
+// add appends an entry to key's line; nil when the bounds say no.
+func (p *prefetcher) add(key prefetchKey, lease string) *prefetchEntry {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || p.total >= prefetchMaxTotal {
+		return nil
+	}
+	l := p.lines[key]
+	if l == nil {
+		if len(p.lines) >= prefetchMaxLines && !p.sweepLocked() {
+			return nil
+		}
+		l = &prefetchLine{score: 1}
+		p.lines[key] = l
+	}
+	if l.score <= 0 || len(l.entries) >= prefetchPerLine {
+		return nil
+	}
+	e := &prefetchEntry{key: key, lease: lease, done: make(chan struct{})}
+	l.entries = append(l.entries, e)
+	p.total++
+	return e
+}
+
+// finish waits for the claim's flight, checks the candidates back in and
+// settles the entry.
+func (p *prefetcher) finish(ctx context.Context, e *prefetchEntry, j *popJob, ring *hotlist.Ring, cands []hotlist.Candidate) {
+	b := p.b
+	var res *PopResult
+	defer func() { p.settle(e, res) }()
+	out, err := b.popc.wait(ctx, j)
+	if err != nil {
+		b.hot.Abandon(ring, cands, time.Now())
+		return // (wait released a lease it claimed after its context ended)
+	}
+	b.claimed(j.args, out)
+	if b.checkIn(ring, cands, j.args, out) {
+		b.gates.notify(ring.Key())
+	}
+	if len(out.Messages) > 0 {
+		res = b.buildPopResult(j.args, out)
+		b.stats.PrefetchTaken.Add(1)
+	}
+}
+
+// settle records the entry's answer. An answer nobody takes within the
+// TTL is released; an empty one leaves its line at once.
+func (p *prefetcher) settle(e *prefetchEntry, res *PopResult) {
+	p.mu.Lock()
+	e.res = res
+	close(e.done)
+	if e.taken {
+		p.mu.Unlock()
+		return
+	}
+	if res == nil || p.closed {
+		p.removeLocked(e)
+		e.taken = true
+		p.mu.Unlock()
+		if res != nil {
+			p.release(e)
+		}
+		return
+	}
+	p.mu.Unlock()
+	p.b.after(p.ttl, func() { p.expire(e) })
+}
+
+// removeLocked takes e out of its line.
+func (p *prefetcher) removeLocked(e *prefetchEntry) {
+	l := p.lines[e.key]
+	if l == nil {
+		return
+	}
+	for i, x := range l.entries {
+		if x == e {
+			l.entries = append(l.entries[:i], l.entries[i+1:]...)
+			p.total--
+			return
+		}
+	}
+}
+
+// expire releases e's answer if no pop took it.
+func (p *prefetcher) expire(e *prefetchEntry) {
+	p.mu.Lock()
+	if e.taken {
+		p.mu.Unlock()
+		return
+	}
+	e.taken = true
+	p.removeLocked(e)
+	if l := p.lines[e.key]; l != nil {
+		l.score -= prefetchScoreLost
+	}
+	p.mu.Unlock()
+	p.release(e)
+}
+
+// release hands an unused answer's partitions back: its lease ends in
+// PostgreSQL, then its partitions are ready again in the ring (they were
+// checked in as claimed) and the queue's parked pops wake.
+func (p *prefetcher) release(e *prefetchEntry) {
+	b := p.b
+	b.stats.PrefetchReleased.Add(1)
+	b.dropLease(e.key.tenant, e.lease)
+	qk := queueKey(e.key.tenant, e.key.queue)
+	now := time.Now()
+	seen := map[string]bool{}
+	for _, m := range e.res.Messages {
+		if !seen[m.PartitionID] {
+			seen[m.PartitionID] = true
+			b.hot.AckRelease(qk, e.key.group, m.PartitionID, true, now)
+		}
+	}
+	b.gates.notify(qk)
+}
+
+// take gives a pop of key's line the oldest claim taken ahead, waiting
+// for its flight if it is still running. nil, nil: none, or it took
+// nothing; the pop then claims for itself.
+func (p *prefetcher) take(ctx context.Context, key prefetchKey) (*PopResult, error) {
+	p.mu.Lock()
+	l := p.lines[key]
+	if l == nil {
+		p.mu.Unlock()
+		return nil, nil
+	}
+	if len(l.entries) == 0 {
+		l.score = min(l.score+prefetchScoreHit, prefetchScoreMax)
+		p.mu.Unlock()
+		return nil, nil
+	}
+	e := l.entries[0]
+	l.entries = l.entries[1:]
+	p.total--
+	e.taken = true
+	p.mu.Unlock()
+	select {
+	case <-e.done:
+	case <-ctx.Done():
+		// Its answer is nobody's now: released once it comes.
+		go func() {
+			<-e.done
+			if e.res != nil {
+				p.release(e)
+			}
+		}()
+		return nil, ctx.Err()
+	}
+	if e.res == nil {
+		return nil, nil
+	}
+	p.mu.Lock()
+	if l := p.lines[key]; l != nil {
+		l.score = min(l.score+prefetchScoreHit, prefetchScoreMax)
+	}
+	p.mu.Unlock()
+	p.b.stats.PrefetchServed.Add(1)
+	return e.res, nil
+}
+
+// close releases the answers waiting in the lines; answers that come
+// later are released as they come. Called before the broker's life ends.
+func (p *prefetcher) close() {
+	p.mu.Lock()
+	p.closed = true
+	var ready []*prefetchEntry
+	for _, l := range p.lines {
+		for _, e := range l.entries {
+			select {
+			case <-e.done:
+				if e.res != nil {
+					e.taken = true
+					ready = append(ready, e)
+				}
+			default: // settle releases it
+			}
+		}
+		l.entries = nil
+	}
+	p.total = 0
+	p.mu.Unlock()
+	for _, e := range ready {
+		p.release(e)
+	}
+}

@@ -1,0 +1,449 @@
+package broker
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// pollUntil polls cond every 5 ms until it holds or within passes.
+func pollUntil(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", within, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// prefetchIdle reports whether no claim taken ahead is still running.
+func (p *prefetcher) idle() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, l := range p.lines {
+		for _, e := range l.entries {
+			select {
+			case <-e.done:
+			default:
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func (p *prefetcher) waiting() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.total
+}
+
+// leasedRows counts the consumer rows holding a lease.
+func leasedRows(t *testing.T, url string) int {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var n int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM queen.consumers WHERE lease_id IS NOT NULL`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// deliveredInOrder checks a pop's messages against the last number seen
+// per partition (pushSeq payloads): each continues its partition exactly.
+func deliveredInOrder(t *testing.T, last map[string]int, res *PopResult) {
+	t.Helper()
+	for _, m := range res.Messages {
+		var c combMsg
+		if err := json.Unmarshal(m.Data, &c); err != nil {
+			t.Fatal(err)
+		}
+		if c.N != last[c.P]+1 {
+			t.Fatalf("partition %s: message %d after %d", c.P, c.N, last[c.P])
+		}
+		last[c.P] = c.N
+		if m.RetryCount != 0 {
+			t.Fatalf("message %s/%d delivered with retry count %d", c.P, c.N, m.RetryCount)
+		}
+	}
+}
+
+// warmQueue pushes message 1 to each partition and pops and acks them
+// all, so that the queue's ring exists and every partition's consumer row
+// is known (a claim taken ahead joins the flight only then; the tests'
+// brokers make no rows in bulk). The partitions' next message is 2.
+func warmQueue(t *testing.T, b *Broker, queue string, parts ...string) map[string]int {
+	t.Helper()
+	ctx := context.Background()
+	last := map[string]int{}
+	for _, p := range parts {
+		pushSeq(t, b, queue, p, 1, 1)
+	}
+	for len(last) < len(parts) {
+		res, err := b.Pop(ctx, "t", PopRequest{Queue: queue, Batch: 1, Partitions: len(parts), Wait: true, Timeout: time.Second})
+		if err != nil || res == nil {
+			t.Fatalf("warm-up pop: %v %v", res, err)
+		}
+		deliveredInOrder(t, last, res)
+		if err := ackServed(ctx, b, res); err != nil {
+			t.Fatal(err)
+		}
+	}
+	args := b.popArgs("t", PopRequest{Queue: queue})
+	args.Names = parts
+	if u := b.prov.unprov(args); u == nil || len(u) > 0 {
+		t.Fatalf("partitions without a known consumer row after the warm-up: %v (nil: none known)", u)
+	}
+	if b.pre == nil {
+		return last
+	}
+	pollUntil(t, 5*time.Second, "the warm-up's claims taken ahead", b.pre.idle)
+	b.pre.reset()
+	b.stats.PrefetchTaken.Store(0)
+	b.stats.PrefetchServed.Store(0)
+	b.stats.PrefetchReleased.Store(0)
+	return last
+}
+
+// reset forgets the lines (tests).
+func (p *prefetcher) reset() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.lines, p.total = map[prefetchKey]*prefetchLine{}, 0
+}
+
+// A CAS ack of a pop the node served to its own client takes the next
+// claim of that pop's line in the ack's flight; the client's next pop is
+// answered with it, without a flight of its own. Every message arrives
+// once, in order.
+func TestPrefetchServesTheNextPop(t *testing.T) {
+	b, _ := startCombineBroker(t, true)
+	ctx := context.Background()
+	parts := []string{"p0", "p1", "p2", "p3"}
+	last := warmQueue(t, b, "q", parts...)
+	for _, p := range parts {
+		pushSeq(t, b, "q", p, 2, 20)
+	}
+	req := PopRequest{Queue: "q", Batch: 10, Wait: true, Timeout: time.Second}
+	total, served, pops, firstServed := 0, int64(0), 0, 0
+	for total < 80 {
+		pops++
+		before := b.stats.PopFlushes.Load()
+		res, err := b.Pop(ctx, "t", req)
+		if err != nil || res == nil {
+			t.Fatalf("pop: %v %v", res, err)
+		}
+		if s := b.stats.PrefetchServed.Load(); s > served {
+			served = s
+			if firstServed == 0 {
+				firstServed = pops
+			}
+			if f := b.stats.PopFlushes.Load(); f != before {
+				t.Fatalf("a pop answered from a claim taken ahead ran %d flushes", f-before)
+			}
+		}
+		deliveredInOrder(t, last, res)
+		total += len(res.Messages)
+		if err := ackServed(ctx, b, res); err != nil {
+			t.Fatal(err)
+		}
+		pollUntil(t, 5*time.Second, "the claim taken ahead", b.pre.idle)
+	}
+	// 8 pops of 10: every pop after the first was taken ahead.
+	if pops != 8 || firstServed != 2 || served != 7 {
+		t.Fatalf("%d pops, the first served ahead was pop %d, %d served ahead", pops, firstServed, served)
+	}
+	if r := b.stats.PrefetchReleased.Load(); r != 0 {
+		t.Fatalf("released %d", r)
+	}
+}
+
+// A claim taken ahead that no pop takes within the TTL is released: its
+// lease ends in PostgreSQL and its partition is ready again at once (not
+// at the lease's expiry), its messages undelivered (retry count 0, the
+// same first message), and the line takes nothing ahead until pops ask.
+func TestPrefetchReleasedWhenNoPopComes(t *testing.T) {
+	b, url := startCombineBroker(t, true)
+	last := warmQueue(t, b, "q", "p0", "p1", "p2")
+	b.pre.ttl = 20 * time.Millisecond
+	ctx := context.Background()
+	pushSeq(t, b, "q", "p0", 2, 5)
+	pushSeq(t, b, "q", "p1", 2, 5)
+	req := PopRequest{Queue: "q", Batch: 5, Wait: true, Timeout: time.Second}
+	first, err := b.Pop(ctx, "t", req)
+	if err != nil || first == nil {
+		t.Fatalf("pop: %v %v", first, err)
+	}
+	if err := ackServed(ctx, b, first); err != nil {
+		t.Fatal(err)
+	}
+	pollUntil(t, 5*time.Second, "the release", func() bool { return b.stats.PrefetchReleased.Load() == 1 })
+	if n := b.stats.PrefetchTaken.Load(); n != 1 {
+		t.Fatalf("taken %d", n)
+	}
+	pollUntil(t, 5*time.Second, "the lease to end", func() bool { return leasedRows(t, url) == 0 })
+	// The released partition is served to the next pop, from its start.
+	res, err := b.Pop(ctx, "t", PopRequest{Queue: "q", Batch: 5, Wait: true, Timeout: 2 * time.Second})
+	if err != nil || res == nil {
+		t.Fatalf("pop after release: %v %v", res, err)
+	}
+	if res.Partition == first.Partition {
+		t.Fatalf("served %s twice", res.Partition)
+	}
+	deliveredInOrder(t, last, res)
+	if len(res.Messages) != 5 {
+		t.Fatalf("got %d messages", len(res.Messages))
+	}
+	if b.stats.PrefetchServed.Load() != 0 {
+		t.Fatal("a released claim was served")
+	}
+	// The line's score is spent: this ack takes nothing ahead, though p2
+	// has messages.
+	pushSeq(t, b, "q", "p2", 2, 5)
+	if err := ackServed(ctx, b, res); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.pre.waiting(); n != 0 {
+		t.Fatalf("%d claims taken ahead after a release", n)
+	}
+}
+
+// Pops that must not take part neither take a claim ahead nor make their
+// ack take one: a forwarded pop (its lease chosen by the forwarding node),
+// a named partition, autoAck.
+func TestPrefetchOnlyForOwnWildcardLeasedPops(t *testing.T) {
+	b, _ := startCombineBroker(t, true)
+	ctx := context.Background()
+	warmQueue(t, b, "q", "p0", "p1", "p2")
+	for _, p := range []string{"p0", "p1", "p2"} {
+		pushSeq(t, b, "q", p, 2, 30)
+	}
+	for i, req := range []PopRequest{
+		{Queue: "q", Batch: 3, LeaseID: "6f1f1c9e-0000-4000-8000-000000000001"},
+		{Queue: "q", Batch: 3, Partition: "p1"},
+		{Queue: "q", Batch: 3, LeaseID: "6f1f1c9e-0000-4000-8000-000000000002"},
+	} {
+		res, err := b.Pop(ctx, "t", req)
+		if err != nil || res == nil {
+			t.Fatalf("pop %d: %v %v", i, res, err)
+		}
+		if err := ackServed(ctx, b, res); err != nil {
+			t.Fatal(err)
+		}
+		if n := b.pre.waiting(); n != 0 || b.stats.PrefetchTaken.Load() != 0 {
+			t.Fatalf("pop %d (%+v): a claim was taken ahead", i, req)
+		}
+	}
+	if _, err := b.Pop(ctx, "t", PopRequest{Queue: "q", Batch: 3, AutoAck: true}); err != nil {
+		t.Fatal(err)
+	}
+	if b.stats.AcksCAS.Load() == 0 {
+		t.Fatal("the acks must have taken the CAS path")
+	}
+}
+
+// Close releases the claims waiting in the lines.
+func TestPrefetchReleasedOnClose(t *testing.T) {
+	b, url := startCombineBroker(t, true)
+	warmQueue(t, b, "q", "p0", "p1")
+	b.pre.ttl = time.Hour
+	ctx := context.Background()
+	pushSeq(t, b, "q", "p0", 2, 5)
+	pushSeq(t, b, "q", "p1", 2, 5)
+	res, err := b.Pop(ctx, "t", PopRequest{Queue: "q", Batch: 5})
+	if err != nil || res == nil {
+		t.Fatalf("pop: %v %v", res, err)
+	}
+	if err := ackServed(ctx, b, res); err != nil {
+		t.Fatal(err)
+	}
+	pollUntil(t, 5*time.Second, "the claim taken ahead", func() bool { return b.stats.PrefetchTaken.Load() == 1 })
+	if n := leasedRows(t, url); n != 1 {
+		t.Fatalf("%d leased rows, want the claim taken ahead's", n)
+	}
+	b.Close()
+	if n := leasedRows(t, url); n != 0 {
+		t.Fatalf("%d leased rows after Close", n)
+	}
+}
+
+// A pop that takes a claim still in its flight and leaves before it is
+// answered hands it back: the lease ends, nothing is lost.
+func TestPrefetchTakerLeaves(t *testing.T) {
+	b, url := startCombineBroker(t, true)
+	warmQueue(t, b, "q", "p0", "p1")
+	ctx := context.Background()
+	pushSeq(t, b, "q", "p0", 2, 5)
+	pushSeq(t, b, "q", "p1", 2, 5)
+	res, err := b.Pop(ctx, "t", PopRequest{Queue: "q", Batch: 5})
+	if err != nil || res == nil {
+		t.Fatalf("pop: %v %v", res, err)
+	}
+	key, _ := prefetchKeyOf(PopRequest{Queue: "q"}, b.popArgs("t", PopRequest{Queue: "q", Batch: 5}))
+	// An entry whose flight has not answered yet: the pop takes it and
+	// leaves; then the answer comes, with the other partition's messages.
+	e := b.pre.add(key, "lease-left")
+	left, cancel := context.WithCancel(ctx)
+	cancel()
+	if got, err := b.pre.take(left, key); got != nil || err == nil {
+		t.Fatalf("take with a canceled context: %v %v", got, err)
+	}
+	// Claim it for real under that lease, as the flight would have.
+	args := key.args("popcombine")
+	args.LeaseID = e.lease
+	other := map[string]string{"p0": "p1", "p1": "p0"}[res.Partition]
+	args.Names = []string{other}
+	out, err := b.claim(ctx, args)
+	if err != nil || len(out.Messages) != 5 {
+		t.Fatalf("claim: %v %v", out, err)
+	}
+	if n := leasedRows(t, url); n != 2 {
+		t.Fatalf("%d leased rows", n)
+	}
+	b.pre.settle(e, b.buildPopResult(args, out))
+	pollUntil(t, 5*time.Second, "the lease of the abandoned claim to end", func() bool { return leasedRows(t, url) == 1 })
+	if err := ackServed(ctx, b, res); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Claims taken ahead against claims made at pop time, under load: the
+// same producers and consumers on two databases, one broker with
+// QUEEN_POP_PREFETCH on and one with it off. Both must deliver every
+// message exactly once and in partition order, and the side with it on
+// must have served pops from claims taken ahead.
+func TestPrefetchDifferentialUnderLoad(t *testing.T) {
+	on, _ := startCombineBroker(t, true)
+	off, _ := startCombineBroker(t, true)
+	off.pre = nil
+	for _, b := range []*Broker{on, off} {
+		runPrefetchLoad(t, b)
+	}
+	t.Logf("on: %d pops, %d taken ahead, %d served, %d released", on.stats.Pops.Load(),
+		on.stats.PrefetchTaken.Load(), on.stats.PrefetchServed.Load(), on.stats.PrefetchReleased.Load())
+	if s := on.stats.PrefetchServed.Load(); s < on.stats.Pops.Load()/4 {
+		t.Fatalf("%d of %d pops served from claims taken ahead", s, on.stats.Pops.Load())
+	}
+	t.Logf("on: %d pops, %d taken ahead, %d served, %d released; off: %d pops", on.stats.Pops.Load(),
+		on.stats.PrefetchTaken.Load(), on.stats.PrefetchServed.Load(), on.stats.PrefetchReleased.Load(), off.stats.Pops.Load())
+}
+
+// runPrefetchLoad: after a warm-up (message 1), 4 producers push 2..perPart to 32 partitions while 8
+// consumers pop (batches of 1 to 22, one with partitions=2) and ack;
+// now and then a consumer vanishes mid-pop (its answer, if any, is
+// released as the API does and delivered again later).
+func runPrefetchLoad(t *testing.T, b *Broker) {
+	t.Helper()
+	const parts, perPart = 32, 41
+	names := make([]string, parts)
+	for p := range names {
+		names[p] = fmt.Sprintf("p%d", p)
+	}
+	last := warmQueue(t, b, "q", names...)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	var pw sync.WaitGroup
+	for p := 0; p < 4; p++ {
+		pw.Add(1)
+		go func(p int) {
+			defer pw.Done()
+			for part := p; part < parts; part += 4 {
+				for n := 2; n <= perPart; n += 10 {
+					pushSeq(t, b, "q", fmt.Sprintf("p%d", part), n, 10)
+				}
+			}
+		}(p)
+	}
+	var (
+		mu    sync.Mutex
+		total = parts // the warm-up's
+		fail  error
+	)
+	var cw sync.WaitGroup
+	for c := 0; c < 8; c++ {
+		cw.Add(1)
+		go func(c int) {
+			defer cw.Done()
+			rnd := rand.New(rand.NewPCG(uint64(c), 11))
+			for {
+				mu.Lock()
+				done := total >= parts*perPart || fail != nil
+				mu.Unlock()
+				if done || ctx.Err() != nil {
+					return
+				}
+				// Each consumer its own batch size, as clients have: a
+				// claim taken ahead serves a pop of the same size only.
+				req := PopRequest{Queue: "q", Batch: 1 + 3*c, Wait: true, Timeout: 200 * time.Millisecond}
+				if c == 7 {
+					req.Partitions = 2
+				}
+				pctx := ctx
+				if rnd.IntN(40) == 0 { // a client that vanishes mid-pop
+					var pc context.CancelFunc
+					pctx, pc = context.WithTimeout(ctx, time.Duration(rnd.IntN(3))*time.Millisecond)
+					defer pc()
+				}
+				res, err := b.Pop(pctx, "t", req)
+				if pctx != ctx && pctx.Err() != nil {
+					if res != nil {
+						b.ReleaseUndelivered("t", res) // as the API does
+					}
+					continue
+				}
+				if err != nil {
+					mu.Lock()
+					fail = fmt.Errorf("pop: %w", err)
+					mu.Unlock()
+					return
+				}
+				if res == nil {
+					continue
+				}
+				mu.Lock()
+				for _, m := range res.Messages {
+					var cm combMsg
+					if err := json.Unmarshal(m.Data, &cm); err != nil || cm.N != last[cm.P]+1 {
+						fail = fmt.Errorf("partition %s: %d after %d (%v)", cm.P, cm.N, last[cm.P], err)
+						break
+					}
+					last[cm.P] = cm.N
+				}
+				total += len(res.Messages)
+				mu.Unlock()
+				if err := ackServed(ctx, b, res); err != nil {
+					mu.Lock()
+					fail = err
+					mu.Unlock()
+					return
+				}
+			}
+		}(c)
+	}
+	pw.Wait()
+	cw.Wait()
+	if fail != nil {
+		t.Fatal(fail)
+	}
+	if total != parts*perPart {
+		t.Fatalf("delivered %d of %d", total, parts*perPart)
+	}
+	for p := 0; p < parts; p++ {
+		if n := last[fmt.Sprintf("p%d", p)]; n != perPart {
+			t.Fatalf("p%d ends at %d", p, n)
+		}
+	}
+}
