@@ -37,6 +37,9 @@ func (b *Broker) DeleteQueue(ctx context.Context, tenant, queue string) (bool, e
 	if b.hot != nil {
 		b.hot.DropQueue(queueKey(tenant, queue))
 	}
+	if b.pre != nil {
+		b.pre.dropQueue(tenant, queue, "")
+	}
 	b.gates.markDeleted(queueKey(tenant, queue))
 	return existed, nil
 }

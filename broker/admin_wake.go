@@ -15,6 +15,9 @@ import (
 // partitions pending that the ring cleared: now rather than at the next
 // floor) and wakes the queue's parked pops.
 func (b *Broker) AfterSeek(ctx context.Context, tenant, queue, group string) error {
+	if b.pre != nil {
+		b.pre.dropQueue(tenant, queue, group) // claimed before the seek
+	}
 	if b.hot != nil {
 		if r := b.hot.Lookup(queueKey(tenant, queue), group); r != nil {
 			if w := b.hot.BeginReseed(r, time.Now(), true); w != nil {
@@ -31,6 +34,9 @@ func (b *Broker) AfterSeek(ctx context.Context, tenant, queue, group string) err
 // AfterGroupDelete forgets group's rings on queue ("" = every queue) and
 // wakes the queue's parked pops.
 func (b *Broker) AfterGroupDelete(tenant, queue, group string) {
+	if b.pre != nil {
+		b.pre.dropQueue(tenant, queue, group)
+	}
 	if b.hot != nil {
 		// Over-forgetting is a harmless cold start; a stale ring that hides
 		// the re-consume until the next floor is the real danger. Only this

@@ -158,6 +158,13 @@ func (lm *leaseMemory) take(tenant, leaseID, partitionID, group string, txids []
 		if len(e.batches) == 0 {
 			lm.remove(el)
 		}
+		if b.next != nil {
+			// One pop, one claim taken ahead: a multi-partition pop's
+			// batches acked one request at a time ask for it once.
+			for _, o := range e.batches {
+				o.next = nil
+			}
+		}
 		return b
 	}
 	return nil

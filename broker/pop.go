@@ -307,22 +307,6 @@ func (b *Broker) ReleaseForwarded(tenant, leaseID string, again bool) {
 	}
 }
 
-// track runs f in a goroutine Close waits for; false (and f not run) once
-// Close has begun.
-func (b *Broker) track(f func()) bool {
-	b.afterMu.Lock()
-	defer b.afterMu.Unlock()
-	if b.life.Err() != nil {
-		return false
-	}
-	b.wg.Add(1)
-	go func() {
-		defer b.wg.Done()
-		f()
-	}()
-	return true
-}
-
 // after runs f once d has passed, in a goroutine Close waits for; Close
 // cancels the wait, and after does nothing once Close has begun.
 func (b *Broker) after(d time.Duration, f func()) {

@@ -118,17 +118,19 @@ func (c *popCombiner) claim(ctx context.Context, args pg.PopArgs) (*pg.PopOutcom
 	return c.wait(ctx, c.enqueue(ctx, args))
 }
 
-// enqueue queues one claim for the next flush and returns at once: a
-// claim taken ahead (prefetch.go) is queued before its ack, so that both
-// usually go in the same flush.
+// enqueue queues one claim for the next flush and returns at once.
 func (c *popCombiner) enqueue(ctx context.Context, args pg.PopArgs) *popJob {
+	j := c.enqueueQuiet(ctx, args)
+	c.kick()
+	return j
+}
+
+// enqueueQuiet queues one claim for the next flush without starting one:
+// the caller starts it (kick), after queueing what must go with it.
+func (c *popCombiner) enqueueQuiet(ctx context.Context, args pg.PopArgs) *popJob {
 	j := &popJob{ctx: ctx, args: args, done: make(chan struct{}), t0: time.Now()}
 	c.mu.Lock()
 	c.pending = append(c.pending, j)
-	if c.inflight < flushesInFlight {
-		c.inflight++
-		go c.run()
-	}
 	c.mu.Unlock()
 	return j
 }

@@ -12,7 +12,7 @@ import (
 	"queen-node/protocol"
 )
 
-// Claims taken ahead (docs/benchmarks.md, "Claims taken ahead"). A
+// Claims taken ahead (docs/api.md, "Claims taken ahead"). A
 // consumer's cycle is a pop and then an ack, and each waited for a claim
 // flight of its own: two flights in a row per claim, which bounds how
 // often a partition is visited, and so how long a message waits for it
@@ -27,15 +27,16 @@ import (
 //
 // A claim taken ahead is an ordinary claim under a lease of its own: the
 // node hands it out whole, as the claim core answered it, or releases its
-// lease (prefetchTTL after it was answered, or at Close), so no message
+// lease (prefetchTTL after it was answered; at Close; when its queue is
+// deleted or sought, or its group deleted, on this node), so no message
 // is lost or delivered twice, and each partition keeps its order. A
-// client sees only a lease that began when the claim was made, up to
-// prefetchTTL before its pop. A node that dies with answers in a line
-// leaves their leases to expire, as it does with the claims of its
-// flight.
+// client sees only a lease that began when the claim was made: usually a
+// few milliseconds before its pop, at most its flight plus prefetchTTL.
+// A node that dies with answers in a line leaves their leases to
+// expire, as it does with the claims of its flight.
 //
-// Each line has a score: a pop served from it or one that found it empty
-// raises it, an answer released unused lowers it by more, and a line
+// Each line has a score: a pop served a claim from it, or one that found
+// it empty, raises it; an answer released unused lowers it by more; a line
 // whose score is not positive takes nothing ahead. So consumers that do
 // not pop again soon after an ack cost a claim and a release now and
 // then, not every cycle.
@@ -48,6 +49,10 @@ type prefetcher struct {
 	b   *Broker
 	ttl time.Duration
 
+	// wg holds the claims whose flight has not answered: Close waits for
+	// them before the broker's life (which releases need) ends.
+	wg sync.WaitGroup
+
 	mu     sync.Mutex
 	lines  map[prefetchKey]*prefetchLine
 	total  int  // entries in all lines
@@ -59,9 +64,12 @@ type prefetcher struct {
 type prefetchKey struct {
 	tenant, queue, group   string
 	batch, maxParts, lease int // lease: LeaseSeconds
-	subMode                protocol.SubMode
-	subFrom                int64 // unix nanoseconds; 0 without
-	maxBytes               int64
+	// subMode only: the subscription is recorded at the group's first
+	// claim of a partition, and a claim is taken ahead only on partitions
+	// whose consumer row exists, so subscriptionFrom (a time, often
+	// "now") would only split one client's pops into lines of one.
+	subMode  protocol.SubMode
+	maxBytes int64
 }
 
 type prefetchLine struct {
@@ -77,6 +85,9 @@ type prefetchEntry struct {
 	done  chan struct{}
 	res   *PopResult
 	taken bool // a pop took it, or it was released (under prefetcher.mu)
+	// orphan: taken, but its taker left (or its queue was deleted or
+	// sought) before its flight answered; settle releases it.
+	orphan bool
 }
 
 // Bounds of the lines.
@@ -86,9 +97,9 @@ const (
 	prefetchMaxTotal  = 4096                   // entries over all lines
 	prefetchMaxLines  = 4096                   // lines kept (each a few words)
 	prefetchScoreMax  = 8
-	prefetchScoreHit  = 1 // a pop took an answer, or found none
-	prefetchScoreLost = 8 // an answer released unused
-	prefetchClaimWait = 10 * time.Second
+	prefetchScoreHit  = 1                // a pop took an answer, or found none
+	prefetchScoreLost = 8                // an answer released unused
+	prefetchClaimWait = 10 * time.Second // a claim's flight, and a failed flight's claim alone
 )
 
 func newPrefetcher(b *Broker) *prefetcher {
@@ -101,28 +112,16 @@ func prefetchKeyOf(req PopRequest, args pg.PopArgs) (prefetchKey, bool) {
 	if args.AutoAck || req.LeaseID != "" || args.Names != nil {
 		return prefetchKey{}, false
 	}
-	k := prefetchKey{tenant: args.Tenant, queue: args.Queue, group: args.Group, batch: args.Budget,
-		maxParts: args.MaxParts, lease: args.LeaseSeconds, subMode: args.SubMode, maxBytes: args.MaxBytes}
-	if args.SubFrom != nil {
-		k.subFrom = args.SubFrom.UnixNano()
-		if k.subFrom == 0 {
-			return prefetchKey{}, false // (the epoch itself: not told apart from none)
-		}
-	}
-	return k, true
+	return prefetchKey{tenant: args.Tenant, queue: args.Queue, group: args.Group, batch: args.Budget,
+		maxParts: args.MaxParts, lease: args.LeaseSeconds, subMode: args.SubMode, maxBytes: args.MaxBytes}, true
 }
 
 // args are the claim arguments of a pop of this line, under a fresh lease.
 func (k prefetchKey) args(owner string) pg.PopArgs {
-	a := pg.PopArgs{Tenant: k.tenant, Queue: k.queue, Group: k.group,
+	return pg.PopArgs{Tenant: k.tenant, Queue: k.queue, Group: k.group,
 		ScanLimit: clamp(k.maxParts*8, 16, 256), Budget: k.batch, MaxParts: k.maxParts,
 		LeaseSeconds: k.lease, Owner: owner, SubMode: k.subMode, MaxBytes: k.maxBytes,
 		LeaseID: uuid.NewString()}
-	if k.subFrom != 0 {
-		t := time.Unix(0, k.subFrom)
-		a.SubFrom = &t
-	}
-	return a
 }
 
 // start takes a claim ahead for key's line when the line wants one and
@@ -159,15 +158,19 @@ func (p *prefetcher) start(key prefetchKey) {
 		b.hot.Abandon(ring, cands, now)
 		return
 	}
-	ctx, cancel := context.WithTimeout(b.life, prefetchClaimWait)
+	// Not the broker's life: Close waits for this claim (wg) and releases
+	// it while releases still run.
+	ctx, cancel := context.WithTimeout(context.Background(), prefetchClaimWait)
 	b.stats.PopSQLCalls.Add(1)
-	j := b.popc.enqueue(ctx, args)
-	if !b.track(func() { defer cancel(); p.finish(ctx, e, j, ring, cands) }) {
-		// Close began: the claim still runs; its outcome is waited for
-		// here, then released.
+	// Quiet: the ack that follows starts the flight (ackCombiner.submit
+	// kicks it), so the flight takes both; a flight that started now could
+	// take the claim without the ack.
+	j := b.popc.enqueueQuiet(ctx, args)
+	go func() {
+		defer p.wg.Done()
 		defer cancel()
 		p.finish(ctx, e, j, ring, cands)
-	}
+	}()
 }
 
 // wanted tells whether key's line should take a claim ahead now.
@@ -184,11 +187,20 @@ func (p *prefetcher) wanted(key prefetchKey) bool {
 	return l.score > 0 && len(l.entries) < prefetchPerLine
 }
 
-// sweepLocked drops the lines without entries; true when there is room.
+// sweepLocked drops the lines without entries, those whose score is
+// spent last (dropped, such a line would start again at 1); true when
+// there is room.
 func (p *prefetcher) sweepLocked() bool {
 	for k, l := range p.lines {
-		if len(l.entries) == 0 {
+		if len(l.entries) == 0 && l.score > 0 {
 			delete(p.lines, k)
+		}
+	}
+	if len(p.lines) >= prefetchMaxLines {
+		for k, l := range p.lines {
+			if len(l.entries) == 0 {
+				delete(p.lines, k)
+			}
 		}
 	}
 	return len(p.lines) < prefetchMaxLines
@@ -215,6 +227,7 @@ func (p *prefetcher) add(key prefetchKey, lease string) *prefetchEntry {
 	e := &prefetchEntry{key: key, lease: lease, done: make(chan struct{})}
 	l.entries = append(l.entries, e)
 	p.total++
+	p.wg.Add(1) // (under mu, before closed can be set: Close's Wait sees it)
 	return e
 }
 
@@ -246,7 +259,11 @@ func (p *prefetcher) settle(e *prefetchEntry, res *PopResult) {
 	e.res = res
 	close(e.done)
 	if e.taken {
+		orphan := e.orphan
 		p.mu.Unlock()
+		if orphan && res != nil {
+			p.release(e)
+		}
 		return
 	}
 	if res == nil || p.closed {
@@ -316,6 +333,9 @@ func (p *prefetcher) release(e *prefetchEntry) {
 // for its flight if it is still running. nil, nil: none, or it took
 // nothing; the pop then claims for itself.
 func (p *prefetcher) take(ctx context.Context, key prefetchKey) (*PopResult, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err // (an answer is for a pop that can still take it)
+	}
 	p.mu.Lock()
 	l := p.lines[key]
 	if l == nil {
@@ -335,13 +355,15 @@ func (p *prefetcher) take(ctx context.Context, key prefetchKey) (*PopResult, err
 	select {
 	case <-e.done:
 	case <-ctx.Done():
-		// Its answer is nobody's now: released once it comes.
-		go func() {
-			<-e.done
-			if e.res != nil {
-				p.release(e)
-			}
-		}()
+		// Its answer is nobody's now: released when it comes (settle),
+		// or here if it came meanwhile.
+		p.mu.Lock()
+		e.orphan = true
+		answered := isClosed(e.done)
+		p.mu.Unlock()
+		if answered && e.res != nil {
+			p.release(e)
+		}
 		return nil, ctx.Err()
 	}
 	if e.res == nil {
@@ -356,28 +378,72 @@ func (p *prefetcher) take(ctx context.Context, key prefetchKey) (*PopResult, err
 	return e.res, nil
 }
 
-// close releases the answers waiting in the lines; answers that come
-// later are released as they come. Called before the broker's life ends.
+// close releases the answers waiting in the lines, and waits for the
+// claims still in their flight, which settle releases as they come
+// (bounded by prefetchClaimWait). Called before the broker's life ends,
+// which the releases need.
 func (p *prefetcher) close() {
 	p.mu.Lock()
 	p.closed = true
 	var ready []*prefetchEntry
 	for _, l := range p.lines {
+		pending := l.entries[:0]
 		for _, e := range l.entries {
-			select {
-			case <-e.done:
+			if !isClosed(e.done) {
+				pending = append(pending, e) // a pop may still take it; else settle releases it
+				continue
+			}
+			e.taken = true
+			p.total--
+			if e.res != nil {
+				ready = append(ready, e)
+			}
+		}
+		l.entries = pending
+	}
+	p.mu.Unlock()
+	p.releaseAll(ready)
+	p.wg.Wait()
+}
+
+// releaseAll releases entries side by side, so that the releaser merges
+// them into one statement.
+func (p *prefetcher) releaseAll(es []*prefetchEntry) {
+	var wg sync.WaitGroup
+	for _, e := range es {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.release(e)
+		}()
+	}
+	wg.Wait()
+}
+
+// dropQueue releases the claims taken ahead for a queue (all its
+// groups when group is ""): after a delete, a seek or a group delete, a
+// claim made before it must not answer a pop made after it. Those still
+// in their flight are released when they come.
+func (p *prefetcher) dropQueue(tenant, queue, group string) {
+	p.mu.Lock()
+	var ready []*prefetchEntry
+	for k, l := range p.lines {
+		if k.tenant != tenant || (queue != "" && k.queue != queue) || (group != "" && k.group != group) {
+			continue
+		}
+		for _, e := range l.entries {
+			e.taken = true
+			if isClosed(e.done) {
 				if e.res != nil {
-					e.taken = true
 					ready = append(ready, e)
 				}
-			default: // settle releases it
+			} else {
+				e.orphan = true
 			}
+			p.total--
 		}
 		l.entries = nil
 	}
-	p.total = 0
 	p.mu.Unlock()
-	for _, e := range ready {
-		p.release(e)
-	}
+	p.releaseAll(ready)
 }

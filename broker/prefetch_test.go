@@ -12,6 +12,12 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+func canceled() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}
+
 // pollUntil polls cond every 5 ms until it holds or within passes.
 func pollUntil(t *testing.T, within time.Duration, what string, cond func() bool) {
 	t.Helper()
@@ -196,12 +202,11 @@ func TestPrefetchReleasedWhenNoPopComes(t *testing.T) {
 	}
 	pollUntil(t, 5*time.Second, "the lease to end", func() bool { return leasedRows(t, url) == 0 })
 	// The released partition is served to the next pop, from its start.
-	res, err := b.Pop(ctx, "t", PopRequest{Queue: "q", Batch: 5, Wait: true, Timeout: 2 * time.Second})
+	// Within 300 ms: a partition left on the wheel would wait a second
+	// (hotlist LeaseParkCap) and this pop would find nothing.
+	res, err := b.Pop(ctx, "t", PopRequest{Queue: "q", Batch: 5, Wait: true, Timeout: 300 * time.Millisecond})
 	if err != nil || res == nil {
 		t.Fatalf("pop after release: %v %v", res, err)
-	}
-	if res.Partition == first.Partition {
-		t.Fatalf("served %s twice", res.Partition)
 	}
 	deliveredInOrder(t, last, res)
 	if len(res.Messages) != 5 {
@@ -231,10 +236,10 @@ func TestPrefetchOnlyForOwnWildcardLeasedPops(t *testing.T) {
 	for _, p := range []string{"p0", "p1", "p2"} {
 		pushSeq(t, b, "q", p, 2, 30)
 	}
+	// Their acks take nothing ahead.
 	for i, req := range []PopRequest{
 		{Queue: "q", Batch: 3, LeaseID: "6f1f1c9e-0000-4000-8000-000000000001"},
 		{Queue: "q", Batch: 3, Partition: "p1"},
-		{Queue: "q", Batch: 3, LeaseID: "6f1f1c9e-0000-4000-8000-000000000002"},
 	} {
 		res, err := b.Pop(ctx, "t", req)
 		if err != nil || res == nil {
@@ -247,11 +252,78 @@ func TestPrefetchOnlyForOwnWildcardLeasedPops(t *testing.T) {
 			t.Fatalf("pop %d (%+v): a claim was taken ahead", i, req)
 		}
 	}
-	if _, err := b.Pop(ctx, "t", PopRequest{Queue: "q", Batch: 3, AutoAck: true}); err != nil {
+	// An own wildcard pop's ack takes one; those pops, and an autoAck one,
+	// with the same batch, leave it waiting.
+	res, err := b.Pop(ctx, "t", PopRequest{Queue: "q", Batch: 3})
+	if err != nil || res == nil {
+		t.Fatalf("pop: %v %v", res, err)
+	}
+	if err := ackServed(ctx, b, res); err != nil {
 		t.Fatal(err)
 	}
-	if b.stats.AcksCAS.Load() == 0 {
-		t.Fatal("the acks must have taken the CAS path")
+	pollUntil(t, 5*time.Second, "the claim taken ahead", func() bool { return b.pre.idle() && b.stats.PrefetchTaken.Load() == 1 })
+	held := ""
+	for _, l := range b.pre.lines {
+		for _, e := range l.entries {
+			held = e.res.Partition
+		}
+	}
+	free := map[string]string{"p0": "p1", "p1": "p2", "p2": "p0"}[held]
+	for i, req := range []PopRequest{
+		{Queue: "q", Batch: 3, LeaseID: "6f1f1c9e-0000-4000-8000-000000000002"},
+		{Queue: "q", Batch: 3, Partition: free},
+		{Queue: "q", Batch: 3, AutoAck: true},
+		{Queue: "q", Batch: 4}, // another line
+	} {
+		res, err := b.Pop(ctx, "t", req)
+		if err != nil || res == nil {
+			t.Fatalf("pop %d: %v %v", i, res, err)
+		}
+		if b.stats.PrefetchServed.Load() != 0 || b.pre.waiting() != 1 {
+			t.Fatalf("pop %d (%+v) took the claim taken ahead", i, req)
+		}
+		if !req.AutoAck {
+			if err := ackServed(ctx, b, res); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := b.Pop(ctx, "t", PopRequest{Queue: "q", Batch: 3}); err != nil || b.stats.PrefetchServed.Load() != 1 {
+		t.Fatalf("the line's own pop: %v, served %d", err, b.stats.PrefetchServed.Load())
+	}
+}
+
+// One pop asks for one claim ahead: a pop of two partitions acked one
+// partition at a time takes one, not two.
+func TestPrefetchOncePerPop(t *testing.T) {
+	b, _ := startCombineBroker(t, true)
+	ctx := context.Background()
+	parts := []string{"p0", "p1", "p2", "p3", "p4", "p5", "p6", "p7"}
+	warmQueue(t, b, "q", parts...)
+	for _, p := range parts {
+		pushSeq(t, b, "q", p, 2, 4)
+	}
+	res, err := b.Pop(ctx, "t", PopRequest{Queue: "q", Batch: 8, Partitions: 2})
+	if err != nil || res == nil || res.PartitionsClaimed != 2 {
+		t.Fatalf("pop: %+v %v", res, err)
+	}
+	byPart := map[string]*PopResult{}
+	for _, m := range res.Messages {
+		r := byPart[m.PartitionID]
+		if r == nil {
+			r = &PopResult{LeaseID: res.LeaseID}
+			byPart[m.PartitionID] = r
+		}
+		r.Messages = append(r.Messages, m)
+	}
+	for _, r := range byPart {
+		if err := ackServed(ctx, b, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pollUntil(t, 5*time.Second, "the claim taken ahead", b.pre.idle)
+	if n := b.stats.PrefetchTaken.Load(); n != 1 {
+		t.Fatalf("%d claims taken ahead for one pop", n)
 	}
 }
 
@@ -270,13 +342,101 @@ func TestPrefetchReleasedOnClose(t *testing.T) {
 	if err := ackServed(ctx, b, res); err != nil {
 		t.Fatal(err)
 	}
-	pollUntil(t, 5*time.Second, "the claim taken ahead", func() bool { return b.stats.PrefetchTaken.Load() == 1 })
+	pollUntil(t, 5*time.Second, "the claim taken ahead", func() bool { return b.pre.idle() && b.stats.PrefetchTaken.Load() == 1 })
 	if n := leasedRows(t, url); n != 1 {
 		t.Fatalf("%d leased rows, want the claim taken ahead's", n)
 	}
 	b.Close()
 	if n := leasedRows(t, url); n != 0 {
 		t.Fatalf("%d leased rows after Close", n)
+	}
+}
+
+// A claim taken ahead still in its flight when Close begins: Close waits
+// for its answer and releases it while releases still run.
+func TestPrefetchInFlightAtClose(t *testing.T) {
+	b, url := startCombineBroker(t, true)
+	warmQueue(t, b, "q", "p0")
+	ctx := context.Background()
+	pushSeq(t, b, "q", "p0", 2, 5)
+	key, _ := prefetchKeyOf(PopRequest{Queue: "q"}, b.popArgs("t", PopRequest{Queue: "q", Batch: 5}))
+	e := b.pre.add(key, "6f1f1c9e-0000-4000-8000-0000000000c1")
+	// The flight, played by the test: the claim commits, its answer is
+	// not in yet when Close begins.
+	args := key.args("popcombine")
+	args.LeaseID = e.lease
+	args.Names = []string{"p0"}
+	out, err := b.claim(ctx, args)
+	if err != nil || len(out.Messages) != 5 {
+		t.Fatalf("claim: %v %v", out, err)
+	}
+	closed := make(chan struct{})
+	go func() {
+		b.Close()
+		close(closed)
+	}()
+	pollUntil(t, 5*time.Second, "Close to begin", func() bool {
+		b.pre.mu.Lock()
+		defer b.pre.mu.Unlock()
+		return b.pre.closed
+	})
+	select {
+	case <-closed:
+		t.Fatal("Close returned with a claim taken ahead still in its flight")
+	default:
+	}
+	b.pre.settle(e, b.buildPopResult(args, out))
+	b.pre.wg.Done()
+	<-closed
+	if n := leasedRows(t, url); n != 0 {
+		t.Fatalf("%d leased rows after Close", n)
+	}
+}
+
+// A queue delete, a seek and a group delete release the claims taken
+// ahead before them: a pop after them never gets one.
+func TestPrefetchDroppedByDeleteAndSeek(t *testing.T) {
+	for _, what := range []string{"delete", "seek", "group delete"} {
+		t.Run(what, func(t *testing.T) {
+			b, url := startCombineBroker(t, true)
+			warmQueue(t, b, "q", "p0", "p1")
+			b.pre.ttl = time.Hour
+			ctx := context.Background()
+			pushSeq(t, b, "q", "p0", 2, 5)
+			pushSeq(t, b, "q", "p1", 2, 5)
+			res, err := b.Pop(ctx, "t", PopRequest{Queue: "q", Batch: 5})
+			if err != nil || res == nil {
+				t.Fatalf("pop: %v %v", res, err)
+			}
+			if err := ackServed(ctx, b, res); err != nil {
+				t.Fatal(err)
+			}
+			pollUntil(t, 5*time.Second, "the claim taken ahead", func() bool { return b.pre.idle() && b.pre.waiting() == 1 })
+			switch what {
+			case "delete":
+				if _, err := b.DeleteQueue(ctx, "t", "q"); err != nil {
+					t.Fatal(err)
+				}
+			case "seek":
+				if err := b.AfterSeek(ctx, "t", "q", QueueMode); err != nil {
+					t.Fatal(err)
+				}
+			default:
+				b.AfterGroupDelete("t", "q", QueueMode)
+			}
+			if b.pre.waiting() != 0 || b.stats.PrefetchReleased.Load() != 1 {
+				t.Fatalf("waiting %d, released %d", b.pre.waiting(), b.stats.PrefetchReleased.Load())
+			}
+			if what != "delete" {
+				if n := leasedRows(t, url); n != 0 {
+					t.Fatalf("%d leased rows", n)
+				}
+			}
+			r2, err := b.Pop(ctx, "t", PopRequest{Queue: "q", Batch: 5, Wait: true, Timeout: 300 * time.Millisecond})
+			if err != nil || b.stats.PrefetchServed.Load() != 0 {
+				t.Fatalf("pop after: %v %v, served %d", r2, err, b.stats.PrefetchServed.Load())
+			}
+		})
 	}
 }
 
@@ -296,10 +456,19 @@ func TestPrefetchTakerLeaves(t *testing.T) {
 	// An entry whose flight has not answered yet: the pop takes it and
 	// leaves; then the answer comes, with the other partition's messages.
 	e := b.pre.add(key, "lease-left")
+	if got, err := b.pre.take(canceled(), key); got != nil || err == nil || b.pre.waiting() != 1 {
+		t.Fatalf("a pop already gone took a claim: %v %v", got, err)
+	}
 	left, cancel := context.WithCancel(ctx)
+	taken := make(chan error)
+	go func() {
+		_, err := b.pre.take(left, key)
+		taken <- err
+	}()
+	pollUntil(t, 5*time.Second, "the pop to take the claim", func() bool { return b.pre.waiting() == 0 })
 	cancel()
-	if got, err := b.pre.take(left, key); got != nil || err == nil {
-		t.Fatalf("take with a canceled context: %v %v", got, err)
+	if err := <-taken; err == nil {
+		t.Fatal("take: no error after its pop left")
 	}
 	// Claim it for real under that lease, as the flight would have.
 	args := key.args("popcombine")
@@ -314,6 +483,7 @@ func TestPrefetchTakerLeaves(t *testing.T) {
 		t.Fatalf("%d leased rows", n)
 	}
 	b.pre.settle(e, b.buildPopResult(args, out))
+	b.pre.wg.Done() // (add counted it for a flight this test played)
 	pollUntil(t, 5*time.Second, "the lease of the abandoned claim to end", func() bool { return leasedRows(t, url) == 1 })
 	if err := ackServed(ctx, b, res); err != nil {
 		t.Fatal(err)
@@ -326,7 +496,7 @@ func TestPrefetchTakerLeaves(t *testing.T) {
 // message exactly once and in partition order, and the side with it on
 // must have served pops from claims taken ahead.
 func TestPrefetchDifferentialUnderLoad(t *testing.T) {
-	on, _ := startCombineBroker(t, true)
+	on, onURL := startCombineBroker(t, true)
 	off, _ := startCombineBroker(t, true)
 	off.pre = nil
 	for _, b := range []*Broker{on, off} {
@@ -334,9 +504,15 @@ func TestPrefetchDifferentialUnderLoad(t *testing.T) {
 	}
 	t.Logf("on: %d pops, %d taken ahead, %d served, %d released", on.stats.Pops.Load(),
 		on.stats.PrefetchTaken.Load(), on.stats.PrefetchServed.Load(), on.stats.PrefetchReleased.Load())
-	if s := on.stats.PrefetchServed.Load(); s < on.stats.Pops.Load()/4 {
+	if s := on.stats.PrefetchServed.Load(); s < on.stats.Pops.Load()/5 {
 		t.Fatalf("%d of %d pops served from claims taken ahead", s, on.stats.Pops.Load())
 	}
+	// Every claim taken ahead was served or released, no lease is left.
+	pollUntil(t, 5*time.Second, "every claim taken ahead served or released", func() bool {
+		return on.pre.idle() && on.pre.waiting() == 0 &&
+			on.stats.PrefetchTaken.Load() == on.stats.PrefetchServed.Load()+on.stats.PrefetchReleased.Load()
+	})
+	pollUntil(t, 5*time.Second, "no lease left", func() bool { return leasedRows(t, onURL) == 0 })
 	t.Logf("on: %d pops, %d taken ahead, %d served, %d released; off: %d pops", on.stats.Pops.Load(),
 		on.stats.PrefetchTaken.Load(), on.stats.PrefetchServed.Load(), on.stats.PrefetchReleased.Load(), off.stats.Pops.Load())
 }
