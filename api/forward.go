@@ -91,8 +91,18 @@ func (s *Server) forwardPop(w http.ResponseWriter, r *http.Request, c caller, re
 	// The owner claims under a lease id chosen here, so this node can
 	// hand back what its client will not take even when the owner's
 	// answer never arrives (the client left, or the owner failed after
-	// claiming): any node can release a lease by its id.
-	lease := uuid.NewString()
+	// claiming): any node can release a lease by its id. The client's
+	// last ack may have asked the owner to take this pop's claim ahead
+	// under a lease chosen then (ahead.go).
+	ak, ahead := aheadKeyOf(c.tenant, req)
+	ahead = ahead && s.prefetching()
+	lease := ""
+	if ahead {
+		lease = s.ahead.leaseFor(ak, start)
+	}
+	if lease == "" {
+		lease = uuid.NewString()
+	}
 	renew := func(old string) string {
 		// Sent again after the owner closed the connection as it went
 		// out: it most likely never read it, but if it did, it may
@@ -149,6 +159,9 @@ func (s *Server) forwardPop(w http.ResponseWriter, r *http.Request, c caller, re
 		// The answer names its partition's queue: the client's acks of it
 		// can go to the owner from the first (forward.Forwarder.Ack).
 		f.LearnRoute(c.tenant, pid, queue)
+		if ahead && headLease == lease {
+			s.ahead.servedPop(lease, ak, time.Now())
+		}
 	}
 	if a.ContentType != "" {
 		w.Header().Set("Content-Type", a.ContentType)
@@ -306,7 +319,15 @@ func (s *Server) ack(r *http.Request, c caller, items []broker.AckItem) ([]broke
 	}
 	if s.forwarded(r) {
 		f.ReceivedConsume()
+		if peers := forward.ParseNextLeases(r.Header.Get(forward.NextLeaseHeader)); len(peers) > 0 {
+			return s.b.AckPeer(r.Context(), c.tenant, items, peers)
+		}
 		return local(r.Context(), items)
 	}
-	return f.Ack(r.Context(), c.tenant, r.Header.Get("Authorization"), items, local)
+	ctx := r.Context()
+	if s.prefetching() {
+		// Asks the owners to take the acking clients' next claims ahead.
+		ctx = forward.WithNextLeases(ctx, s.ahead.ask(items, time.Now()))
+	}
+	return f.Ack(ctx, c.tenant, r.Header.Get("Authorization"), items, local)
 }

@@ -151,6 +151,12 @@ func (f *fakeBroker) PopAny(ctx context.Context, tenant, namespace, task string,
 	return nil, err
 }
 
+func (f *fakeBroker) AckPeer(ctx context.Context, tenant string, items []broker.AckItem, _ []broker.PeerClaim) ([]broker.AckResult, error) {
+	return f.Ack(ctx, tenant, items)
+}
+
+func (f *fakeBroker) Prefetching() bool { return false }
+
 func (f *fakeBroker) Ack(_ context.Context, tenant string, items []broker.AckItem) ([]broker.AckResult, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -37,6 +37,11 @@ type Broker interface {
 	ReleaseUndelivered(tenant string, res *broker.PopResult)                                                      // a popped answer never reached its client
 	ReleaseForwarded(tenant, leaseID string, again bool)                                                          // nor did a forwarded pop's (api/forward.go)
 	Ack(ctx context.Context, tenant string, items []broker.AckItem) ([]broker.AckResult, error)
+	// AckPeer is Ack for a peer's forwarded acks, with the claims it asks
+	// to have taken ahead (api/ahead.go); Prefetching tells whether this
+	// node takes claims ahead at all.
+	AckPeer(ctx context.Context, tenant string, items []broker.AckItem, peers []broker.PeerClaim) ([]broker.AckResult, error)
+	Prefetching() bool
 	ExtendLease(ctx context.Context, tenant, leaseID string, seconds int) (broker.LeaseResult, error)
 	Transaction(ctx context.Context, tenant string, producerSub *string, ops []broker.TxOp, requiredLeases []string) (broker.TxResult, error)
 	RetryDeadLetter(ctx context.Context, tenant, partitionID, txid, group string) (broker.DLQRetried, error)                     // a push: the broker's
@@ -258,6 +263,7 @@ type Server struct {
 
 	retention func() retention.Stats            // the retention job's counters (retention.go); nil = zeros
 	fwd       atomic.Pointer[forward.Forwarder] // push forwarding (forward.go); nil = every push is stored here
+	ahead     *aheadLeases                      // claims taken ahead for forwarded pops (ahead.go)
 
 	// drainCtx is canceled by Drain so parked long-polls answer 204 at once
 	// instead of holding a graceful shutdown for their whole timeout.
@@ -272,7 +278,8 @@ func New(b Broker, r Reads, cfg Config, logger hclog.Logger) *Server {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	s := &Server{b: b, r: r, cfg: cfg.withDefaults(), log: logger, mux: http.NewServeMux(), metrics: newMetrics()}
+	s := &Server{b: b, r: r, cfg: cfg.withDefaults(), log: logger, mux: http.NewServeMux(), metrics: newMetrics(),
+		ahead: newAheadLeases()}
 	s.drainCtx, s.drain = context.WithCancel(context.Background())
 	s.table = &tableCollector{s: s}
 	s.metrics.reg.MustRegister(s.table)

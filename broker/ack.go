@@ -13,6 +13,12 @@ import (
 // Ack resolves messages (docs/api.md, "Acks"). Results
 // come back in input order; per-item failures are results, not errors.
 func (b *Broker) Ack(ctx context.Context, tenant string, items []AckItem) ([]AckResult, error) {
+	return b.AckPeer(ctx, tenant, items, nil)
+}
+
+// AckPeer is Ack for acks a peer forwarded, with the claims it asks to
+// have taken ahead for its clients' next pops (PeerClaim, prefetch.go).
+func (b *Broker) AckPeer(ctx context.Context, tenant string, items []AckItem, peers []PeerClaim) ([]AckResult, error) {
 	if len(items) == 0 {
 		return []AckResult{}, nil
 	}
@@ -24,7 +30,7 @@ func (b *Broker) Ack(ctx context.Context, tenant string, items []AckItem) ([]Ack
 		err  error
 	)
 	if b.acks != nil {
-		outs, used, err = b.ackWithCAS(ctx, tenant, items)
+		outs, used, err = b.ackWithCAS(ctx, tenant, items, peers)
 	}
 	if !used {
 		outs, err = b.ackGeneral(ctx, tenant, items)

@@ -115,7 +115,7 @@ func completedStatus(s string) bool {
 // ackWithCAS answers an ack request: the qualifying pairs by CAS (merged
 // with concurrent requests), everything else, and every pair the CAS did
 // not match, in one ack_v2 call. Outcomes come in input order, as ack_v2's.
-func (b *Broker) ackWithCAS(ctx context.Context, tenant string, items []AckItem) ([]pg.AckOutcome, bool, error) {
+func (b *Broker) ackWithCAS(ctx context.Context, tenant string, items []AckItem, peers []PeerClaim) ([]pg.AckOutcome, bool, error) {
 	plan := b.planCAS(tenant, items)
 	if len(plan.pairs) == 0 {
 		return nil, false, nil
@@ -123,11 +123,21 @@ func (b *Broker) ackWithCAS(ctx context.Context, tenant string, items []AckItem)
 	if b.pre != nil {
 		// Queued before the ack, to share its flight (prefetch.go).
 		var started []*prefetchKey // one per lease: the batches of a lease share it
-		for _, sb := range plan.batches {
-			if sb.next != nil && !slices.Contains(started, sb.next) && len(started) < prefetchPerLine {
-				started = append(started, sb.next)
-				b.pre.start(*sb.next)
+		for i, sb := range plan.batches {
+			if sb.next == nil || slices.Contains(started, sb.next) || len(started) >= prefetchPerLine {
+				continue
 			}
+			lease := ""
+			if sb.nextPeer {
+				// A peer's pop: only under the lease the peer asks for.
+				k := slices.IndexFunc(peers, func(c PeerClaim) bool { return c.AckedLease == plan.pairs[i].LeaseID })
+				if k < 0 || peers[k].NextLease == "" {
+					continue
+				}
+				lease = peers[k].NextLease
+			}
+			started = append(started, sb.next)
+			b.pre.start(*sb.next, lease)
 		}
 	}
 	res, err := b.acks.submit(ctx, plan.pairs)

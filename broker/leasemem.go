@@ -44,8 +44,10 @@ type servedBatch struct {
 	first, end         int64    // offsets of the first and last served message
 	txids              []string // sorted
 	// next, when set, is the pop that served this batch: its ack takes
-	// the same pop's claim ahead (prefetch.go).
-	next *prefetchKey
+	// the same pop's claim ahead (prefetch.go); with nextPeer, only when
+	// the peer that forwarded the pop names the lease (PeerClaim).
+	next     *prefetchKey
+	nextPeer bool
 }
 
 const (
@@ -171,9 +173,9 @@ func (lm *leaseMemory) take(tenant, leaseID, partitionID, group string, txids []
 }
 
 // setNext records that the pop which served leaseID may be taken ahead
-// again when its ack comes (prefetch.go); nil-safe, and a lease it does
-// not hold is ignored.
-func (lm *leaseMemory) setNext(leaseID string, key prefetchKey) {
+// again when its ack comes (prefetch.go), for a peer's pop only when the
+// peer asks; nil-safe, and a lease it does not hold is ignored.
+func (lm *leaseMemory) setNext(leaseID string, key prefetchKey, peer bool) {
 	if lm == nil {
 		return
 	}
@@ -185,7 +187,7 @@ func (lm *leaseMemory) setNext(leaseID string, key prefetchKey) {
 	}
 	k := &key
 	for _, b := range el.Value.(*leaseEntry).batches {
-		b.next = k
+		b.next, b.nextPeer = k, peer
 	}
 }
 

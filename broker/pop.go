@@ -29,12 +29,13 @@ func (b *Broker) Pop(ctx context.Context, tenant string, req PopRequest) (res *P
 			// Its ack may take the next claim of its line ahead.
 			defer func() {
 				if res != nil {
-					b.leases.setNext(res.LeaseID, pk)
+					b.leases.setNext(res.LeaseID, pk, req.LeaseID != "")
 				}
 			}()
 			if _, pausedNow := b.popGate(); !pausedNow {
-				// A claim taken ahead for this pop's line (prefetch.go).
-				if res, err := b.pre.take(ctx, pk); res != nil || err != nil {
+				// A claim taken ahead for this pop's line, or for the
+				// lease its forwarding peer chose (prefetch.go).
+				if res, err := b.pre.take(ctx, pk, req.LeaseID); res != nil || err != nil {
 					if res != nil {
 						b.countPopped(res)
 					}

@@ -41,10 +41,11 @@ import (
 // not pop again soon after an ack cost a claim and a release now and
 // then, not every cycle.
 //
-// Only pops that the node serves for its own clients take part: a
-// forwarded pop names the lease its forwarding node chose (api/forward.go)
-// and cannot be given another. Wildcard leased pops only: a named
-// partition or autoAck is never taken ahead.
+// A pop forwarded by a peer names the lease its forwarding node chose
+// (api/forward.go) and cannot be given another: the peer asks, with the
+// forwarded ack, for the next claim under a lease it picks (PeerClaim,
+// api/ahead.go), which waits in a line of its own. Wildcard leased pops
+// only: a named partition or autoAck is never taken ahead.
 type prefetcher struct {
 	b   *Broker
 	ttl time.Duration
@@ -57,19 +58,35 @@ type prefetcher struct {
 	lines  map[prefetchKey]*prefetchLine
 	total  int  // entries in all lines
 	closed bool // Close began: answers are released as they come
+	// releasing: the peer leases whose claim is being released; a pop
+	// forwarded under one waits for the release before it claims under
+	// the same lease (a release by lease id would end its claim too).
+	releasing map[string]chan struct{}
 }
 
 // prefetchKey is what a claim taken ahead must share with the pop that
 // takes it: everything of pg.PopArgs but the candidates and the lease.
 type prefetchKey struct {
-	tenant, queue, group   string
-	batch, maxParts, lease int // lease: LeaseSeconds
+	tenant, queue, group       string
+	batch, maxParts, leaseSecs int
 	// subMode only: the subscription is recorded at the group's first
 	// claim of a partition, and a claim is taken ahead only on partitions
 	// whose consumer row exists, so subscriptionFrom (a time, often
 	// "now") would only split one client's pops into lines of one.
 	subMode  protocol.SubMode
 	maxBytes int64
+	// peerLease is set on the line of a claim taken ahead for a peer
+	// (PeerClaim): that claim's lease, chosen by the peer; its other
+	// fields are then zero, and the entry holds the pop's key.
+	peerLease string
+}
+
+// PeerClaim asks, with an ack forwarded by a peer, for the next claim of
+// the acked lease's pop under a lease the peer chose (docs/api.md,
+// "Claims taken ahead"): the peer's client's next pop comes forwarded
+// under NextLease, and finds it answered.
+type PeerClaim struct {
+	AckedLease, NextLease string
 }
 
 type prefetchLine struct {
@@ -80,7 +97,8 @@ type prefetchLine struct {
 // prefetchEntry is one claim taken ahead. done closes when its flight
 // answered; res is then its answer, nil when it took nothing.
 type prefetchEntry struct {
-	key   prefetchKey
+	key   prefetchKey // the pop's
+	line  prefetchKey // its line's: key, or the peer's lease alone
 	lease string
 	done  chan struct{}
 	res   *PopResult
@@ -102,35 +120,46 @@ const (
 	prefetchClaimWait = 10 * time.Second // a claim's flight, and a failed flight's claim alone
 )
 
+// Prefetching tells whether this node takes claims ahead
+// (QUEEN_POP_PREFETCH with what it needs on); api asks owners to take
+// its forwarded pops' claims ahead only then.
+func (b *Broker) Prefetching() bool { return b.pre != nil }
+
 func newPrefetcher(b *Broker) *prefetcher {
 	return &prefetcher{b: b, ttl: prefetchTTL, lines: map[prefetchKey]*prefetchLine{}}
 }
 
 // prefetchKeyOf is the line of a pop with args; false when the pop takes
-// no part (autoAck, a named partition, a forwarded pop's lease).
+// no part (autoAck, a named partition). A forwarded pop's (req.LeaseID
+// set) takes part as a peer's.
 func prefetchKeyOf(req PopRequest, args pg.PopArgs) (prefetchKey, bool) {
-	if args.AutoAck || req.LeaseID != "" || args.Names != nil {
+	if args.AutoAck || args.Names != nil {
 		return prefetchKey{}, false
 	}
 	return prefetchKey{tenant: args.Tenant, queue: args.Queue, group: args.Group, batch: args.Budget,
-		maxParts: args.MaxParts, lease: args.LeaseSeconds, subMode: args.SubMode, maxBytes: args.MaxBytes}, true
+		maxParts: args.MaxParts, leaseSecs: args.LeaseSeconds, subMode: args.SubMode, maxBytes: args.MaxBytes}, true
 }
 
 // args are the claim arguments of a pop of this line, under a fresh lease.
 func (k prefetchKey) args(owner string) pg.PopArgs {
 	return pg.PopArgs{Tenant: k.tenant, Queue: k.queue, Group: k.group,
 		ScanLimit: clamp(k.maxParts*8, 16, 256), Budget: k.batch, MaxParts: k.maxParts,
-		LeaseSeconds: k.lease, Owner: owner, SubMode: k.subMode, MaxBytes: k.maxBytes,
+		LeaseSeconds: k.leaseSecs, Owner: owner, SubMode: k.subMode, MaxBytes: k.maxBytes,
 		LeaseID: uuid.NewString()}
 }
 
-// start takes a claim ahead for key's line when the line wants one and
-// its ring has candidates whose consumer rows are known (so the claim can
-// join the flight). It queues the claim and returns; called before the
-// ack that prompted it is queued.
-func (p *prefetcher) start(key prefetchKey) {
+// start takes a claim ahead for key's line (for a peer under lease, in
+// a line of its own) when the line wants one and its ring has candidates
+// whose consumer rows are known (so the claim can join the flight). It
+// queues the claim and returns; called before the ack that prompted it
+// is queued.
+func (p *prefetcher) start(key prefetchKey, lease string) {
 	b := p.b
-	if !p.wanted(key) {
+	line := key
+	if lease != "" {
+		line = prefetchKey{peerLease: lease}
+	}
+	if !p.wanted(line) {
 		return
 	}
 	if _, paused := b.popGate(); paused {
@@ -147,13 +176,16 @@ func (p *prefetcher) start(key prefetchKey) {
 		return
 	}
 	args := key.args(b.cfg.NodeName)
+	if lease != "" {
+		args.LeaseID = lease
+	}
 	args.Names = candNames(cands)
 	args.Unprov = b.prov.unprov(args)
 	if args.Unprov == nil || len(args.Unprov) > 0 {
 		b.hot.Abandon(ring, cands, now) // a pop of its own provisions them
 		return
 	}
-	e := p.add(key, args.LeaseID)
+	e := p.add(key, line, args.LeaseID)
 	if e == nil {
 		b.hot.Abandon(ring, cands, now)
 		return
@@ -206,25 +238,26 @@ func (p *prefetcher) sweepLocked() bool {
 	return len(p.lines) < prefetchMaxLines
 }
 
-// add appends an entry to key's line; nil when the bounds say no.
-func (p *prefetcher) add(key prefetchKey, lease string) *prefetchEntry {
+// add appends an entry for a pop of key to line; nil when the bounds say
+// no.
+func (p *prefetcher) add(key, line prefetchKey, lease string) *prefetchEntry {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed || p.total >= prefetchMaxTotal {
 		return nil
 	}
-	l := p.lines[key]
+	l := p.lines[line]
 	if l == nil {
 		if len(p.lines) >= prefetchMaxLines && !p.sweepLocked() {
 			return nil
 		}
 		l = &prefetchLine{score: 1}
-		p.lines[key] = l
+		p.lines[line] = l
 	}
 	if l.score <= 0 || len(l.entries) >= prefetchPerLine {
 		return nil
 	}
-	e := &prefetchEntry{key: key, lease: lease, done: make(chan struct{})}
+	e := &prefetchEntry{key: key, line: line, lease: lease, done: make(chan struct{})}
 	l.entries = append(l.entries, e)
 	p.total++
 	p.wg.Add(1) // (under mu, before closed can be set: Close's Wait sees it)
@@ -261,14 +294,20 @@ func (p *prefetcher) settle(e *prefetchEntry, res *PopResult) {
 	if e.taken {
 		orphan := e.orphan
 		p.mu.Unlock()
-		if orphan && res != nil {
+		switch {
+		case orphan && res != nil:
 			p.release(e)
+		case orphan:
+			p.released(e) // nothing to release
 		}
 		return
 	}
 	if res == nil || p.closed {
 		p.removeLocked(e)
 		e.taken = true
+		if res != nil {
+			p.releasingLocked(e)
+		}
 		p.mu.Unlock()
 		if res != nil {
 			p.release(e)
@@ -281,7 +320,7 @@ func (p *prefetcher) settle(e *prefetchEntry, res *PopResult) {
 
 // removeLocked takes e out of its line.
 func (p *prefetcher) removeLocked(e *prefetchEntry) {
-	l := p.lines[e.key]
+	l := p.lines[e.line]
 	if l == nil {
 		return
 	}
@@ -289,8 +328,35 @@ func (p *prefetcher) removeLocked(e *prefetchEntry) {
 		if x == e {
 			l.entries = append(l.entries[:i], l.entries[i+1:]...)
 			p.total--
+			if len(l.entries) == 0 && e.line.peerLease != "" {
+				delete(p.lines, e.line) // a peer's line of one
+			}
 			return
 		}
+	}
+}
+
+// releasingLocked records that e's claim is about to be released, for a
+// pop forwarded under its peer lease to wait for (take).
+func (p *prefetcher) releasingLocked(e *prefetchEntry) {
+	if e.line.peerLease == "" {
+		return
+	}
+	if p.releasing == nil {
+		p.releasing = map[string]chan struct{}{}
+	}
+	if _, ok := p.releasing[e.lease]; !ok {
+		p.releasing[e.lease] = make(chan struct{})
+	}
+}
+
+// released ends what releasingLocked began.
+func (p *prefetcher) released(e *prefetchEntry) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if ch, ok := p.releasing[e.lease]; ok {
+		close(ch)
+		delete(p.releasing, e.lease)
 	}
 }
 
@@ -303,7 +369,8 @@ func (p *prefetcher) expire(e *prefetchEntry) {
 	}
 	e.taken = true
 	p.removeLocked(e)
-	if l := p.lines[e.key]; l != nil {
+	p.releasingLocked(e)
+	if l := p.lines[e.line]; l != nil {
 		l.score -= prefetchScoreLost
 	}
 	p.mu.Unlock()
@@ -315,6 +382,7 @@ func (p *prefetcher) expire(e *prefetchEntry) {
 // checked in as claimed) and the queue's parked pops wake.
 func (p *prefetcher) release(e *prefetchEntry) {
 	b := p.b
+	defer p.released(e)
 	b.stats.PrefetchReleased.Add(1)
 	b.dropLease(e.key.tenant, e.lease)
 	qk := queueKey(e.key.tenant, e.key.queue)
@@ -331,15 +399,31 @@ func (p *prefetcher) release(e *prefetchEntry) {
 
 // take gives a pop of key's line the oldest claim taken ahead, waiting
 // for its flight if it is still running. nil, nil: none, or it took
-// nothing; the pop then claims for itself.
-func (p *prefetcher) take(ctx context.Context, key prefetchKey) (*PopResult, error) {
+// nothing; the pop then claims for itself. A pop forwarded by a peer
+// under lease takes the claim taken ahead under that lease, if any: when
+// the claim was for a pop of another key (the peer's client changed its
+// parameters), it is released first, since the pop claims under the
+// same lease.
+func (p *prefetcher) take(ctx context.Context, key prefetchKey, lease string) (*PopResult, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err // (an answer is for a pop that can still take it)
 	}
+	line := key
+	if lease != "" {
+		line = prefetchKey{peerLease: lease}
+	}
 	p.mu.Lock()
-	l := p.lines[key]
+	l := p.lines[line]
 	if l == nil {
+		wait := p.releasing[lease] // (nil for "": no peer lease is "")
 		p.mu.Unlock()
+		if wait != nil {
+			select {
+			case <-wait:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
 		return nil, nil
 	}
 	if len(l.entries) == 0 {
@@ -351,7 +435,17 @@ func (p *prefetcher) take(ctx context.Context, key prefetchKey) (*PopResult, err
 	l.entries = l.entries[1:]
 	p.total--
 	e.taken = true
+	if lease != "" {
+		delete(p.lines, line) // a line of one
+	}
 	p.mu.Unlock()
+	if e.key != key {
+		<-e.done // its lease is this pop's: released before the pop claims
+		if e.res != nil {
+			p.release(e)
+		}
+		return nil, nil
+	}
 	select {
 	case <-e.done:
 	case <-ctx.Done():
@@ -370,7 +464,7 @@ func (p *prefetcher) take(ctx context.Context, key prefetchKey) (*PopResult, err
 		return nil, nil
 	}
 	p.mu.Lock()
-	if l := p.lines[key]; l != nil {
+	if l := p.lines[line]; l != nil {
 		l.score = min(l.score+prefetchScoreHit, prefetchScoreMax)
 	}
 	p.mu.Unlock()
@@ -396,6 +490,7 @@ func (p *prefetcher) close() {
 			e.taken = true
 			p.total--
 			if e.res != nil {
+				p.releasingLocked(e)
 				ready = append(ready, e)
 			}
 		}
@@ -427,22 +522,27 @@ func (p *prefetcher) releaseAll(es []*prefetchEntry) {
 func (p *prefetcher) dropQueue(tenant, queue, group string) {
 	p.mu.Lock()
 	var ready []*prefetchEntry
-	for k, l := range p.lines {
-		if k.tenant != tenant || (queue != "" && k.queue != queue) || (group != "" && k.group != group) {
-			continue
-		}
+	for _, l := range p.lines {
+		kept := l.entries[:0]
 		for _, e := range l.entries {
+			k := e.key
+			if k.tenant != tenant || (queue != "" && k.queue != queue) || (group != "" && k.group != group) {
+				kept = append(kept, e)
+				continue
+			}
 			e.taken = true
 			if isClosed(e.done) {
 				if e.res != nil {
+					p.releasingLocked(e)
 					ready = append(ready, e)
 				}
 			} else {
 				e.orphan = true
+				p.releasingLocked(e) // settle releases it, or ends this
 			}
 			p.total--
 		}
-		l.entries = nil
+		l.entries = kept
 	}
 	p.mu.Unlock()
 	p.releaseAll(ready)

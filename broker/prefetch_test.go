@@ -360,7 +360,7 @@ func TestPrefetchInFlightAtClose(t *testing.T) {
 	ctx := context.Background()
 	pushSeq(t, b, "q", "p0", 2, 5)
 	key, _ := prefetchKeyOf(PopRequest{Queue: "q"}, b.popArgs("t", PopRequest{Queue: "q", Batch: 5}))
-	e := b.pre.add(key, "6f1f1c9e-0000-4000-8000-0000000000c1")
+	e := b.pre.add(key, key, "6f1f1c9e-0000-4000-8000-0000000000c1")
 	// The flight, played by the test: the claim commits, its answer is
 	// not in yet when Close begins.
 	args := key.args("popcombine")
@@ -455,14 +455,14 @@ func TestPrefetchTakerLeaves(t *testing.T) {
 	key, _ := prefetchKeyOf(PopRequest{Queue: "q"}, b.popArgs("t", PopRequest{Queue: "q", Batch: 5}))
 	// An entry whose flight has not answered yet: the pop takes it and
 	// leaves; then the answer comes, with the other partition's messages.
-	e := b.pre.add(key, "lease-left")
-	if got, err := b.pre.take(canceled(), key); got != nil || err == nil || b.pre.waiting() != 1 {
+	e := b.pre.add(key, key, "lease-left")
+	if got, err := b.pre.take(canceled(), key, ""); got != nil || err == nil || b.pre.waiting() != 1 {
 		t.Fatalf("a pop already gone took a claim: %v %v", got, err)
 	}
 	left, cancel := context.WithCancel(ctx)
 	taken := make(chan error)
 	go func() {
-		_, err := b.pre.take(left, key)
+		_, err := b.pre.take(left, key, "")
 		taken <- err
 	}()
 	pollUntil(t, 5*time.Second, "the pop to take the claim", func() bool { return b.pre.waiting() == 0 })
@@ -622,4 +622,79 @@ func runPrefetchLoad(t *testing.T, b *Broker) {
 			t.Fatalf("p%d ends at %d", p, n)
 		}
 	}
+}
+
+// A pop forwarded by a peer (its lease chosen there) takes part only as
+// the peer asks: its ack with a PeerClaim takes the next claim under the
+// lease the peer named, and the pop forwarded under that lease is
+// answered with it. A pop of other parameters under that lease gets its
+// own claim after the claim taken ahead was released (a release by lease
+// id would otherwise end it), and its ack succeeds.
+func TestPrefetchForAPeer(t *testing.T) {
+	b, url := startCombineBroker(t, true)
+	ctx := context.Background()
+	parts := []string{"p0", "p1", "p2", "p3", "p4", "p5"}
+	last := warmQueue(t, b, "q", parts...)
+	for _, p := range parts {
+		pushSeq(t, b, "q", p, 2, 10)
+	}
+	const l1, l2, l3, l4 = "6f1f1c9e-0000-4000-8000-0000000000a1", "6f1f1c9e-0000-4000-8000-0000000000a2",
+		"6f1f1c9e-0000-4000-8000-0000000000a3", "6f1f1c9e-0000-4000-8000-0000000000a4"
+	ackPeer := func(res *PopResult, peers []PeerClaim) {
+		t.Helper()
+		items := make([]AckItem, len(res.Messages))
+		for k, m := range res.Messages {
+			items[k] = AckItem{TransactionID: m.TransactionID, PartitionID: m.PartitionID, LeaseID: res.LeaseID}
+		}
+		out, err := b.AckPeer(ctx, "t", items, peers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range out {
+			if !a.Success {
+				t.Fatalf("ack refused: %+v", a)
+			}
+		}
+	}
+	res, err := b.Pop(ctx, "t", PopRequest{Queue: "q", Batch: 5, LeaseID: l1})
+	if err != nil || res == nil || res.LeaseID != l1 {
+		t.Fatalf("pop: %+v %v", res, err)
+	}
+	deliveredInOrder(t, last, res)
+	// A plain ack of a peer's pop takes nothing ahead.
+	ackPeer(res, nil)
+	if b.pre.waiting() != 0 {
+		t.Fatal("a claim was taken ahead for a peer that did not ask")
+	}
+	res, err = b.Pop(ctx, "t", PopRequest{Queue: "q", Batch: 5, LeaseID: l2})
+	if err != nil || res == nil {
+		t.Fatalf("pop: %+v %v", res, err)
+	}
+	deliveredInOrder(t, last, res)
+	ackPeer(res, []PeerClaim{{AckedLease: l2, NextLease: l3}})
+	pollUntil(t, 5*time.Second, "the claim taken ahead", func() bool { return b.pre.idle() && b.pre.waiting() == 1 })
+	// An own pop of the same line does not take the peer's claim.
+	if r, err := b.Pop(ctx, "t", PopRequest{Queue: "q", Batch: 5}); err != nil || b.stats.PrefetchServed.Load() != 0 {
+		t.Fatalf("own pop: %+v %v, served %d", r, err, b.stats.PrefetchServed.Load())
+	} else if r != nil {
+		b.ReleaseUndelivered("t", r) // (not delivered: not in last)
+	}
+	res, err = b.Pop(ctx, "t", PopRequest{Queue: "q", Batch: 5, LeaseID: l3})
+	if err != nil || res == nil || res.LeaseID != l3 || b.stats.PrefetchServed.Load() != 1 {
+		t.Fatalf("the peer's pop under the lease it asked for: %+v %v, served %d", res, err, b.stats.PrefetchServed.Load())
+	}
+	deliveredInOrder(t, last, res)
+	ackPeer(res, []PeerClaim{{AckedLease: l3, NextLease: l4}})
+	pollUntil(t, 5*time.Second, "the claim taken ahead", func() bool { return b.pre.idle() && b.pre.waiting() >= 1 })
+	// Under l4, with another batch size: its own claim, after the release.
+	res, err = b.Pop(ctx, "t", PopRequest{Queue: "q", Batch: 2, LeaseID: l4})
+	if err != nil || res == nil || res.LeaseID != l4 || len(res.Messages) != 2 {
+		t.Fatalf("pop of another line under l4: %+v %v", res, err)
+	}
+	if b.stats.PrefetchReleased.Load() != 1 {
+		t.Fatalf("released %d", b.stats.PrefetchReleased.Load())
+	}
+	deliveredInOrder(t, last, res)
+	ackPeer(res, nil)
+	pollUntil(t, 5*time.Second, "no lease left", func() bool { return leasedRows(t, url) == 0 })
 }

@@ -579,15 +579,15 @@ func neverConnected(err error) bool {
 func (f *Forwarder) sendAcks(ctx context.Context, addr, authorization string, body []byte, items []broker.AckItem, idx []int) ([]broker.AckResult, error) {
 	f.acks.Add(1)
 	f.ackItems.Add(int64(len(idx)))
-	// Not sent again after a stale connection: the owner may have
-	// applied it, and a failed ack applied twice counts twice.
-	answer, err := f.post(ctx, addr, "/api/v1/ack/batch", authorization, body, http.StatusOK, false)
-	if err != nil {
-		return nil, err
-	}
 	sent := make([]broker.AckItem, len(idx))
 	for j, i := range idx {
 		sent[j] = items[i]
+	}
+	// Not sent again after a stale connection: the owner may have
+	// applied it, and a failed ack applied twice counts twice.
+	answer, err := f.post(ctx, addr, "/api/v1/ack/batch", authorization, nextLeaseHeader(ctx, sent), body, http.StatusOK, false)
+	if err != nil {
+		return nil, err
 	}
 	return decodeAcks(answer, sent)
 }

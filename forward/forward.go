@@ -560,7 +560,7 @@ func (f *Forwarder) send(ctx context.Context, addr, authorization string, body [
 	f.items.Add(int64(len(idx)))
 	// Sent again after a stale connection: every item has its
 	// transaction id, so a copy the owner did store is a duplicate.
-	answer, err := f.post(ctx, addr, "/api/v1/push", authorization, body, http.StatusCreated, true)
+	answer, err := f.post(ctx, addr, "/api/v1/push", authorization, nil, body, http.StatusCreated, true)
 	if err != nil {
 		return nil, err
 	}
@@ -575,7 +575,7 @@ func (f *Forwarder) send(ctx context.Context, addr, authorization string, body [
 // Timeout, and returns the answer's body when its status is want: another
 // status is a refusal (its body read up to maxErrorBytes, for the log), a
 // body past MaxAnswerBytes an unusable answer.
-func (f *Forwarder) post(ctx context.Context, addr, path, authorization string, body []byte, want int, resend bool) ([]byte, error) {
+func (f *Forwarder) post(ctx context.Context, addr, path, authorization string, extra http.Header, body []byte, want int, resend bool) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, f.cfg.Timeout)
 	defer cancel()
 	var resp *http.Response
@@ -588,6 +588,9 @@ func (f *Forwarder) post(ctx context.Context, addr, path, authorization string, 
 		req.Header.Set(Header, f.cfg.Mark)
 		if authorization != "" {
 			req.Header.Set("Authorization", authorization)
+		}
+		for k, v := range extra {
+			req.Header[k] = v
 		}
 		c := f.client
 		if try > 0 {

@@ -1,0 +1,169 @@
+package api
+
+import (
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"queen-node/broker"
+	"queen-node/forward"
+)
+
+// The forwarding side of claims taken ahead (docs/api.md, "Claims taken
+// ahead"). A consumer of a queue another node owns has its pops and acks
+// forwarded there (api/forward.go), each pop under a lease this node
+// chose. When such a consumer acks, this node picks the lease id of its
+// next pop now and sends it with the forwarded ack
+// (forward.NextLeaseHeader); the owner takes that pop's claim ahead under
+// it, in the ack's flight. The next pop of the same line (queue, group,
+// batch, partitions, lease time, subscription) is forwarded under that
+// lease and the owner answers it with the claim. A lease not used within
+// aheadTTL is dropped here (the owner releases its claim a little later,
+// prefetchTTL in broker/prefetch.go); if it is used later after all, the
+// owner claims under it as for any lease. Each line keeps a score as the
+// owner's lines do, so consumers that do not pop again at once cost a
+// claim and a release now and then, not every cycle.
+type aheadLeases struct {
+	mu     sync.Mutex
+	served map[string]aheadServed // lease of a forwarded pop -> its line
+	lines  map[aheadKey]*aheadLine
+}
+
+// aheadKey is a pop's line: what the owner's claim shares with it.
+type aheadKey struct {
+	tenant, queue, group         string
+	batch, partitions, leaseSecs int
+	subMode                      string
+}
+
+type aheadServed struct {
+	key aheadKey
+	at  time.Time
+}
+
+type aheadLine struct {
+	next  []aheadNext // oldest first
+	score int
+}
+
+type aheadNext struct {
+	lease string
+	until time.Time
+}
+
+// Bounds: the leases kept per line, the forwarded pops remembered, and
+// how long an asked lease is used. aheadTTL is shorter than the owner's
+// prefetchTTL, counted from a little later (its claim's answer), so a
+// lease is not used while the owner releases its claim.
+const (
+	aheadPerLine   = 64
+	aheadMaxServed = 100_000
+	aheadMaxLines  = 4096
+	aheadTTL       = 200 * time.Millisecond
+	aheadScoreMax  = 8
+	aheadScoreLost = 8
+)
+
+func newAheadLeases() *aheadLeases {
+	return &aheadLeases{served: map[string]aheadServed{}, lines: map[aheadKey]*aheadLine{}}
+}
+
+// aheadKeyOf is the line of a forwarded pop; false for a pop of a named
+// partition or an autoAck pop (never taken ahead).
+func aheadKeyOf(tenant string, req *broker.PopRequest) (aheadKey, bool) {
+	if req.Partition != "" || req.AutoAck {
+		return aheadKey{}, false
+	}
+	return aheadKey{tenant: tenant, queue: req.Queue, group: req.Group, batch: req.Batch,
+		partitions: req.Partitions, leaseSecs: req.LeaseSeconds, subMode: req.SubscriptionMode}, true
+}
+
+// leaseFor is the lease to forward a pop of key under: one asked for with
+// an earlier ack, or "" (the caller picks a fresh one).
+func (a *aheadLeases) leaseFor(key aheadKey, now time.Time) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	l := a.lines[key]
+	if l == nil {
+		return ""
+	}
+	a.expireLocked(l, now)
+	l.score = min(l.score+1, aheadScoreMax) // a pop came: asking ahead pays
+	if len(l.next) == 0 {
+		return ""
+	}
+	n := l.next[0]
+	l.next = l.next[1:]
+	return n.lease
+}
+
+// expireLocked drops a line's leases past their time, each lowering its
+// score: a claim the owner took for nobody.
+func (a *aheadLeases) expireLocked(l *aheadLine, now time.Time) {
+	for len(l.next) > 0 && !now.Before(l.next[0].until) {
+		l.next = l.next[1:]
+		l.score -= aheadScoreLost
+	}
+}
+
+// servedPop records that a pop of key was forwarded and answered under
+// lease, so that its ack can ask for the next.
+func (a *aheadLeases) servedPop(lease string, key aheadKey, now time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.served) >= aheadMaxServed {
+		// Abandoned leases (never acked): drop the older half.
+		for l, s := range a.served {
+			if now.Sub(s.at) > time.Minute || len(a.served) >= aheadMaxServed {
+				delete(a.served, l)
+			}
+		}
+	}
+	a.served[lease] = aheadServed{key: key, at: now}
+}
+
+// ask picks the next lease of each line whose pop the items ack, and
+// returns them as forward.WithNextLeases wants (acked lease -> next).
+func (a *aheadLeases) ask(items []broker.AckItem, now time.Time) map[string]string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var next map[string]string
+	for _, it := range items {
+		s, ok := a.served[it.LeaseID]
+		if !ok || len(next) == forward.MaxNextLeases {
+			continue
+		}
+		delete(a.served, it.LeaseID) // one ask per pop
+		l := a.lines[s.key]
+		if l == nil {
+			if len(a.lines) >= aheadMaxLines {
+				for k, x := range a.lines {
+					if len(x.next) == 0 {
+						delete(a.lines, k)
+					}
+				}
+				if len(a.lines) >= aheadMaxLines {
+					continue
+				}
+			}
+			l = &aheadLine{score: 1}
+			a.lines[s.key] = l
+		}
+		a.expireLocked(l, now)
+		if l.score <= 0 || len(l.next) >= aheadPerLine {
+			continue
+		}
+		n := uuid.NewString()
+		l.next = append(l.next, aheadNext{lease: n, until: now.Add(aheadTTL)})
+		if next == nil {
+			next = map[string]string{}
+		}
+		next[it.LeaseID] = n
+	}
+	return next
+}
+
+// prefetching tells whether this node takes claims ahead (and so asks
+// owners to).
+func (s *Server) prefetching() bool { return s.b.Prefetching() }
