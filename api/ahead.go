@@ -113,9 +113,11 @@ func (a *aheadLeases) servedPop(lease string, key aheadKey, now time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if len(a.served) >= aheadMaxServed {
-		// Abandoned leases (never acked): drop the older half.
+		// Leases never acked (their clients left, or acked elsewhere):
+		// those older than a minute go, and others until a tenth is free,
+		// so that a full map costs one pass per many pops.
 		for l, s := range a.served {
-			if now.Sub(s.at) > time.Minute || len(a.served) >= aheadMaxServed {
+			if now.Sub(s.at) > time.Minute || len(a.served) >= aheadMaxServed*9/10 {
 				delete(a.served, l)
 			}
 		}
