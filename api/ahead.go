@@ -125,19 +125,68 @@ func (a *aheadLeases) servedPop(lease string, key aheadKey, now time.Time) {
 	a.served[lease] = aheadServed{key: key, at: now}
 }
 
-// ask picks the next lease of each line whose pop the items ack, and
-// returns them as forward.WithNextLeases wants (acked lease -> next).
-func (a *aheadLeases) ask(items []broker.AckItem, now time.Time) map[string]string {
+// aheadAsk is what ask picked: the pairs to send (acked lease -> next)
+// and each next lease's line, for commit.
+type aheadAsk struct {
+	next  map[string]string
+	lines map[string]aheadKey // by acked lease
+}
+
+// ask picks the next lease of each line whose pop the items ack. The
+// leases are used only once commit saw their ack answered: the owner
+// takes a claim ahead while it handles the ack, and a pop forwarded
+// under the lease before that (another client of the line) would claim
+// under it first.
+func (a *aheadLeases) ask(items []broker.AckItem, now time.Time) aheadAsk {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	var next map[string]string
+	var out aheadAsk
 	for _, it := range items {
 		s, ok := a.served[it.LeaseID]
-		if !ok || len(next) == forward.MaxNextLeases {
+		if !ok || len(out.next) == forward.MaxNextLeases {
 			continue
 		}
 		delete(a.served, it.LeaseID) // one ask per pop
-		l := a.lines[s.key]
+		if l := a.lines[s.key]; l != nil {
+			a.expireLocked(l, now)
+			if l.score <= 0 || len(l.next) >= aheadPerLine {
+				continue
+			}
+		}
+		if out.next == nil {
+			out.next, out.lines = map[string]string{}, map[string]aheadKey{}
+		}
+		out.next[it.LeaseID] = uuid.NewString()
+		out.lines[it.LeaseID] = s.key
+	}
+	return out
+}
+
+// commit makes the leases of ask usable whose acked items were all
+// answered success (each then surely reached the owner's CAS ack, which
+// took the claim ahead, if any, before answering).
+func (a *aheadLeases) commit(ask aheadAsk, items []broker.AckItem, res []broker.AckResult, now time.Time) {
+	if len(ask.next) == 0 {
+		return
+	}
+	ok := map[string]bool{}
+	for i, it := range items {
+		if _, asked := ask.next[it.LeaseID]; !asked {
+			continue
+		}
+		good := i < len(res) && res[i].Success
+		if prev, seen := ok[it.LeaseID]; !seen || prev {
+			ok[it.LeaseID] = good
+		}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for acked, next := range ask.next {
+		if !ok[acked] {
+			continue
+		}
+		key := ask.lines[acked]
+		l := a.lines[key]
 		if l == nil {
 			if len(a.lines) >= aheadMaxLines {
 				for k, x := range a.lines {
@@ -150,20 +199,12 @@ func (a *aheadLeases) ask(items []broker.AckItem, now time.Time) map[string]stri
 				}
 			}
 			l = &aheadLine{score: 1}
-			a.lines[s.key] = l
+			a.lines[key] = l
 		}
-		a.expireLocked(l, now)
-		if l.score <= 0 || len(l.next) >= aheadPerLine {
-			continue
+		if len(l.next) < aheadPerLine {
+			l.next = append(l.next, aheadNext{lease: next, until: now.Add(aheadTTL)})
 		}
-		n := uuid.NewString()
-		l.next = append(l.next, aheadNext{lease: n, until: now.Add(aheadTTL)})
-		if next == nil {
-			next = map[string]string{}
-		}
-		next[it.LeaseID] = n
 	}
-	return next
 }
 
 // prefetching tells whether this node takes claims ahead (and so asks

@@ -324,10 +324,15 @@ func (s *Server) ack(r *http.Request, c caller, items []broker.AckItem) ([]broke
 		}
 		return local(r.Context(), items)
 	}
-	ctx := r.Context()
-	if s.prefetching() {
-		// Asks the owners to take the acking clients' next claims ahead.
-		ctx = forward.WithNextLeases(ctx, s.ahead.ask(items, time.Now()))
+	if !s.prefetching() {
+		return f.Ack(r.Context(), c.tenant, r.Header.Get("Authorization"), items, local)
 	}
-	return f.Ack(ctx, c.tenant, r.Header.Get("Authorization"), items, local)
+	// Asks the owners to take the acking clients' next claims ahead
+	// (ahead.go).
+	ask := s.ahead.ask(items, time.Now())
+	res, err := f.Ack(forward.WithNextLeases(r.Context(), ask.next), c.tenant, r.Header.Get("Authorization"), items, local)
+	if err == nil {
+		s.ahead.commit(ask, items, res, time.Now())
+	}
+	return res, err
 }

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -62,6 +63,12 @@ type prefetcher struct {
 	// forwarded under one waits for the release before it claims under
 	// the same lease (a release by lease id would end its claim too).
 	releasing map[string]chan struct{}
+	// used, usedOld: the peer leases a pop came under with nothing taken
+	// ahead, the last prefetchUsedAge and the one before: one is never
+	// taken ahead after (an ack that arrives after its client's next
+	// pop, a forwarded ack retried late), since its pop claims under it.
+	used, usedOld map[string]struct{}
+	usedSince     time.Time
 }
 
 // prefetchKey is what a claim taken ahead must share with the pop that
@@ -118,6 +125,10 @@ const (
 	prefetchScoreHit  = 1                // a pop took an answer, or found none
 	prefetchScoreLost = 8                // an answer released unused
 	prefetchClaimWait = 10 * time.Second // a claim's flight, and a failed flight's claim alone
+	// A peer's pop is recorded this long (twice, at most): longer than a
+	// forwarded ack can take (forward's timeout) plus a claim's wait.
+	prefetchUsedAge = 30 * time.Second
+	prefetchMaxUsed = 200_000
 )
 
 // Prefetching tells whether this node takes claims ahead
@@ -159,7 +170,7 @@ func (p *prefetcher) start(key prefetchKey, lease string) {
 	if lease != "" {
 		line = prefetchKey{peerLease: lease}
 	}
-	if !p.wanted(line) {
+	if !p.wanted(line, lease) {
 		return
 	}
 	if _, paused := b.popGate(); paused {
@@ -205,11 +216,15 @@ func (p *prefetcher) start(key prefetchKey, lease string) {
 	}()
 }
 
-// wanted tells whether key's line should take a claim ahead now.
-func (p *prefetcher) wanted(key prefetchKey) bool {
+// wanted tells whether key's line should take a claim ahead now. A peer
+// lease (lease) is taken ahead once, and never after a pop came under it.
+func (p *prefetcher) wanted(key prefetchKey, lease string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed || p.total >= prefetchMaxTotal {
+		return false
+	}
+	if lease != "" && (p.lines[key] != nil || p.releasing[lease] != nil || p.wasUsedLocked(lease)) {
 		return false
 	}
 	l := p.lines[key]
@@ -254,7 +269,7 @@ func (p *prefetcher) add(key, line prefetchKey, lease string) *prefetchEntry {
 		l = &prefetchLine{score: 1}
 		p.lines[line] = l
 	}
-	if l.score <= 0 || len(l.entries) >= prefetchPerLine {
+	if l.score <= 0 || len(l.entries) >= prefetchPerLine || (line.peerLease != "" && len(l.entries) > 0) {
 		return nil
 	}
 	e := &prefetchEntry{key: key, line: line, lease: lease, done: make(chan struct{})}
@@ -336,6 +351,29 @@ func (p *prefetcher) removeLocked(e *prefetchEntry) {
 	}
 }
 
+// usedLocked records that a pop came under a peer lease.
+func (p *prefetcher) usedLocked(lease string) {
+	now := time.Now()
+	if p.used == nil || now.Sub(p.usedSince) > prefetchUsedAge {
+		p.usedOld, p.used, p.usedSince = p.used, map[string]struct{}{}, now
+	}
+	if len(p.used) < prefetchMaxUsed {
+		p.used[lease] = struct{}{}
+	}
+}
+
+// wasUsedLocked tells whether a pop came under a peer lease lately; when
+// the record is full, any lease counts as used (nothing is taken ahead
+// for peers until it turns over).
+func (p *prefetcher) wasUsedLocked(lease string) bool {
+	if len(p.used) >= prefetchMaxUsed {
+		return true
+	}
+	_, a := p.used[lease]
+	_, b := p.usedOld[lease]
+	return a || b
+}
+
 // releasingLocked records that e's claim is about to be released, for a
 // pop forwarded under its peer lease to wait for (take).
 func (p *prefetcher) releasingLocked(e *prefetchEntry) {
@@ -380,19 +418,35 @@ func (p *prefetcher) expire(e *prefetchEntry) {
 // release hands an unused answer's partitions back: its lease ends in
 // PostgreSQL, then its partitions are ready again in the ring (they were
 // checked in as claimed) and the queue's parked pops wake.
+//
+// The release names the claim's partitions, not only its lease id: a
+// peer's lease id may be claimed under again (by a pop forwarded under
+// it, at this node or at a new owner), and a release by id alone would
+// end that claim too.
 func (p *prefetcher) release(e *prefetchEntry) {
 	b := p.b
 	defer p.released(e)
 	b.stats.PrefetchReleased.Add(1)
-	b.dropLease(e.key.tenant, e.lease)
+	var pids []string
+	for _, m := range e.res.Messages {
+		if !slices.Contains(pids, m.PartitionID) {
+			pids = append(pids, m.PartitionID)
+		}
+	}
+	ctx, cancel := context.WithTimeout(b.life, releaseTimeout)
+	_, err := b.db.ReleaseClaim(ctx, e.key.group, e.lease, pids)
+	cancel()
+	if err != nil {
+		if b.life.Err() == nil {
+			b.log.Warn("release of a claim taken ahead failed; its partitions wait for the lease to expire",
+				"queue", e.key.queue, "group", e.key.group, "error", err)
+		}
+		return
+	}
 	qk := queueKey(e.key.tenant, e.key.queue)
 	now := time.Now()
-	seen := map[string]bool{}
-	for _, m := range e.res.Messages {
-		if !seen[m.PartitionID] {
-			seen[m.PartitionID] = true
-			b.hot.AckRelease(qk, e.key.group, m.PartitionID, true, now)
-		}
+	for _, pid := range pids {
+		b.hot.AckRelease(qk, e.key.group, pid, true, now)
 	}
 	b.gates.notify(qk)
 }
@@ -413,7 +467,14 @@ func (p *prefetcher) take(ctx context.Context, key prefetchKey, lease string) (*
 		line = prefetchKey{peerLease: lease}
 	}
 	p.mu.Lock()
+	if lease != "" {
+		p.usedLocked(lease) // never taken ahead from now on
+	}
 	l := p.lines[line]
+	if l != nil && lease != "" && len(l.entries) == 0 {
+		delete(p.lines, line) // (left empty by a drop: a line of one)
+		l = nil
+	}
 	if l == nil {
 		wait := p.releasing[lease] // (nil for "": no peer lease is "")
 		p.mu.Unlock()
@@ -440,7 +501,19 @@ func (p *prefetcher) take(ctx context.Context, key prefetchKey, lease string) (*
 	}
 	p.mu.Unlock()
 	if e.key != key {
-		<-e.done // its lease is this pop's: released before the pop claims
+		// Its lease is this pop's: released before the pop claims.
+		select {
+		case <-e.done:
+		case <-ctx.Done():
+			p.mu.Lock()
+			e.orphan = true
+			answered := isClosed(e.done)
+			p.mu.Unlock()
+			if answered && e.res != nil {
+				p.release(e)
+			}
+			return nil, ctx.Err()
+		}
 		if e.res != nil {
 			p.release(e)
 		}

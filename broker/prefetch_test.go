@@ -632,6 +632,7 @@ func runPrefetchLoad(t *testing.T, b *Broker) {
 // id would otherwise end it), and its ack succeeds.
 func TestPrefetchForAPeer(t *testing.T) {
 	b, url := startCombineBroker(t, true)
+	b.pre.ttl = time.Hour // (released by the test's own steps only)
 	ctx := context.Background()
 	parts := []string{"p0", "p1", "p2", "p3", "p4", "p5"}
 	last := warmQueue(t, b, "q", parts...)
@@ -695,6 +696,44 @@ func TestPrefetchForAPeer(t *testing.T) {
 		t.Fatalf("released %d", b.stats.PrefetchReleased.Load())
 	}
 	deliveredInOrder(t, last, res)
-	ackPeer(res, nil)
+	// A late ack (a retry, or one overtaken by its client's next pop)
+	// naming l4, under which a pop came, takes nothing ahead.
+	ackPeer(res, []PeerClaim{{AckedLease: l4, NextLease: l4}})
+	if b.pre.waiting() != 0 {
+		t.Fatal("a claim was taken ahead under a lease a pop already came under")
+	}
 	pollUntil(t, 5*time.Second, "no lease left", func() bool { return leasedRows(t, url) == 0 })
+}
+
+// The release of a claim taken ahead ends its own partitions only: a
+// pop forwarded under the same lease id (at a new owner, or after the
+// claim was given up) keeps its claim.
+func TestPrefetchReleaseEndsOnlyItsPartitions(t *testing.T) {
+	b, url := startCombineBroker(t, true)
+	ctx := context.Background()
+	warmQueue(t, b, "q", "p0", "p1")
+	pushSeq(t, b, "q", "p0", 2, 3)
+	pushSeq(t, b, "q", "p1", 2, 3)
+	const lease = "6f1f1c9e-0000-4000-8000-0000000000d1"
+	key, _ := prefetchKeyOf(PopRequest{Queue: "q"}, b.popArgs("t", PopRequest{Queue: "q", Batch: 5}))
+	claim := func(part string) *PopResult {
+		args := key.args("popcombine")
+		args.LeaseID, args.Names = lease, []string{part}
+		out, err := b.claim(ctx, args)
+		if err != nil || len(out.Messages) != 3 {
+			t.Fatalf("claim %s: %v %v", part, out, err)
+		}
+		return b.buildPopResult(args, out)
+	}
+	e := b.pre.add(key, prefetchKey{peerLease: lease}, lease)
+	b.pre.settle(e, claim("p0"))
+	b.pre.wg.Done()
+	other := claim("p1") // another claim under the same id
+	b.pre.expire(e)
+	if n := leasedRows(t, url); n != 1 {
+		t.Fatalf("%d leased rows after the release, want p1's", n)
+	}
+	if err := ackServed(ctx, b, other); err != nil {
+		t.Fatalf("the other claim's ack: %v", err)
+	}
 }

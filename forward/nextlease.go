@@ -56,7 +56,7 @@ func nextLeaseHeader(ctx context.Context, items []broker.AckItem) http.Header {
 }
 
 // ParseNextLeases reads a NextLeaseHeader: at most MaxNextLeases pairs,
-// both sides UUIDs (others are skipped).
+// both sides UUIDs, canonical, the next one not nil (others are skipped).
 func ParseNextLeases(h string) []broker.PeerClaim {
 	if h == "" || len(h) > MaxNextLeases*80 {
 		return nil
@@ -64,10 +64,17 @@ func ParseNextLeases(h string) []broker.PeerClaim {
 	var out []broker.PeerClaim
 	for _, p := range strings.Split(h, ",") {
 		acked, next, ok := strings.Cut(strings.TrimSpace(p), "=")
-		if !ok || uuid.Validate(acked) != nil || uuid.Validate(next) != nil {
+		if !ok {
 			continue
 		}
-		out = append(out, broker.PeerClaim{AckedLease: acked, NextLease: next})
+		// Canonical, as the owner spells a forwarded pop's lease
+		// (api/pop.go); never the nil UUID, which no pop is given.
+		a, errA := uuid.Parse(acked)
+		n, errN := uuid.Parse(next)
+		if errA != nil || errN != nil || n == uuid.Nil {
+			continue
+		}
+		out = append(out, broker.PeerClaim{AckedLease: a.String(), NextLease: n.String()})
 		if len(out) == MaxNextLeases {
 			break
 		}

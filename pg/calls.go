@@ -264,6 +264,32 @@ func scanPop(rs pgx.Rows) (*PopOutcome, error) {
 	return out, nil
 }
 
+// ReleaseClaim ends lease on the given partitions of group only: a claim
+// taken ahead that no pop took (broker/prefetch.go). Rows of other
+// partitions under the same lease id are left alone, so a release that
+// comes late never ends another claim under that id. It returns how many
+// rows it released.
+func (db *DB) ReleaseClaim(ctx context.Context, group, lease string, partitionIDs []string) (int64, error) {
+	var n int64
+	err := db.Retry(ctx, func() error {
+		// Rows are locked in (partition, group) order, as in ReleaseLeases.
+		tag, err := db.pool.Exec(ctx, `WITH l AS (
+				SELECT partition_id FROM queen.consumers
+				WHERE partition_id = ANY($1::uuid[]) AND consumer_group = $2 AND lease_id = $3
+				ORDER BY partition_id FOR UPDATE)
+			UPDATE queen.consumers c
+			SET lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL, batch_end = c.committed_offset
+			FROM l WHERE c.partition_id = l.partition_id AND c.consumer_group = $2 AND c.lease_id = $3`,
+			partitionIDs, group, lease)
+		if err != nil {
+			return err
+		}
+		n = tag.RowsAffected()
+		return nil
+	})
+	return n, err
+}
+
 // ReleaseLeases ends the given leases of tenant's queues (their messages
 // become claimable at once) in one statement. Rows of other tenants are
 // never touched. It returns the leases it released rows of (a lease
