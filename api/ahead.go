@@ -53,9 +53,11 @@ type aheadNext struct {
 }
 
 // Bounds: the leases kept per line, the forwarded pops remembered, and
-// how long an asked lease is used. aheadTTL is shorter than the owner's
-// prefetchTTL, counted from a little later (its claim's answer), so a
-// lease is not used while the owner releases its claim.
+// how long an asked lease is used. aheadTTL counts from the ack's answer
+// here, the owner's prefetchTTL (250 ms) from its claim's answer, a
+// little earlier: aheadTTL is shorter so that a lease is seldom used
+// while the owner releases its claim (a pop under it then waits for the
+// release, broker/prefetch.go).
 const (
 	aheadPerLine   = 64
 	aheadMaxServed = 100_000

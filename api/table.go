@@ -197,7 +197,7 @@ const (
 	helpMembs      = "Members this node knows, itself included, by state."
 	helpRetDel     = "Messages the retention job deleted on this node, by reason: completed (passed by every group, past the dedup window or completedRetentionSeconds) or pending (retentionSeconds, maxWaitTimeSeconds)."
 	helpAckVia     = "Ack items by path: cas (a whole batch this node served, one compare-and-set; broker/ackcas.go) or general (queen.ack_v1)."
-	helpPrefetch   = "Claims taken ahead on a CAS ack for the acking client's next pop (QUEEN_POP_PREFETCH; docs/api.md, \"Claims taken ahead\"): taken (the claim got messages), served (a pop was answered with it), released (no pop came in time; its lease ended)."
+	helpPrefetch   = "Claims taken ahead on a CAS ack for the acking client's next pop (QUEEN_POP_PREFETCH; docs/api.md, \"Claims taken ahead\"): taken (the claim got messages), served (a pop was answered with it), released (unused, its lease ended on its partitions: no pop came in 250 ms, Close, a delete or seek, or a pop that left)."
 )
 
 // membersIn counts the members in one state.

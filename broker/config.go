@@ -70,8 +70,9 @@ type Config struct {
 	// PopPrefetch (QUEEN_POP_PREFETCH, default on): a CAS ack of a lease
 	// this node handed to its own client also takes that pop's next
 	// claim, in the ack's flight, for the client's next pop to find
-	// answered (broker/prefetch.go). Needs PopCombine, AckCAS and the
-	// hot-list; off, every pop waits for a flight of its own.
+	// answered (broker/prefetch.go); for a peer's forwarded pops, when
+	// the peer asks (AckPeer). Needs PopCombine, AckCAS and the hot-list;
+	// off, every pop waits for a flight of its own.
 	PopPrefetch bool
 	// BulkProvision (QUEEN_BULK_PROVISION, default on): a claim that meets
 	// partitions without the group's consumer row has the group's rows of

@@ -61,7 +61,8 @@ type prefetcher struct {
 	closed bool // Close began: answers are released as they come
 	// releasing: the peer leases whose claim is being released; a pop
 	// forwarded under one waits for the release before it claims under
-	// the same lease (a release by lease id would end its claim too).
+	// the same lease, so the two never hold partitions under one id at
+	// once.
 	releasing map[string]chan struct{}
 	// used, usedOld: the peer leases a pop came under with nothing taken
 	// ahead, the last prefetchUsedAge and the one before: one is never
@@ -212,7 +213,7 @@ func (p *prefetcher) start(key prefetchKey, lease string) {
 	go func() {
 		defer p.wg.Done()
 		defer cancel()
-		p.finish(ctx, e, j, ring, cands)
+		p.finish(e, j, ring, cands)
 	}()
 }
 
@@ -272,6 +273,9 @@ func (p *prefetcher) add(key, line prefetchKey, lease string) *prefetchEntry {
 	if l.score <= 0 || len(l.entries) >= prefetchPerLine || (line.peerLease != "" && len(l.entries) > 0) {
 		return nil
 	}
+	if line.peerLease != "" && (p.releasing[lease] != nil || p.wasUsedLocked(lease)) {
+		return nil // (a pop came under it since wanted looked)
+	}
 	e := &prefetchEntry{key: key, line: line, lease: lease, done: make(chan struct{})}
 	l.entries = append(l.entries, e)
 	p.total++
@@ -281,14 +285,18 @@ func (p *prefetcher) add(key, line prefetchKey, lease string) *prefetchEntry {
 
 // finish waits for the claim's flight, checks the candidates back in and
 // settles the entry.
-func (p *prefetcher) finish(ctx context.Context, e *prefetchEntry, j *popJob, ring *hotlist.Ring, cands []hotlist.Candidate) {
+func (p *prefetcher) finish(e *prefetchEntry, j *popJob, ring *hotlist.Ring, cands []hotlist.Candidate) {
 	b := p.b
 	var res *PopResult
 	defer func() { p.settle(e, res) }()
-	out, err := b.popc.wait(ctx, j)
+	// Waited for whatever it takes: the job's own context (ctx) bounds it,
+	// and a claim that ran out of it was released by id (claimAlone)
+	// before it is answered, so nothing can end a later claim under the
+	// same lease (a peer's) after this entry settled.
+	out, err := b.popc.wait(context.Background(), j)
 	if err != nil {
 		b.hot.Abandon(ring, cands, time.Now())
-		return // (wait released a lease it claimed after its context ended)
+		return
 	}
 	b.claimed(j.args, out)
 	if b.checkIn(ring, cands, j.args, out) {
@@ -426,7 +434,6 @@ func (p *prefetcher) expire(e *prefetchEntry) {
 func (p *prefetcher) release(e *prefetchEntry) {
 	b := p.b
 	defer p.released(e)
-	b.stats.PrefetchReleased.Add(1)
 	var pids []string
 	for _, m := range e.res.Messages {
 		if !slices.Contains(pids, m.PartitionID) {
@@ -443,6 +450,7 @@ func (p *prefetcher) release(e *prefetchEntry) {
 		}
 		return
 	}
+	b.stats.PrefetchReleased.Add(1)
 	qk := queueKey(e.key.tenant, e.key.queue)
 	now := time.Now()
 	for _, pid := range pids {
@@ -546,9 +554,9 @@ func (p *prefetcher) take(ctx context.Context, key prefetchKey, lease string) (*
 }
 
 // close releases the answers waiting in the lines, and waits for the
-// claims still in their flight, which settle releases as they come
-// (bounded by prefetchClaimWait). Called before the broker's life ends,
-// which the releases need.
+// claims still in their flight, which settle releases as they come (each
+// bounded by prefetchClaimWait, then its release by releaseTimeout).
+// Called before the broker's life ends, which the releases need.
 func (p *prefetcher) close() {
 	p.mu.Lock()
 	p.closed = true
@@ -574,14 +582,17 @@ func (p *prefetcher) close() {
 	p.wg.Wait()
 }
 
-// releaseAll releases entries side by side, so that the releaser merges
-// them into one statement.
+// releaseAll releases entries, a few side by side (each is its own
+// statement: at Close or on a queue delete there may be thousands, and
+// the pool serves pops and pushes meanwhile).
 func (p *prefetcher) releaseAll(es []*prefetchEntry) {
 	var wg sync.WaitGroup
+	slots := make(chan struct{}, 4)
 	for _, e := range es {
 		wg.Add(1)
+		slots <- struct{}{}
 		go func() {
-			defer wg.Done()
+			defer func() { <-slots; wg.Done() }()
 			p.release(e)
 		}()
 	}

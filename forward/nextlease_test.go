@@ -30,6 +30,12 @@ func TestNextLeaseHeader(t *testing.T) {
 	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
 		t.Fatalf("parsed %+v", got)
 	}
+	// Canonical spelling (as the owner spells a pop's lease); the nil
+	// UUID refused.
+	up := strings.ToUpper(a) + "=" + "{" + na + "}"
+	if got := ParseNextLeases(up + "," + b + "=00000000-0000-0000-0000-000000000000"); len(got) != 1 || got[0] != (broker.PeerClaim{AckedLease: a, NextLease: na}) {
+		t.Fatalf("parsed %+v", got)
+	}
 	var many []string
 	for range MaxNextLeases + 1 {
 		many = append(many, a+"="+na)

@@ -17,10 +17,14 @@ func (s *Service) UpdateSubscription(ctx context.Context, tenant, group string, 
 }
 
 // SeekPartitionToEnd moves the group's cursor on one partition to its end.
-// Nothing becomes deliverable, so nothing is woken; a hot-list ring that
-// still lists the partition finds it empty on its next probe.
+// Nothing becomes deliverable; the Waker is told as for a seek all the
+// same, so that a claim taken ahead before it (broker/prefetch.go) is not
+// handed out after it.
 func (s *Service) SeekPartitionToEnd(ctx context.Context, tenant, group, queue, partition string) error {
-	return notFound(s.db.SeekPartitionToEnd(ctx, tenant, group, queue, partition))
+	if err := notFound(s.db.SeekPartitionToEnd(ctx, tenant, group, queue, partition)); err != nil {
+		return err
+	}
+	return s.wake.AfterSeek(ctx, tenant, queue, group)
 }
 
 // DeleteConsumerGroup drops the group's cursors and leases on one queue of

@@ -114,7 +114,7 @@ func settings() []setting {
 			apply: func(c *Config, v string) error { return boolean(v, &c.Node.Broker.PopCombine) }},
 		{env: "QUEEN_ACK_CAS", flag: "ack-cas", def: boolDef(d.Broker.AckCAS), isBool: true, usage: "an ack of exactly a batch this node served under a lease is one compare-and-set, merged with concurrent ones; 0 = every ack through ack_v1",
 			apply: func(c *Config, v string) error { return boolean(v, &c.Node.Broker.AckCAS) }},
-		{env: "QUEEN_POP_PREFETCH", flag: "pop-prefetch", def: boolDef(d.Broker.PopPrefetch), isBool: true, usage: "an ack of a lease this node handed to its own client also takes that pop's next claim, in the ack's flight, for the client's next pop; 0 = every pop waits for a claim flight of its own",
+		{env: "QUEEN_POP_PREFETCH", flag: "pop-prefetch", def: boolDef(d.Broker.PopPrefetch), isBool: true, usage: "an ack of a lease this node handed to its own client also takes that pop's next claim, in the ack's flight, for the client's next pop (and, forwarding a client's ack to its queue's owner, this node asks the owner to); 0 = neither",
 			apply: func(c *Config, v string) error { return boolean(v, &c.Node.Broker.PopPrefetch) }},
 		{env: "QUEEN_POP_MAX_BYTES", flag: "pop-max-bytes", def: strconv.Itoa(int(d.Broker.MaxPopBytes)),
 			usage: "payload bytes of one pop response, about (fewer messages past it; the first always fits)",
