@@ -77,6 +77,15 @@ func TestWaker(t *testing.T) {
 	if want := []string{"seek t/q/g", "group delete t/q/g"}; !slices.Equal(w.take(), want) {
 		t.Fatalf("waker calls differ, want %q", want)
 	}
+	// A seek of one partition to its end makes nothing deliverable, but
+	// tells the Waker as a seek: a claim taken ahead before it must not
+	// be handed out after it (broker/prefetch.go).
+	if err := s.SeekPartitionToEnd(ctx, "t", "g", "q", "Default"); err != nil {
+		t.Fatalf("seek of a partition: %v", err)
+	}
+	if want := []string{"seek t/q/g"}; !slices.Equal(w.take(), want) {
+		t.Fatalf("waker calls differ, want %q", want)
+	}
 
 	if _, err := s.DeleteMessage(ctx, "t", pid, "no-such-tx"); !errors.Is(err, reads.ErrNotFound) {
 		t.Fatalf("delete of a missing message: %v, want ErrNotFound", err)
