@@ -25,7 +25,7 @@ func (b *Broker) Pop(ctx context.Context, tenant string, req PopRequest) (res *P
 	}
 	backoff := b.cfg.PopBackoffMin
 	if b.pre != nil {
-		if pk, ok := prefetchKeyOf(req, args); ok {
+		if pk, ok := prefetchKeyOf(args); ok {
 			// Its ack may take the next claim of its line ahead.
 			defer func() {
 				if res != nil {

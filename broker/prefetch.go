@@ -142,9 +142,9 @@ func newPrefetcher(b *Broker) *prefetcher {
 }
 
 // prefetchKeyOf is the line of a pop with args; false when the pop takes
-// no part (autoAck, a named partition). A forwarded pop's (req.LeaseID
-// set) takes part as a peer's.
-func prefetchKeyOf(req PopRequest, args pg.PopArgs) (prefetchKey, bool) {
+// no part (autoAck, a named partition). A forwarded pop (its lease the
+// peer's) takes part as a peer's.
+func prefetchKeyOf(args pg.PopArgs) (prefetchKey, bool) {
 	if args.AutoAck || args.Names != nil {
 		return prefetchKey{}, false
 	}
@@ -171,7 +171,7 @@ func (p *prefetcher) start(key prefetchKey, lease string) {
 	if lease != "" {
 		line = prefetchKey{peerLease: lease}
 	}
-	if !p.wanted(line, lease) {
+	if !p.wanted(line) {
 		return
 	}
 	if _, paused := b.popGate(); paused {
@@ -217,20 +217,32 @@ func (p *prefetcher) start(key prefetchKey, lease string) {
 	}()
 }
 
-// wanted tells whether key's line should take a claim ahead now. A peer
-// lease (lease) is taken ahead once, and never after a pop came under it.
-func (p *prefetcher) wanted(key prefetchKey, lease string) bool {
+// wanted tells whether line should take a claim ahead now: a cheap look
+// before candidates are checked out; add decides.
+func (p *prefetcher) wanted(line prefetchKey) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	return p.admitsLocked(line)
+}
+
+// admitsLocked tells whether line may take one more claim ahead: within
+// the bounds, its score positive; a peer's lease (line.peerLease) at most
+// once, and never once a pop came under it or while its claim is being
+// released.
+func (p *prefetcher) admitsLocked(line prefetchKey) bool {
 	if p.closed || p.total >= prefetchMaxTotal {
 		return false
 	}
-	if lease != "" && (p.lines[key] != nil || p.releasing[lease] != nil || p.wasUsedLocked(lease)) {
+	lease := line.peerLease
+	if lease != "" && (p.releasing[lease] != nil || p.wasUsedLocked(lease)) {
 		return false
 	}
-	l := p.lines[key]
+	l := p.lines[line]
 	if l == nil {
 		return len(p.lines) < prefetchMaxLines || p.sweepLocked()
+	}
+	if lease != "" {
+		return false // (a line of one, taken already)
 	}
 	return l.score > 0 && len(l.entries) < prefetchPerLine
 }
@@ -254,27 +266,18 @@ func (p *prefetcher) sweepLocked() bool {
 	return len(p.lines) < prefetchMaxLines
 }
 
-// add appends an entry for a pop of key to line; nil when the bounds say
-// no.
+// add appends an entry for a pop of key to line; nil when admitsLocked
+// says no (things may have changed since wanted looked).
 func (p *prefetcher) add(key, line prefetchKey, lease string) *prefetchEntry {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed || p.total >= prefetchMaxTotal {
+	if !p.admitsLocked(line) {
 		return nil
 	}
 	l := p.lines[line]
 	if l == nil {
-		if len(p.lines) >= prefetchMaxLines && !p.sweepLocked() {
-			return nil
-		}
 		l = &prefetchLine{score: 1}
 		p.lines[line] = l
-	}
-	if l.score <= 0 || len(l.entries) >= prefetchPerLine || (line.peerLease != "" && len(l.entries) > 0) {
-		return nil
-	}
-	if line.peerLease != "" && (p.releasing[lease] != nil || p.wasUsedLocked(lease)) {
-		return nil // (a pop came under it since wanted looked)
 	}
 	e := &prefetchEntry{key: key, line: line, lease: lease, done: make(chan struct{})}
 	l.entries = append(l.entries, e)
@@ -508,38 +511,15 @@ func (p *prefetcher) take(ctx context.Context, key prefetchKey, lease string) (*
 		delete(p.lines, line) // a line of one
 	}
 	p.mu.Unlock()
+	if err := p.await(ctx, e); err != nil {
+		return nil, err
+	}
 	if e.key != key {
 		// Its lease is this pop's: released before the pop claims.
-		select {
-		case <-e.done:
-		case <-ctx.Done():
-			p.mu.Lock()
-			e.orphan = true
-			answered := isClosed(e.done)
-			p.mu.Unlock()
-			if answered && e.res != nil {
-				p.release(e)
-			}
-			return nil, ctx.Err()
-		}
 		if e.res != nil {
 			p.release(e)
 		}
 		return nil, nil
-	}
-	select {
-	case <-e.done:
-	case <-ctx.Done():
-		// Its answer is nobody's now: released when it comes (settle),
-		// or here if it came meanwhile.
-		p.mu.Lock()
-		e.orphan = true
-		answered := isClosed(e.done)
-		p.mu.Unlock()
-		if answered && e.res != nil {
-			p.release(e)
-		}
-		return nil, ctx.Err()
 	}
 	if e.res == nil {
 		return nil, nil
@@ -551,6 +531,25 @@ func (p *prefetcher) take(ctx context.Context, key prefetchKey, lease string) (*
 	p.mu.Unlock()
 	p.b.stats.PrefetchServed.Add(1)
 	return e.res, nil
+}
+
+// await waits for the flight of e, which its caller took. When ctx ends
+// first, e's answer is nobody's: released when it comes (settle), or here
+// if it came meanwhile.
+func (p *prefetcher) await(ctx context.Context, e *prefetchEntry) error {
+	select {
+	case <-e.done:
+		return nil
+	case <-ctx.Done():
+	}
+	p.mu.Lock()
+	e.orphan = true
+	answered := isClosed(e.done)
+	p.mu.Unlock()
+	if answered && e.res != nil {
+		p.release(e)
+	}
+	return ctx.Err()
 }
 
 // close releases the answers waiting in the lines, and waits for the

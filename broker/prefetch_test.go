@@ -332,14 +332,16 @@ func TestPrefetchOncePerPop(t *testing.T) {
 	}
 }
 
-// Close releases the claims waiting in the lines.
-func TestPrefetchReleasedOnClose(t *testing.T) {
-	b, url := startCombineBroker(t, true)
+// ackedWithClaimAhead warms q's p0 and p1, pushes messages 2 to 6 to each
+// and pops and acks one partition's five, with claims kept an hour: the
+// ack takes the other partition's claim ahead.
+func ackedWithClaimAhead(t *testing.T, b *Broker) {
+	t.Helper()
 	warmQueue(t, b, "q", "p0", "p1")
 	b.pre.ttl = time.Hour
-	ctx := context.Background()
 	pushSeq(t, b, "q", "p0", 2, 5)
 	pushSeq(t, b, "q", "p1", 2, 5)
+	ctx := context.Background()
 	res, err := b.Pop(ctx, "t", PopRequest{Queue: "q", Batch: 5})
 	if err != nil || res == nil {
 		t.Fatalf("pop: %v %v", res, err)
@@ -347,6 +349,12 @@ func TestPrefetchReleasedOnClose(t *testing.T) {
 	if err := ackServed(ctx, b, res); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Close releases the claims waiting in the lines.
+func TestPrefetchReleasedOnClose(t *testing.T) {
+	b, url := startCombineBroker(t, true)
+	ackedWithClaimAhead(t, b)
 	pollUntil(t, 5*time.Second, "the claim taken ahead", func() bool { return b.pre.idle() && b.stats.PrefetchTaken.Load() == 1 })
 	if n := leasedRows(t, url); n != 1 {
 		t.Fatalf("%d leased rows, want the claim taken ahead's", n)
@@ -364,7 +372,7 @@ func TestPrefetchInFlightAtClose(t *testing.T) {
 	warmQueue(t, b, "q", "p0")
 	ctx := context.Background()
 	pushSeq(t, b, "q", "p0", 2, 5)
-	key, _ := prefetchKeyOf(PopRequest{Queue: "q"}, b.popArgs("t", PopRequest{Queue: "q", Batch: 5}))
+	key, _ := prefetchKeyOf(b.popArgs("t", PopRequest{Queue: "q", Batch: 5}))
 	e := b.pre.add(key, key, "6f1f1c9e-0000-4000-8000-0000000000c1")
 	// The flight, played by the test: the claim commits, its answer is
 	// not in yet when Close begins.
@@ -404,18 +412,8 @@ func TestPrefetchDroppedByDeleteAndSeek(t *testing.T) {
 	for _, what := range []string{"delete", "seek", "group delete"} {
 		t.Run(what, func(t *testing.T) {
 			b, url := startCombineBroker(t, true)
-			warmQueue(t, b, "q", "p0", "p1")
-			b.pre.ttl = time.Hour
+			ackedWithClaimAhead(t, b)
 			ctx := context.Background()
-			pushSeq(t, b, "q", "p0", 2, 5)
-			pushSeq(t, b, "q", "p1", 2, 5)
-			res, err := b.Pop(ctx, "t", PopRequest{Queue: "q", Batch: 5})
-			if err != nil || res == nil {
-				t.Fatalf("pop: %v %v", res, err)
-			}
-			if err := ackServed(ctx, b, res); err != nil {
-				t.Fatal(err)
-			}
 			pollUntil(t, 5*time.Second, "the claim taken ahead", func() bool { return b.pre.idle() && b.pre.waiting() == 1 })
 			switch what {
 			case "delete":
@@ -457,7 +455,7 @@ func TestPrefetchTakerLeaves(t *testing.T) {
 	if err != nil || res == nil {
 		t.Fatalf("pop: %v %v", res, err)
 	}
-	key, _ := prefetchKeyOf(PopRequest{Queue: "q"}, b.popArgs("t", PopRequest{Queue: "q", Batch: 5}))
+	key, _ := prefetchKeyOf(b.popArgs("t", PopRequest{Queue: "q", Batch: 5}))
 	// An entry whose flight has not answered yet: the pop takes it and
 	// leaves; then the answer comes, with the other partition's messages.
 	e := b.pre.add(key, key, "lease-left")
@@ -720,7 +718,7 @@ func TestPrefetchReleaseEndsOnlyItsPartitions(t *testing.T) {
 	pushSeq(t, b, "q", "p0", 2, 3)
 	pushSeq(t, b, "q", "p1", 2, 3)
 	const lease = "6f1f1c9e-0000-4000-8000-0000000000d1"
-	key, _ := prefetchKeyOf(PopRequest{Queue: "q"}, b.popArgs("t", PopRequest{Queue: "q", Batch: 5}))
+	key, _ := prefetchKeyOf(b.popArgs("t", PopRequest{Queue: "q", Batch: 5}))
 	claim := func(part string) *PopResult {
 		args := key.args("popcombine")
 		args.LeaseID, args.Names = lease, []string{part}
