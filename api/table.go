@@ -377,6 +377,8 @@ var Table = []Row{
 		Help: "Pushes (combined flushes or uncombined pushes) written by the fast push statement (docs/storage.md, \"The fast push\"); the others ran queen.push_v4.", Field: num[int64](func(s *Snapshot) *int64 { return &s.PG.PushFast })},
 	{Status: "pg.push_fast_duplicates", Metric: "queen_pg_push_fast_duplicates_total", Kind: Counter,
 		Help: "Fast pushes a duplicate transaction id undid (nothing written); the flush then ran as queen.push_v4.", Field: num[int64](func(s *Snapshot) *int64 { return &s.PG.PushFastDups })},
+	{Status: "pg.claim_sets", Metric: "queen_pg_claim_sets_total", Kind: Counter,
+		Help: "Claim flushes that sent their fast claims as one claim set statement (docs/storage.md, \"The claim set\"); a flush of one fast claim sends the single statement.", Field: num[int64](func(s *Snapshot) *int64 { return &s.PG.ClaimSets })},
 
 	// requests: the node core's counters (broker.Counters), plus the HTTP
 	// layer's in-flight count.

@@ -26,10 +26,39 @@ type CASResult struct {
 	Pending          bool // the partition has messages past the new cursor
 }
 
-// ackCASSQL calls queen.ack_cas_v1 (35_ack_cas.sql, where the conditions
-// under which a row matches are argued). text[]: see push.
-const ackCASSQL = `SELECT o_idx, o_queue, o_partition, o_pending
-	FROM queen.ack_cas_v1($1, $2, $3::text[]::uuid[], $4, $5, $6, $7, $8)`
+// ackCASSQL is queen.ack_cas_v1's statement (35_ack_cas.sql, where the
+// conditions under which a row matches are argued), sent as it is: the
+// PL/pgSQL call around it cost about as much as the statement (its
+// RETURN QUERY copy and the function's plan_cache_mode setting, set and
+// reset on every call; docs/storage.md, "CAS ack"). The function stays for
+// nodes of earlier releases during a rolling upgrade, and
+// TestAckCASStatementIsTheFunctions holds the two to the same text. text[]:
+// see push.
+const ackCASSQL = `WITH u AS (
+        SELECT * FROM unnest($1::int[], $2::text[], $3::text[]::uuid[], $4::text[], $5::text[], $6::bigint[],
+                             $7::bigint[], $8::int[])
+               AS u(i, tenant, pid, grp, lease, first_off, end_off, n)),
+    l AS (
+        SELECT c.partition_id, c.consumer_group, u.i, q.name AS qname, p.name AS pname, p.last_offset
+        FROM u
+        JOIN queen.consumers c ON c.partition_id = u.pid AND c.consumer_group = u.grp
+        JOIN queen.partitions p ON p.id = u.pid
+        JOIN queen.queues q ON q.id = p.queue_id AND q.tenant = u.tenant
+        WHERE c.lease_id = u.lease AND c.lease_expires_at > clock_timestamp()
+          AND c.batch_end = u.end_off AND c.committed_offset < u.first_off
+          AND cardinality(c.acked) = 0
+          AND (SELECT count(*) FROM queen.messages m
+               WHERE m.partition_id = u.pid AND m.off >= u.first_off AND m.off <= u.end_off) = u.n
+        ORDER BY c.partition_id, c.consumer_group
+        FOR UPDATE OF c SKIP LOCKED),
+    w AS (
+        UPDATE queen.consumers c
+        SET provisional = false, committed_offset = c.batch_end, lease_id = NULL, lease_owner = NULL, lease_expires_at = NULL,
+            retry_count = 0, updated_at = clock_timestamp()
+        FROM l
+        WHERE c.partition_id = l.partition_id AND c.consumer_group = l.consumer_group
+        RETURNING l.i, l.qname, l.pname, l.last_offset > c.committed_offset AS pending)
+    SELECT w.i, w.qname, w.pname, w.pending FROM w`
 
 // AckCAS applies the pairs in one statement (one round trip, one commit)
 // and reports each, in input order. An error means nothing was written.

@@ -122,11 +122,11 @@ func BenchmarkAckCAS(b *testing.B) {
 		if stats {
 			pattern := "%queen.ack_v2($1%"
 			if k == 1 {
-				pattern = "%queen.ack_cas_v1($1%"
+				pattern = "WITH u AS ( SELECT * FROM unnest($1::int[]%"
 			}
 			var us float64
 			if err := e.pool.QueryRow(ctx, `SELECT COALESCE(sum(total_exec_time) / nullif(sum(calls), 0), 0) * 1000
-				FROM pg_stat_statements WHERE toplevel AND query LIKE $1`, pattern).Scan(&us); err != nil {
+				FROM pg_stat_statements WHERE toplevel AND regexp_replace(query, '\s+', ' ', 'g') LIKE $1`, pattern).Scan(&us); err != nil {
 				b.Fatal(err)
 			}
 			b.ReportMetric(us, l+"-pg-us/call")

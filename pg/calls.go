@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -135,16 +136,25 @@ func (db *DB) PopManyAcks(ctx context.Context, jobs []PopArgs, pairs []CASPair) 
 	return outs, cas, nil
 }
 
-// popBatch runs jobs[idx...] in one pipelined batch, fast claims where
-// fast allows, and fills outs. It returns the jobs whose fast claim
-// answered nothing.
+// popBatch runs jobs[idx...] in one pipelined batch and fills outs: with
+// fast, the claims the fast claim takes as one claim set (claimset.go), the
+// others of them as single fast claims after it, and the rest as pop_v3.
+// It returns the jobs whose fast claim answered nothing.
 func (db *DB) popBatch(ctx context.Context, jobs []PopArgs, idx []int, outs []*PopOutcome, fast bool, pairs []CASPair) ([]int, []CASResult, error) {
 	b := &pgx.Batch{}
 	if len(pairs) > 0 {
 		b.Queue(ackCASSQL, casParams(pairs)...)
 	}
-	isFast := make([]bool, len(idx))
-	for k, i := range idx {
+	var set []int
+	rest := idx
+	if fast && !db.noClaimSets {
+		set, rest = claimSetJobs(jobs, idx)
+	}
+	if len(set) > 0 {
+		b.Queue(claimSetSQL, claimSetParams(jobs, set)...)
+	}
+	isFast := make([]bool, len(rest))
+	for k, i := range rest {
 		a := jobs[i]
 		if fast && fastClaimable(a) {
 			isFast[k] = true
@@ -166,7 +176,24 @@ func (db *DB) popBatch(ctx context.Context, jobs []PopArgs, idx []int, outs []*P
 		}
 	}
 	var again []int
-	for k, i := range idx {
+	if len(set) > 0 {
+		rs, err := br.Query()
+		if err == nil {
+			err = scanClaimSet(rs, jobs, set, outs)
+			rs.Close()
+		}
+		if err != nil {
+			br.Close()
+			return nil, nil, fmt.Errorf("pop: claim set of %d: %w", len(set), err)
+		}
+		db.claimSetFlushes.Add(1)
+		for _, i := range set {
+			if outs[i] == nil {
+				again = append(again, i)
+			}
+		}
+	}
+	for k, i := range rest {
 		a := jobs[i]
 		rs, err := br.Query()
 		if err != nil {
@@ -193,6 +220,7 @@ func (db *DB) popBatch(ctx context.Context, jobs []PopArgs, idx []int, outs []*P
 	if err := br.Close(); err != nil {
 		return nil, nil, fmt.Errorf("pop: commit of %d jobs: %w", len(idx), err)
 	}
+	slices.Sort(again)
 	return again, cas, nil
 }
 

@@ -60,7 +60,7 @@ func (e *benchEnv) cpuOf(b *testing.B, query string) int64 {
 // execution time, when pg_stat_statements is loaded.
 func (e *benchEnv) logStatements(b *testing.B, min int) {
 	rs, err := e.pool.Query(context.Background(), `SELECT calls, round((total_exec_time / calls * 1000)::numeric, 1),
-		left(regexp_replace(query, '\s+', ' ', 'g'), 100)
+		round((total_plan_time / calls * 1000)::numeric, 1), left(regexp_replace(query, '\s+', ' ', 'g'), 100)
 		FROM pg_stat_statements WHERE calls >= $1 ORDER BY total_exec_time DESC LIMIT 10`, min)
 	if err != nil {
 		return // not loaded
@@ -68,12 +68,12 @@ func (e *benchEnv) logStatements(b *testing.B, min int) {
 	defer rs.Close()
 	for rs.Next() {
 		var calls int64
-		var us float64
+		var us, plan float64
 		var q string
-		if err := rs.Scan(&calls, &us, &q); err != nil {
+		if err := rs.Scan(&calls, &us, &plan, &q); err != nil {
 			return
 		}
-		b.Logf("%6d calls %8.1f us  %s", calls, us, q)
+		b.Logf("%6d calls %8.1f us (planning %.1f us)  %s", calls, us, plan, q)
 	}
 }
 

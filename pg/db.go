@@ -36,6 +36,9 @@ type DB struct {
 	pids              pidCache     // partition ids for the fast push (pushfast.go)
 	pushFastFlushes   atomic.Int64 // push flushes the fast push statement wrote
 	pushFastFallbacks atomic.Int64 // fast pushes undone by a duplicate, run as push_v4
+	claimSetFlushes   atomic.Int64 // claim flushes that sent a claim set (claimset.go)
+
+	noClaimSets bool // tests and benchmarks: every fast claim as its own statement
 }
 
 // Open connects, applies the schema and returns a ready DB. An empty url
@@ -113,6 +116,7 @@ type PoolStat struct {
 	Retries       int64 // calls run again after a deadlock, serialization failure or concurrent delete (pg/retry.go)
 	PushFast      int64 // push flushes written by the fast push statement (pg/pushfast.go)
 	PushFastDups  int64 // fast pushes a duplicate undid, run as queen.push_v4 instead
+	ClaimSets     int64 // claim flushes that sent their fast claims as one claim set (pg/claimset.go)
 }
 
 // Stat returns the pool figures without touching the database.
@@ -129,6 +133,7 @@ func (db *DB) Stat() PoolStat {
 		Retries:       db.Retries(),
 		PushFast:      db.pushFastFlushes.Load(),
 		PushFastDups:  db.pushFastFallbacks.Load(),
+		ClaimSets:     db.claimSetFlushes.Load(),
 	}
 }
 

@@ -114,3 +114,53 @@ func (db *DB) PopGeneral(ctx context.Context, a PopArgs) (*PopOutcome, error) {
 	}
 	return outs[0], nil
 }
+
+// SetClaimSets turns the claim set (claimset.go) on or off, for the
+// differential test and the benchmarks that compare it with the single
+// statements.
+func (db *DB) SetClaimSets(on bool) { db.noClaimSets = !on }
+
+// FastFlightTx runs the fast claims of a flush on tx as popBatch sends
+// them, without the general path: with set, the claim set and then the
+// single statements for the jobs it leaves out; without, every job as its
+// own single statement, in job order. A job whose fast claim answered
+// nothing gets nil; every job must qualify (fastClaimable). sent reports
+// how many went into the claim set.
+func FastFlightTx(ctx context.Context, tx pgx.Tx, jobs []PopArgs, set bool) (outs []*PopOutcome, sent int, err error) {
+	outs = make([]*PopOutcome, len(jobs))
+	idx := make([]int, len(jobs))
+	for i, a := range jobs {
+		if !fastClaimable(a) {
+			return nil, 0, fmt.Errorf("job %d does not qualify", i)
+		}
+		idx[i] = i
+	}
+	var in []int
+	rest := idx
+	if set {
+		in, rest = claimSetJobs(jobs, idx)
+	}
+	if len(in) > 0 {
+		rs, err := tx.Query(ctx, claimSetSQL, claimSetParams(jobs, in)...)
+		if err != nil {
+			return nil, 0, err
+		}
+		err = scanClaimSet(rs, jobs, in, outs)
+		rs.Close()
+		if err != nil {
+			return nil, 0, err
+		}
+	}
+	for _, i := range rest {
+		rs, err := tx.Query(ctx, fastClaimSQL, fastParams(jobs[i])...)
+		if err != nil {
+			return nil, 0, err
+		}
+		outs[i], err = scanFast(rs, jobs[i])
+		rs.Close()
+		if err != nil {
+			return nil, 0, err
+		}
+	}
+	return outs, len(in), nil
+}

@@ -1,0 +1,200 @@
+package pg
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"queen-node/protocol"
+)
+
+// The claim set is the fast claim (claimfast.go) for several claims of one
+// flush in one statement: each claim is a row of the input arrays, and the
+// statement does for each what fastClaimSQL does for one. A flush of k
+// claims thus costs one executor run and one round of protocol messages
+// instead of k, so a flight's length grows with its messages, not with a
+// statement per claim (docs/storage.md, "The claim set").
+//
+// Its input never holds two claims of one consumer row (one partition of
+// one group): claimSetJobs leaves the second to the single statement,
+// after the set, where it finds the row leased and goes to pop_v3, as it
+// would after the first's single statement. In one statement, both would
+// read the row, the UPDATE would write it once with either claim's lease
+// (the plan decides which), and RETURNING would answer only that one: no
+// message twice, but not the answer the single statements give.
+//
+// A claim that gets no row here has written nothing and goes to pop_v3, as
+// after the single statement. The differential test (claimset_test.go)
+// holds the set to the single statement's outcomes.
+//
+// Parameters, one element per claim: $1 tenant, $2 queue, $3 candidate,
+// $4 group, $5 budget, $6 byte cap (<= 0: none), $7 lease id, $8 owner, $9
+// lease seconds (0: the queue's leaseTime). The rows come back by claim
+// (o_idx, 1-based) and offset.
+const claimSetSQL = `WITH j AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::bigint[],
+                         $7::text[], $8::text[], $9::int[])
+        WITH ORDINALITY AS j(tenant, queue, name, grp, budget, cap, lease, owner, secs, idx)),
+c AS (
+    SELECT j.idx, j.queue, j.name, j.grp, j.budget, j.cap, j.lease, j.owner,
+           q.id AS qid, p.id AS pid, p.last_offset, c.committed_offset, c.retry_count,
+           CASE WHEN j.secs > 0 THEN j.secs WHEN q.lease_time > 0 THEN q.lease_time
+                ELSE queen.default_lease_seconds() END AS lease_secs
+    FROM j
+    JOIN queen.queues q ON q.tenant = j.tenant AND q.name = j.queue
+    JOIN queen.consumer_groups_metadata md ON md.queue_id = q.id AND md.consumer_group = j.grp
+    JOIN queen.partitions p ON p.queue_id = q.id AND p.name = j.name
+    JOIN queen.consumers c ON c.partition_id = p.id AND c.consumer_group = j.grp
+    WHERE q.delayed_processing = 0 AND q.window_buffer = 0
+      AND cardinality(c.acked) = 0
+      AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= clock_timestamp())
+      AND p.last_offset > c.committed_offset
+    FOR UPDATE OF c SKIP LOCKED),
+m AS (
+    SELECT c.idx, c.cap, l.*,
+           sum(l.size) OVER (PARTITION BY c.idx ORDER BY l.off ROWS UNBOUNDED PRECEDING) AS run,
+           row_number() OVER (PARTITION BY c.idx ORDER BY l.off) AS rn,
+           count(*) OVER (PARTITION BY c.idx) AS nread
+    FROM c CROSS JOIN LATERAL (
+        SELECT m.off, m.id, m.transaction_id, m.trace_id, m.payload, m.created_at, m.producer_sub,
+               CASE WHEN c.cap > 0 THEN
+                   COALESCE(octet_length(m.payload::text), 4) + octet_length(m.transaction_id)
+                   + COALESCE(octet_length(m.producer_sub), 0)
+                   + octet_length(c.queue) + 2 * octet_length(c.name) + octet_length(c.grp)
+                   + queen.row_envelope_bytes()
+               ELSE 0 END AS size
+        FROM queen.messages m
+        WHERE m.partition_id = c.pid AND m.off > c.committed_offset AND m.off <= c.last_offset
+        ORDER BY m.off
+        LIMIT c.budget) l),
+k AS (
+    SELECT * FROM m WHERE m.cap <= 0 OR m.run <= m.cap OR m.rn = 1),
+a AS (
+    SELECT k.idx, max(k.off) AS end_off, count(*) AS nkept, max(k.nread) AS nread FROM k GROUP BY k.idx),
+u AS (
+    UPDATE queen.consumers cc
+    SET batch_end = a.end_off, lease_id = c.lease, lease_owner = c.owner, provisional = false,
+        lease_expires_at = clock_timestamp() + make_interval(secs => c.lease_secs),
+        updated_at = clock_timestamp()
+    FROM c JOIN a ON a.idx = c.idx
+    WHERE cc.partition_id = c.pid AND cc.consumer_group = c.grp
+    RETURNING c.idx, c.qid, c.pid, cc.lease_expires_at, c.retry_count, c.last_offset, a.nread, a.nkept)
+SELECT u.idx, u.qid::text, u.pid::text, u.lease_expires_at, u.retry_count, u.last_offset, u.nread, u.nkept,
+       k.off, k.id::text, k.transaction_id, k.trace_id::text, k.payload::text, k.created_at, k.producer_sub
+FROM u JOIN k ON k.idx = u.idx
+ORDER BY u.idx, k.off`
+
+// claimSetJobs picks the jobs of idx that go into the claim set: those the
+// fast claim takes (fastClaimable), the first of each consumer row only.
+// The rest are returned in rest, in order. A set of fewer than two claims
+// is none: one claim goes as the single statement, whose plan is simpler.
+func claimSetJobs(jobs []PopArgs, idx []int) (set, rest []int) {
+	type row struct{ tenant, queue, name, group string }
+	seen := map[row]bool{}
+	for _, i := range idx {
+		a := jobs[i]
+		if !fastClaimable(a) {
+			rest = append(rest, i)
+			continue
+		}
+		key := row{a.Tenant, a.Queue, a.Names[0], a.Group}
+		if seen[key] {
+			rest = append(rest, i)
+			continue
+		}
+		seen[key] = true
+		set = append(set, i)
+	}
+	if len(set) < 2 {
+		return nil, idx
+	}
+	return set, rest
+}
+
+// claimSetParams lays the claims of set out as the statement's arrays.
+func claimSetParams(jobs []PopArgs, set []int) []any {
+	n := len(set)
+	var (
+		tenants, queues, names, groups, leases, owners = make([]string, n), make([]string, n),
+			make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		budgets, secs = make([]int32, n), make([]int32, n)
+		caps          = make([]int64, n)
+	)
+	for k, i := range set {
+		a := jobs[i]
+		tenants[k], queues[k], names[k], groups[k] = a.Tenant, a.Queue, a.Names[0], a.Group
+		budgets[k], caps[k], leases[k], owners[k], secs[k] = int32(a.Budget), a.MaxBytes, a.LeaseID, a.Owner, int32(a.LeaseSeconds)
+	}
+	return []any{tenants, queues, names, groups, budgets, caps, leases, owners, secs}
+}
+
+// scanClaimSet reads the claim set's rows into outs[set[k]] for each
+// claim k that took its candidate, with the outcome the single statement
+// gives (scanFast). Claims with no row are left nil: they go to pop_v3.
+func scanClaimSet(rs pgx.Rows, jobs []PopArgs, set []int, outs []*PopOutcome) error {
+	var (
+		cur          *PopOutcome
+		curIdx       int64
+		nread, nkept int64
+		last         int64
+		retry        int32
+		qid, pid     string
+		until        time.Time
+		idx          int64
+	)
+	kept := map[int64]int64{} // claim -> messages the statement kept
+	read := map[int64]int64{}
+	lasts := map[int64]int64{}
+	head := []any{&idx, &qid, &pid, &until, &retry, &last, &nread, &nkept}
+	dest := make([]any, 0, len(head)+7)
+	for rs.Next() {
+		var (
+			id, txid   string
+			created    time.Time
+			trace, sub *string
+			pay        []byte
+			off        int64
+		)
+		dest = append(append(dest[:0], head...), &off, &id, &txid, &trace, &pay, &created, &sub)
+		if err := rs.Scan(dest...); err != nil {
+			return fmt.Errorf("scan: %w", err)
+		}
+		if idx < 1 || idx > int64(len(set)) {
+			return fmt.Errorf("claim set: row of claim %d, %d claims sent", idx, len(set))
+		}
+		a := jobs[set[idx-1]]
+		if cur == nil || idx != curIdx {
+			if outs[set[idx-1]] != nil {
+				return fmt.Errorf("claim set: claim %d answered twice", idx)
+			}
+			cur, curIdx = &PopOutcome{QueueID: qid, Seeded: true, Fast: true, Verdicts: make([]Verdict, len(a.Names)),
+				Messages: make([]PopMessage, 0, nkept)}, idx
+			cur.Verdicts[0] = Verdict{Name: a.Names[0], PartitionID: pid, Kind: protocol.VerdictTook, Until: until}
+			for i := 1; i < len(a.Names); i++ {
+				cur.Verdicts[i] = Verdict{Name: a.Names[i], Kind: protocol.VerdictRequeue}
+			}
+			outs[set[idx-1]] = cur
+			kept[idx], read[idx], lasts[idx] = nkept, nread, last
+		}
+		m := PopMessage{Partition: a.Names[0], PartitionID: cur.Verdicts[0].PartitionID, Off: off, ID: id, TxID: txid,
+			Trace: trace, CreatedAt: created, Sub: sub, Retry: int(retry), Payload: pay}
+		if pay == nil {
+			m.Payload = []byte("null")
+		}
+		cur.Messages = append(cur.Messages, m)
+	}
+	if err := rs.Err(); err != nil {
+		return err
+	}
+	for c, n := range kept {
+		out := outs[set[c-1]]
+		if int64(len(out.Messages)) != n {
+			return fmt.Errorf("claim set: claim %d: %d rows for %d messages", c, len(out.Messages), n)
+		}
+		// As scanFast.
+		end := out.Messages[len(out.Messages)-1].Off
+		out.Verdicts[0].Drained = end >= lasts[c] || (n < int64(jobs[set[c-1]].Budget) && n >= read[c])
+	}
+	return nil
+}
