@@ -27,8 +27,9 @@ import (
 // delivered; only the second's run again), each such claim's lease is
 // released and it runs again alone under its own context (Broker.claimAlone: pg.DB.Retry, and
 // its lease dropped if its client left). A claim is never given another's
-// rows: each job is its own fast claim or pop_v3 call in the batch and
-// gets that call's rows back.
+// rows: each job is its own element of the claim set (pg/claimset.go,
+// rows matched by its index), its own fast claim or its own pop_v3 call in
+// the batch, and gets only its own rows back.
 //
 // A claim whose client leaves before its flush is sent is skipped. One
 // whose client leaves after is answered at once; when its flush claimed

@@ -66,12 +66,48 @@ func (db *DB) AckCAS(ctx context.Context, pairs []CASPair) ([]CASResult, error) 
 	if len(pairs) == 0 {
 		return []CASResult{}, nil
 	}
-	rs, err := db.pool.Query(ctx, ackCASSQL, casParams(pairs)...)
+	b := &pgx.Batch{}
+	b.Queue(genericPlansSQL)
+	b.Queue(ackCASSQL, casParams(pairs)...)
+	b.Queue(resetPlansSQL)
+	br := db.pool.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return nil, fmt.Errorf("ack cas: %w", err)
+	}
+	rs, err := br.Query()
 	if err != nil {
 		return nil, fmt.Errorf("ack cas: %w", err)
 	}
-	return scanCAS(rs, len(pairs))
+	out, err := scanCAS(rs, len(pairs))
+	if err != nil {
+		return nil, err
+	}
+	if _, err := br.Exec(); err != nil {
+		return nil, fmt.Errorf("ack cas: %w", err)
+	}
+	// Close reads the Sync: the commit's outcome.
+	if err := br.Close(); err != nil {
+		return nil, fmt.Errorf("ack cas: commit: %w", err)
+	}
+	return out, nil
 }
+
+// genericPlansSQL and resetPlansSQL bracket the statements that take their
+// claims or acks as arrays (ackCASSQL, claimSetSQL) in their batch. Their
+// plan must not depend on the arrays' lengths, and PostgreSQL's plan cache
+// may otherwise plan them again on every call: it keeps the generic plan
+// only when that plan's estimated cost is below the custom plans' average,
+// and a generic plan assumes 10 elements per array. Measured on a queue of
+// 10,000 partitions: one run's claim set was planned 2,362 times in 2,429
+// calls (3.3 s of planning, 1.4 ms each, against 1.1 s of execution), the
+// next run's 56 times. The setting is the session's, for the rest of the
+// batch only: RESET ends it before the Sync, and a transaction that fails
+// rolls it back (docs/storage.md, "The claim set").
+const (
+	genericPlansSQL = "SET plan_cache_mode = force_generic_plan"
+	resetPlansSQL   = "RESET plan_cache_mode"
+)
 
 // casParams are ackCASSQL's parameters for pairs.
 func casParams(pairs []CASPair) []any {

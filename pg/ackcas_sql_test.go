@@ -8,8 +8,8 @@ import (
 // TestAckCASStatementIsTheFunctions: ackCASSQL is queen.ack_cas_v1's
 // statement sent as it is, so that nodes of this release and of earlier
 // ones (which call the function) resolve CAS acks alike during a rolling
-// upgrade. Past their input lines (the function's parameters, the
-// statement's $n), the two texts must be the same.
+// upgrade. With the function's parameters written as the statement's
+// placeholders (and their types), the two texts must be the same.
 func TestAckCASStatementIsTheFunctions(t *testing.T) {
 	body, err := sqlFiles.ReadFile("sql/functions/35_ack_cas.sql")
 	if err != nil {
@@ -21,15 +21,18 @@ func TestAckCASStatementIsTheFunctions(t *testing.T) {
 		t.Fatal("35_ack_cas.sql: no RETURN QUERY ... END;")
 	}
 	fn = strings.TrimSuffix(strings.TrimSpace(fn[start+len("RETURN QUERY"):end]), ";")
-	tail := func(s string) string {
-		const from = "AS u(i, tenant, pid, grp, lease, first_off, end_off, n)"
-		i := strings.Index(s, from)
-		if i < 0 {
-			t.Fatalf("no %q in %s", from, s)
-		}
-		return strings.Join(strings.Fields(s[i:]), " ")
-	}
-	if f, s := tail(fn), tail(ackCASSQL); f != s {
+	// The function's parameters, in its signature's order, as casParams
+	// sends them.
+	fn = strings.NewReplacer(
+		"p_idx", "$1::int[]", "p_tenants", "$2::text[]", "p_pids", "$3::text[]::uuid[]", "p_groups", "$4::text[]",
+		"p_leases", "$5::text[]", "p_firsts", "$6::bigint[]", "p_ends", "$7::bigint[]", "p_counts", "$8::int[]",
+	).Replace(fn)
+	norm := func(s string) string { return strings.Join(strings.Fields(s), " ") }
+	if f, s := norm(fn), norm(ackCASSQL); f != s {
 		t.Fatalf("ackCASSQL differs from queen.ack_cas_v1's statement:\nfunction:  %s\nstatement: %s", f, s)
+	}
+	if !strings.Contains(string(body), "p_idx     int[],\n    p_tenants text[],\n    p_pids    uuid[],\n    p_groups  text[],\n"+
+		"    p_leases  text[],\n    p_firsts  bigint[],\n    p_ends    bigint[],\n    p_counts  int[])") {
+		t.Fatal("queen.ack_cas_v1's parameters are no longer those the replacements above assume")
 	}
 }

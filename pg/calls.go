@@ -142,13 +142,17 @@ func (db *DB) PopManyAcks(ctx context.Context, jobs []PopArgs, pairs []CASPair) 
 // It returns the jobs whose fast claim answered nothing.
 func (db *DB) popBatch(ctx context.Context, jobs []PopArgs, idx []int, outs []*PopOutcome, fast bool, pairs []CASPair) ([]int, []CASResult, error) {
 	b := &pgx.Batch{}
-	if len(pairs) > 0 {
-		b.Queue(ackCASSQL, casParams(pairs)...)
-	}
 	var set []int
 	rest := idx
 	if fast && !db.noClaimSets {
 		set, rest = claimSetJobs(jobs, idx)
+	}
+	generic := len(pairs) > 0 || len(set) > 0
+	if generic {
+		b.Queue(genericPlansSQL)
+	}
+	if len(pairs) > 0 {
+		b.Queue(ackCASSQL, casParams(pairs)...)
 	}
 	if len(set) > 0 {
 		b.Queue(claimSetSQL, claimSetParams(jobs, set)...)
@@ -163,7 +167,16 @@ func (db *DB) popBatch(ctx context.Context, jobs []PopArgs, idx []int, outs []*P
 			b.Queue(popSQL, popParams(a)...)
 		}
 	}
+	if generic {
+		b.Queue(resetPlansSQL)
+	}
 	br := db.pool.SendBatch(ctx, b)
+	if generic {
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return nil, nil, fmt.Errorf("pop: %w", err)
+		}
+	}
 	var cas []CASResult
 	if len(pairs) > 0 {
 		rs, err := br.Query()
@@ -215,6 +228,12 @@ func (db *DB) popBatch(ctx context.Context, jobs []PopArgs, idx []int, outs []*P
 			again = append(again, i)
 		}
 		outs[i] = out
+	}
+	if generic {
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return nil, nil, fmt.Errorf("pop: %w", err)
+		}
 	}
 	// Close reads the Sync: the commit's outcome.
 	if err := br.Close(); err != nil {

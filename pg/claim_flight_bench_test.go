@@ -27,7 +27,7 @@ func BenchmarkClaimFlight(b *testing.B) {
 	ctx := context.Background()
 	const budget, nparts = 10, 100
 	for _, mode := range []string{"each", "set"} {
-		for _, k := range []int{1, 4, 8, 16} {
+		for _, k := range []int{1, 2, 4, 8, 16} {
 			b.Run(fmt.Sprintf("%s/claims%d", mode, k), func(b *testing.B) {
 				e.db.SetClaimSets(mode == "set")
 				q := fmt.Sprintf("f%d-%d", k, benchSeq.Add(1))

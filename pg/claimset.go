@@ -2,6 +2,7 @@ package pg
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -28,6 +29,19 @@ import (
 // after the single statement. The differential test (claimset_test.go)
 // holds the set to the single statement's outcomes.
 //
+// Its plan must not depend on the tables' sizes: the node prepares it
+// once per connection and PostgreSQL keeps one generic plan, perhaps made
+// while the queue was small. So each claim finds its row in a LATERAL
+// subquery on its own values, where every lookup is an equality on a
+// unique key (the single statement's lookups), and the UPDATE finds the
+// rows it locked by their ctid (no other transaction can move a row this
+// statement locked) instead of a join that could become a scan of
+// queen.consumers. One difference with the single statement: a row that
+// another transaction updated and committed after this statement's
+// snapshot is locked in its new version, which the UPDATE's scan of the
+// snapshot does not see, so that claim gets no row and goes to pop_v3 (the
+// single statement finds the old version through the key and follows it).
+//
 // Parameters, one element per claim: $1 tenant, $2 queue, $3 candidate,
 // $4 group, $5 budget, $6 byte cap (<= 0: none), $7 lease id, $8 owner, $9
 // lease seconds (0: the queue's leaseTime). The rows come back by claim
@@ -36,21 +50,22 @@ const claimSetSQL = `WITH j AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::bigint[],
                          $7::text[], $8::text[], $9::int[])
         WITH ORDINALITY AS j(tenant, queue, name, grp, budget, cap, lease, owner, secs, idx)),
-c AS (
-    SELECT j.idx, j.queue, j.name, j.grp, j.budget, j.cap, j.lease, j.owner,
-           q.id AS qid, p.id AS pid, p.last_offset, c.committed_offset, c.retry_count,
-           CASE WHEN j.secs > 0 THEN j.secs WHEN q.lease_time > 0 THEN q.lease_time
-                ELSE queen.default_lease_seconds() END AS lease_secs
-    FROM j
-    JOIN queen.queues q ON q.tenant = j.tenant AND q.name = j.queue
-    JOIN queen.consumer_groups_metadata md ON md.queue_id = q.id AND md.consumer_group = j.grp
-    JOIN queen.partitions p ON p.queue_id = q.id AND p.name = j.name
-    JOIN queen.consumers c ON c.partition_id = p.id AND c.consumer_group = j.grp
-    WHERE q.delayed_processing = 0 AND q.window_buffer = 0
-      AND cardinality(c.acked) = 0
-      AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= clock_timestamp())
-      AND p.last_offset > c.committed_offset
-    FOR UPDATE OF c SKIP LOCKED),
+c AS MATERIALIZED (
+    SELECT j.idx, j.queue, j.name, j.grp, j.budget, j.cap, j.lease, j.owner, x.*
+    FROM j CROSS JOIN LATERAL (
+        SELECT c.ctid AS rid, q.id AS qid, p.id AS pid, p.last_offset, c.committed_offset, c.retry_count,
+               CASE WHEN j.secs > 0 THEN j.secs WHEN q.lease_time > 0 THEN q.lease_time
+                    ELSE queen.default_lease_seconds() END AS lease_secs
+        FROM queen.queues q
+        JOIN queen.consumer_groups_metadata md ON md.queue_id = q.id AND md.consumer_group = j.grp
+        JOIN queen.partitions p ON p.queue_id = q.id AND p.name = j.name
+        JOIN queen.consumers c ON c.partition_id = p.id AND c.consumer_group = j.grp
+        WHERE q.tenant = j.tenant AND q.name = j.queue
+          AND q.delayed_processing = 0 AND q.window_buffer = 0
+          AND cardinality(c.acked) = 0
+          AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= clock_timestamp())
+          AND p.last_offset > c.committed_offset
+        FOR UPDATE OF c SKIP LOCKED) x),
 m AS (
     SELECT c.idx, c.cap, l.*,
            sum(l.size) OVER (PARTITION BY c.idx ORDER BY l.off ROWS UNBOUNDED PRECEDING) AS run,
@@ -78,7 +93,7 @@ u AS (
         lease_expires_at = clock_timestamp() + make_interval(secs => c.lease_secs),
         updated_at = clock_timestamp()
     FROM c JOIN a ON a.idx = c.idx
-    WHERE cc.partition_id = c.pid AND cc.consumer_group = c.grp
+    WHERE cc.ctid = c.rid AND cc.partition_id = c.pid AND cc.consumer_group = c.grp
     RETURNING c.idx, c.qid, c.pid, cc.lease_expires_at, c.retry_count, c.last_offset, a.nread, a.nkept)
 SELECT u.idx, u.qid::text, u.pid::text, u.lease_expires_at, u.retry_count, u.last_offset, u.nread, u.nkept,
        k.off, k.id::text, k.transaction_id, k.trace_id::text, k.payload::text, k.created_at, k.producer_sub
@@ -89,12 +104,21 @@ ORDER BY u.idx, k.off`
 // fast claim takes (fastClaimable), the first of each consumer row only.
 // The rest are returned in rest, in order. A set of fewer than two claims
 // is none: one claim goes as the single statement, whose plan is simpler.
+//
+// The set runs before the rest, so a fast claim goes ahead of a general
+// claim (pop_v3: several partitions, autoAck...) that came before it in
+// the flush. That decides only which of two claims naming the same
+// partition in one flush gets it, which is rare (the hot-list hands a
+// partition to one pop at a time), and either order is one in which the
+// two could have arrived.
 func claimSetJobs(jobs []PopArgs, idx []int) (set, rest []int) {
 	type row struct{ tenant, queue, name, group string }
 	seen := map[row]bool{}
 	for _, i := range idx {
 		a := jobs[i]
-		if !fastClaimable(a) {
+		if !fastClaimable(a) || a.Budget > math.MaxInt32 || a.LeaseSeconds > math.MaxInt32 {
+			// (the set's int arrays; the single statement's
+			// encoder refuses such a value with an error)
 			rest = append(rest, i)
 			continue
 		}

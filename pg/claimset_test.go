@@ -22,7 +22,8 @@ import (
 // rows written must agree. The flushes hold claims of one consumer row
 // twice (the second must find the first's lease), of other tenants'
 // queues, of missing partitions and groups, with and without byte caps and
-// lease times; the states hold live and expired leases, acked gaps,
+// lease times, and rows another transaction holds; the states hold live
+// and expired leases, acked gaps,
 // missing consumer rows and group markers, a delayedProcessing and a
 // windowBuffer queue, and messages deleted under the cursors.
 func TestClaimSetMatchesSingleClaims(t *testing.T) {
@@ -36,6 +37,11 @@ func TestClaimSetMatchesSingleClaims(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
+	other, err := pgx.Connect(ctx, url) // holds rows now and then
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close(ctx)
 	exec := func(q string, args ...any) {
 		t.Helper()
 		if _, err := conn.Exec(ctx, q, args...); err != nil {
@@ -110,7 +116,7 @@ func TestClaimSetMatchesSingleClaims(t *testing.T) {
 
 	type leased struct{ tenant, group, pid, tx, lease string }
 	var held []leased
-	var nSets, nInSet, nTook, nMissed, nDup, nCapped, nHoleDrained int
+	var nSets, nInSet, nTook, nMissed, nDup, nCapped, nHoleDrained, nHeld int
 	for step := 0; step < 400; step++ {
 		switch rnd.IntN(10) {
 		case 0, 1, 9:
@@ -185,6 +191,23 @@ func TestClaimSetMatchesSingleClaims(t *testing.T) {
 			}
 		}
 
+		// Now and then another transaction holds a claim's row: both
+		// ways must skip it (SKIP LOCKED), not wait.
+		var holder pgx.Tx
+		if rnd.IntN(5) == 0 {
+			a := jobs[rnd.IntN(len(jobs))]
+			if holder, err = other.Begin(ctx); err != nil {
+				t.Fatal(err)
+			}
+			var n int
+			if err := holder.QueryRow(ctx, `WITH h AS (SELECT 1 FROM queen.consumers c
+					JOIN queen.partitions p ON p.id = c.partition_id JOIN queen.queues q ON q.id = p.queue_id
+					WHERE q.tenant = $1 AND q.name = $2 AND p.name = $3 AND c.consumer_group = $4 FOR UPDATE OF c)
+				SELECT count(*) FROM h`, a.Tenant, a.Queue, a.Names[0], a.Group).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			nHeld += n
+		}
 		tx, err := conn.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -255,6 +278,11 @@ func TestClaimSetMatchesSingleClaims(t *testing.T) {
 		if err := tx.Commit(ctx); err != nil {
 			t.Fatal(err)
 		}
+		if holder != nil {
+			if err := holder.Rollback(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
 		for i, out := range got {
 			if out != nil {
 				for _, m := range out.Messages {
@@ -263,9 +291,9 @@ func TestClaimSetMatchesSingleClaims(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("claim sets %d (%d claims), took %d (%d cut by the byte cap, %d drained below a hole), missed %d, repeated rows %d",
-		nSets, nInSet, nTook, nCapped, nHoleDrained, nMissed, nDup)
-	if nSets < 200 || nTook < 150 || nMissed < 100 || nDup < 50 || nCapped < 10 || nHoleDrained < 5 {
+	t.Logf("claim sets %d (%d claims), took %d (%d cut by the byte cap, %d drained below a hole), missed %d, repeated rows %d, rows held %d",
+		nSets, nInSet, nTook, nCapped, nHoleDrained, nMissed, nDup, nHeld)
+	if nSets < 200 || nTook < 150 || nMissed < 100 || nDup < 50 || nCapped < 10 || nHoleDrained < 5 || nHeld < 20 {
 		t.Fatalf("too few cases exercised: sets %d, took %d, capped %d, drained below a hole %d, missed %d, repeated %d",
 			nSets, nTook, nCapped, nHoleDrained, nMissed, nDup)
 	}

@@ -164,3 +164,26 @@ func FastFlightTx(ctx context.Context, tx pgx.Tx, jobs []PopArgs, set bool) (out
 	}
 	return outs, len(in), nil
 }
+
+// PlanCounts reads, on a connection of db's pool, the setting
+// plan_cache_mode and the generic and custom plans PostgreSQL made of the
+// prepared statements whose text starts with prefix (pg_prepared_statements
+// is per connection: give db a pool of one).
+func (db *DB) PlanCounts(ctx context.Context, prefix string) (mode string, generic, custom int64, err error) {
+	err = db.pool.QueryRow(ctx, `SELECT current_setting('plan_cache_mode'),
+			COALESCE(sum(generic_plans), 0)::bigint, COALESCE(sum(custom_plans), 0)::bigint
+		FROM pg_prepared_statements WHERE starts_with(statement, $1)`, prefix).Scan(&mode, &generic, &custom)
+	return
+}
+
+// ClaimSetPrefix and AckCASPrefix begin the two array statements' texts.
+var (
+	ClaimSetPrefix = claimSetSQL[:40]
+	AckCASPrefix   = ackCASSQL[:40]
+)
+
+// BackendPID is the server process of a connection of db's pool.
+func (db *DB) BackendPID(ctx context.Context) (pid int, err error) {
+	err = db.pool.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid)
+	return
+}
