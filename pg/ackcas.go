@@ -61,7 +61,10 @@ const ackCASSQL = `WITH u AS (
     SELECT w.i, w.qname, w.pname, w.pending FROM w`
 
 // AckCAS applies the pairs in one statement (one round trip, one commit)
-// and reports each, in input order. An error means nothing was written.
+// and reports each, in input order. An error means nothing was written,
+// unless it came from reading the answer back (a malformed row): the
+// statement's transaction then commits as the batch is closed, as for any
+// call whose answer is lost.
 func (db *DB) AckCAS(ctx context.Context, pairs []CASPair) ([]CASResult, error) {
 	if len(pairs) == 0 {
 		return []CASResult{}, nil
@@ -71,20 +74,24 @@ func (db *DB) AckCAS(ctx context.Context, pairs []CASPair) ([]CASResult, error) 
 	b.Queue(ackCASSQL, casParams(pairs)...)
 	b.Queue(resetPlansSQL)
 	br := db.pool.SendBatch(ctx, b)
-	defer br.Close()
+	// Closed once on every path: a second Close after the connection went
+	// back to the pool would touch another caller's connection.
 	if _, err := br.Exec(); err != nil {
-		return nil, fmt.Errorf("ack cas: %w", err)
+		br.Close()
+		return nil, fmt.Errorf("ack cas: set plan_cache_mode: %w", err)
 	}
 	rs, err := br.Query()
-	if err != nil {
-		return nil, fmt.Errorf("ack cas: %w", err)
+	var out []CASResult
+	if err == nil {
+		out, err = scanCAS(rs, len(pairs))
 	}
-	out, err := scanCAS(rs, len(pairs))
 	if err != nil {
-		return nil, err
+		br.Close()
+		return nil, fmt.Errorf("ack cas: %w", err)
 	}
 	if _, err := br.Exec(); err != nil {
-		return nil, fmt.Errorf("ack cas: %w", err)
+		br.Close()
+		return nil, fmt.Errorf("ack cas: reset plan_cache_mode: %w", err)
 	}
 	// Close reads the Sync: the commit's outcome.
 	if err := br.Close(); err != nil {
@@ -101,8 +108,8 @@ func (db *DB) AckCAS(ctx context.Context, pairs []CASPair) ([]CASResult, error) 
 // and a generic plan assumes 10 elements per array. Measured on a queue of
 // 10,000 partitions: one run's claim set was planned 2,362 times in 2,429
 // calls (3.3 s of planning, 1.4 ms each, against 1.1 s of execution), the
-// next run's 56 times. The setting is the session's, for the rest of the
-// batch only: RESET ends it before the Sync, and a transaction that fails
+// next run's 56 times. The setting is the session's, for those statements
+// only: RESET follows them in the same batch, and a transaction that fails
 // rolls it back (docs/storage.md, "The claim set").
 const (
 	genericPlansSQL = "SET plan_cache_mode = force_generic_plan"

@@ -157,6 +157,9 @@ func (db *DB) popBatch(ctx context.Context, jobs []PopArgs, idx []int, outs []*P
 	if len(set) > 0 {
 		b.Queue(claimSetSQL, claimSetParams(jobs, set)...)
 	}
+	if generic {
+		b.Queue(resetPlansSQL) // the other statements keep the session's mode
+	}
 	isFast := make([]bool, len(rest))
 	for k, i := range rest {
 		a := jobs[i]
@@ -167,14 +170,11 @@ func (db *DB) popBatch(ctx context.Context, jobs []PopArgs, idx []int, outs []*P
 			b.Queue(popSQL, popParams(a)...)
 		}
 	}
-	if generic {
-		b.Queue(resetPlansSQL)
-	}
 	br := db.pool.SendBatch(ctx, b)
 	if generic {
 		if _, err := br.Exec(); err != nil {
 			br.Close()
-			return nil, nil, fmt.Errorf("pop: %w", err)
+			return nil, nil, fmt.Errorf("pop: set plan_cache_mode: %w", err)
 		}
 	}
 	var cas []CASResult
@@ -206,6 +206,12 @@ func (db *DB) popBatch(ctx context.Context, jobs []PopArgs, idx []int, outs []*P
 			}
 		}
 	}
+	if generic {
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return nil, nil, fmt.Errorf("pop: reset plan_cache_mode: %w", err)
+		}
+	}
 	for k, i := range rest {
 		a := jobs[i]
 		rs, err := br.Query()
@@ -228,12 +234,6 @@ func (db *DB) popBatch(ctx context.Context, jobs []PopArgs, idx []int, outs []*P
 			again = append(again, i)
 		}
 		outs[i] = out
-	}
-	if generic {
-		if _, err := br.Exec(); err != nil {
-			br.Close()
-			return nil, nil, fmt.Errorf("pop: %w", err)
-		}
 	}
 	// Close reads the Sync: the commit's outcome.
 	if err := br.Close(); err != nil {

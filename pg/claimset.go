@@ -30,17 +30,20 @@ import (
 // holds the set to the single statement's outcomes.
 //
 // Its plan must not depend on the tables' sizes: the node prepares it
-// once per connection and PostgreSQL keeps one generic plan, perhaps made
-// while the queue was small. So each claim finds its row in a LATERAL
+// once per connection (pgx's statement cache) and runs it under a generic
+// plan (genericPlansSQL), perhaps made while the queue was small. So each claim finds its row in a LATERAL
 // subquery on its own values, where every lookup is an equality on a
 // unique key (the single statement's lookups), and the UPDATE finds the
 // rows it locked by their ctid (no other transaction can move a row this
 // statement locked) instead of a join that could become a scan of
 // queen.consumers. One difference with the single statement: a row that
 // another transaction updated and committed after this statement's
-// snapshot is locked in its new version, which the UPDATE's scan of the
-// snapshot does not see, so that claim gets no row and goes to pop_v3 (the
-// single statement finds the old version through the key and follows it).
+// snapshot, and still qualifies, is locked in its new version, which the
+// UPDATE's scan of the snapshot does not see: that claim gets no row (the
+// single statement finds the old version through the key and follows
+// it), stays locked until the flush's first transaction ends, and goes to
+// pop_v3 in the second. A second claim of the flush on that row (left out
+// of the set) then takes it, where it would have found the first's lease.
 //
 // Parameters, one element per claim: $1 tenant, $2 queue, $3 candidate,
 // $4 group, $5 budget, $6 byte cap (<= 0: none), $7 lease id, $8 owner, $9
