@@ -78,16 +78,17 @@ func (db *DB) AckCAS(ctx context.Context, pairs []CASPair) ([]CASResult, error) 
 	// back to the pool would touch another caller's connection.
 	if _, err := br.Exec(); err != nil {
 		br.Close()
-		return nil, fmt.Errorf("ack cas: set plan_cache_mode: %w", err)
+		return nil, fmt.Errorf("ack cas: %w", err) // also any error of sending the batch
 	}
 	rs, err := br.Query()
-	var out []CASResult
-	if err == nil {
-		out, err = scanCAS(rs, len(pairs))
-	}
 	if err != nil {
 		br.Close()
 		return nil, fmt.Errorf("ack cas: %w", err)
+	}
+	out, err := scanCAS(rs, len(pairs)) // its errors say "ack cas"
+	if err != nil {
+		br.Close()
+		return nil, err
 	}
 	if _, err := br.Exec(); err != nil {
 		br.Close()

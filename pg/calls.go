@@ -105,7 +105,9 @@ func (db *DB) Pop(ctx context.Context, a PopArgs) (*PopOutcome, error) {
 // second's, which claimed nothing. Those outcomes must be delivered, not
 // run again: an autoAck claim of the first has already moved its cursor.
 // When the first fails, outs is nil and nothing was claimed, unless the
-// failure hid the commit's outcome (a lost connection), as with any call.
+// failure hid the commit's outcome (a lost connection, as with any call)
+// or came from reading the answer back (a malformed row: the transaction
+// commits as the batch is closed, and the claims' leases run out).
 func (db *DB) PopMany(ctx context.Context, jobs []PopArgs) ([]*PopOutcome, error) {
 	outs, _, err := db.PopManyAcks(ctx, jobs, nil)
 	return outs, err
@@ -174,7 +176,8 @@ func (db *DB) popBatch(ctx context.Context, jobs []PopArgs, idx []int, outs []*P
 	if generic {
 		if _, err := br.Exec(); err != nil {
 			br.Close()
-			return nil, nil, fmt.Errorf("pop: set plan_cache_mode: %w", err)
+			// (also any error of sending the batch)
+			return nil, nil, fmt.Errorf("pop: %w", err)
 		}
 	}
 	var cas []CASResult
@@ -239,7 +242,7 @@ func (db *DB) popBatch(ctx context.Context, jobs []PopArgs, idx []int, outs []*P
 	if err := br.Close(); err != nil {
 		return nil, nil, fmt.Errorf("pop: commit of %d jobs: %w", len(idx), err)
 	}
-	slices.Sort(again)
+	slices.Sort(again) // the set's misses came first: back to job order
 	return again, cas, nil
 }
 

@@ -31,8 +31,8 @@ import (
 //
 // Its plan must not depend on the tables' sizes: the node prepares it
 // once per connection (pgx's statement cache) and runs it under a generic
-// plan (genericPlansSQL), perhaps made while the queue was small. So each claim finds its row in a LATERAL
-// subquery on its own values, where every lookup is an equality on a
+// plan (genericPlansSQL), perhaps made while the queue was small. So
+// each claim finds its row in a LATERAL subquery on its own values, where every lookup is an equality on a
 // unique key (the single statement's lookups), and the UPDATE finds the
 // rows it locked by their ctid (no other transaction can move a row this
 // statement locked) instead of a join that could become a scan of
@@ -188,12 +188,12 @@ func scanClaimSet(rs pgx.Rows, jobs []PopArgs, set []int, outs []*PopOutcome) er
 			return fmt.Errorf("scan: %w", err)
 		}
 		if idx < 1 || idx > int64(len(set)) {
-			return fmt.Errorf("claim set: row of claim %d, %d claims sent", idx, len(set))
+			return fmt.Errorf("row of claim %d, %d claims sent", idx, len(set))
 		}
 		a := jobs[set[idx-1]]
 		if cur == nil || idx != curIdx {
 			if outs[set[idx-1]] != nil {
-				return fmt.Errorf("claim set: claim %d answered twice", idx)
+				return fmt.Errorf("claim %d answered twice", idx)
 			}
 			cur, curIdx = &PopOutcome{QueueID: qid, Seeded: true, Fast: true, Verdicts: make([]Verdict, len(a.Names)),
 				Messages: make([]PopMessage, 0, nkept)}, idx
@@ -217,7 +217,7 @@ func scanClaimSet(rs pgx.Rows, jobs []PopArgs, set []int, outs []*PopOutcome) er
 	for c, n := range kept {
 		out := outs[set[c-1]]
 		if int64(len(out.Messages)) != n {
-			return fmt.Errorf("claim set: claim %d: %d rows for %d messages", c, len(out.Messages), n)
+			return fmt.Errorf("claim %d: %d rows for %d messages", c, len(out.Messages), n)
 		}
 		// As scanFast.
 		end := out.Messages[len(out.Messages)-1].Off

@@ -23,9 +23,10 @@ import (
 // twice (the second must find the first's lease), of other tenants'
 // queues, of missing partitions and groups, with and without byte caps and
 // lease times, and rows another transaction holds; the states hold live
-// and expired leases, acked gaps,
-// missing consumer rows and group markers, a delayedProcessing and a
-// windowBuffer queue, and messages deleted under the cursors.
+// and expired leases, acked gaps, missing consumer rows and group
+// markers, a delayedProcessing and a windowBuffer queue, holes past the
+// last message, and messages deleted under the cursors. The claim set runs
+// under the generic plan, as the node sends it.
 func TestClaimSetMatchesSingleClaims(t *testing.T) {
 	db, url := openDB(t)
 	ctx := context.Background()

@@ -116,8 +116,7 @@ func (db *DB) PopGeneral(ctx context.Context, a PopArgs) (*PopOutcome, error) {
 }
 
 // SetClaimSets turns the claim set (claimset.go) on or off, for the
-// differential test and the benchmarks that compare it with the single
-// statements.
+// benchmarks that compare it with the single statements.
 func (db *DB) SetClaimSets(on bool) { db.noClaimSets = !on }
 
 // FastFlightTx runs the fast claims of a flush on tx as popBatch sends
@@ -141,6 +140,10 @@ func FastFlightTx(ctx context.Context, tx pgx.Tx, jobs []PopArgs, set bool) (out
 		in, rest = claimSetJobs(jobs, idx)
 	}
 	if len(in) > 0 {
+		// under the generic plan, as popBatch sends it
+		if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_generic_plan"); err != nil {
+			return nil, 0, err
+		}
 		rs, err := tx.Query(ctx, claimSetSQL, claimSetParams(jobs, in)...)
 		if err != nil {
 			return nil, 0, err
@@ -148,6 +151,9 @@ func FastFlightTx(ctx context.Context, tx pgx.Tx, jobs []PopArgs, set bool) (out
 		err = scanClaimSet(rs, jobs, in, outs)
 		rs.Close()
 		if err != nil {
+			return nil, 0, err
+		}
+		if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = auto"); err != nil {
 			return nil, 0, err
 		}
 	}
