@@ -69,36 +69,10 @@ func (db *DB) AckCAS(ctx context.Context, pairs []CASPair) ([]CASResult, error) 
 	if len(pairs) == 0 {
 		return []CASResult{}, nil
 	}
-	b := &pgx.Batch{}
-	b.Queue(genericPlansSQL)
-	b.Queue(ackCASSQL, casParams(pairs)...)
-	b.Queue(resetPlansSQL)
-	br := db.pool.SendBatch(ctx, b)
-	// Closed once on every path: a second Close after the connection went
-	// back to the pool would touch another caller's connection.
-	if _, err := br.Exec(); err != nil {
-		br.Close()
-		return nil, fmt.Errorf("ack cas: %w", err) // also any error of sending the batch
-	}
-	rs, err := br.Query()
-	if err != nil {
-		br.Close()
-		return nil, fmt.Errorf("ack cas: %w", err)
-	}
-	out, err := scanCAS(rs, len(pairs)) // its errors say "ack cas"
-	if err != nil {
-		br.Close()
-		return nil, err
-	}
-	if _, err := br.Exec(); err != nil {
-		br.Close()
-		return nil, fmt.Errorf("ack cas: reset plan_cache_mode: %w", err)
-	}
-	// Close reads the Sync: the commit's outcome.
-	if err := br.Close(); err != nil {
-		return nil, fmt.Errorf("ack cas: commit: %w", err)
-	}
-	return out, nil
+	// The flight's batch with acks only (popBatch): the same statement,
+	// under the same plan setting.
+	_, cas, err := db.popBatch(ctx, nil, nil, nil, false, pairs)
+	return cas, err
 }
 
 // genericPlansSQL and resetPlansSQL bracket the statements that take their
@@ -140,16 +114,16 @@ func scanCAS(rs pgx.Rows, n int) ([]CASResult, error) {
 			pen *bool
 		)
 		if err := rs.Scan(&i, &r.Queue, &r.Partition, &pen); err != nil {
-			return nil, fmt.Errorf("ack cas: scan: %w", err)
+			return nil, fmt.Errorf("scan: %w", err)
 		}
 		if i < 0 || int(i) >= n {
-			return nil, fmt.Errorf("ack cas: row index %d out of %d", i, n)
+			return nil, fmt.Errorf("row index %d out of %d", i, n)
 		}
 		r.OK, r.Pending = true, pen != nil && *pen
 		out[i] = r
 	}
 	if err := rs.Err(); err != nil {
-		return nil, fmt.Errorf("ack cas: %w", err)
+		return nil, err
 	}
 	return out, nil
 }

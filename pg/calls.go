@@ -138,10 +138,11 @@ func (db *DB) PopManyAcks(ctx context.Context, jobs []PopArgs, pairs []CASPair) 
 	return outs, cas, nil
 }
 
-// popBatch runs jobs[idx...] in one pipelined batch and fills outs: with
-// fast, the claims the fast claim takes as one claim set (claimset.go), the
-// others of them as single fast claims after it, and the rest as pop_v3.
-// It returns the jobs whose fast claim answered nothing.
+// popBatch runs the CAS acks of pairs and jobs[idx...] in one pipelined
+// batch (one transaction) and fills outs: with fast, the claims the fast
+// claim takes as one claim set (claimset.go), the others of them as single
+// fast claims after it, and the rest as pop_v3. It returns the jobs whose
+// fast claim answered nothing. With no jobs it is AckCAS's call.
 func (db *DB) popBatch(ctx context.Context, jobs []PopArgs, idx []int, outs []*PopOutcome, fast bool, pairs []CASPair) ([]int, []CASResult, error) {
 	b := &pgx.Batch{}
 	var set []int
@@ -172,12 +173,16 @@ func (db *DB) popBatch(ctx context.Context, jobs []PopArgs, idx []int, outs []*P
 			b.Queue(popSQL, popParams(a)...)
 		}
 	}
+	what, acksWhat := "pop", "pop: ack cas" // errors name the call
+	if len(idx) == 0 {
+		what, acksWhat = "ack cas", "ack cas" // AckCAS: acks alone
+	}
 	br := db.pool.SendBatch(ctx, b)
 	if generic {
 		if _, err := br.Exec(); err != nil {
 			br.Close()
 			// (also any error of sending the batch)
-			return nil, nil, fmt.Errorf("pop: %w", err)
+			return nil, nil, fmt.Errorf("%s: %w", what, err)
 		}
 	}
 	var cas []CASResult
@@ -188,7 +193,7 @@ func (db *DB) popBatch(ctx context.Context, jobs []PopArgs, idx []int, outs []*P
 		}
 		if err != nil {
 			br.Close()
-			return nil, nil, fmt.Errorf("pop: acks: %w", err)
+			return nil, nil, fmt.Errorf("%s: %w", acksWhat, err)
 		}
 	}
 	var again []int
@@ -212,7 +217,7 @@ func (db *DB) popBatch(ctx context.Context, jobs []PopArgs, idx []int, outs []*P
 	if generic {
 		if _, err := br.Exec(); err != nil {
 			br.Close()
-			return nil, nil, fmt.Errorf("pop: reset plan_cache_mode: %w", err)
+			return nil, nil, fmt.Errorf("%s: reset plan_cache_mode: %w", what, err)
 		}
 	}
 	for k, i := range rest {
@@ -240,7 +245,7 @@ func (db *DB) popBatch(ctx context.Context, jobs []PopArgs, idx []int, outs []*P
 	}
 	// Close reads the Sync: the commit's outcome.
 	if err := br.Close(); err != nil {
-		return nil, nil, fmt.Errorf("pop: commit of %d jobs: %w", len(idx), err)
+		return nil, nil, fmt.Errorf("%s: commit of %d jobs and %d acks: %w", what, len(idx), len(pairs), err)
 	}
 	slices.Sort(again) // the set's misses came first: back to job order
 	return again, cas, nil

@@ -60,9 +60,7 @@ func BenchmarkClaimFlight(b *testing.B) {
 						if n != budget {
 							b.Fatalf("claim %d: %d messages", j, n)
 						}
-						first, last := out.Messages[0], out.Messages[n-1]
-						pairs = append(pairs, pg.CASPair{Tenant: benchTenant, PartitionID: first.PartitionID,
-							Group: benchGroup, LeaseID: jobs[j].LeaseID, First: first.Off, End: last.Off, N: n})
+						pairs = append(pairs, casPairOf(benchTenant, benchGroup, jobs[j].LeaseID, out))
 					}
 				}
 				b.StopTimer()

@@ -97,50 +97,26 @@ func fastParams(a PopArgs) []any {
 // row, the claim goes to the general path.
 func scanFast(rs pgx.Rows, a PopArgs) (*PopOutcome, error) {
 	var (
-		out          *PopOutcome
-		nread, nkept int64
-		last         int64
-		retry        int32
-	)
-	var (
-		qid, pid string
-		until    time.Time
+		out  *PopOutcome
+		head fastHead
+		row  fastRow
 	)
 	// The claim's columns repeat on every message row: read on the first
 	// only (nil skips a column), as the payload is read once into bytes.
-	head := []any{&qid, &pid, &until, &retry, &last, &nread, &nkept}
-	skip := make([]any, len(head))
-	dest := make([]any, 0, len(head)+7)
+	cols := head.dest()
+	skip := make([]any, len(cols))
+	dest := make([]any, 0, len(cols)+7)
 	for rs.Next() {
-		var (
-			id, txid   string
-			created    time.Time
-			trace, sub *string
-			pay        []byte
-			off        int64
-		)
-		cols := head
 		if out != nil {
 			cols = skip
 		}
-		dest = append(append(dest[:0], cols...), &off, &id, &txid, &trace, &pay, &created, &sub)
-		if err := rs.Scan(dest...); err != nil {
+		if err := rs.Scan(row.dest(append(dest[:0], cols...))...); err != nil {
 			return nil, fmt.Errorf("scan: %w", err)
 		}
 		if out == nil {
-			out = &PopOutcome{QueueID: qid, Seeded: true, Fast: true, Verdicts: make([]Verdict, len(a.Names)),
-				Messages: make([]PopMessage, 0, nkept)}
-			out.Verdicts[0] = Verdict{Name: a.Names[0], PartitionID: pid, Kind: protocol.VerdictTook, Until: until}
-			for i := 1; i < len(a.Names); i++ {
-				out.Verdicts[i] = Verdict{Name: a.Names[i], Kind: protocol.VerdictRequeue}
-			}
+			out = head.outcome(a)
 		}
-		m := PopMessage{Partition: a.Names[0], PartitionID: pid, Off: off, ID: id, TxID: txid, Trace: trace,
-			CreatedAt: created, Sub: sub, Retry: int(retry), Payload: pay}
-		if pay == nil {
-			m.Payload = []byte("null")
-		}
-		out.Messages = append(out.Messages, m)
+		out.Messages = append(out.Messages, row.message(a, head))
 	}
 	if err := rs.Err(); err != nil {
 		return nil, err
@@ -148,14 +124,71 @@ func scanFast(rs pgx.Rows, a PopArgs) (*PopOutcome, error) {
 	if out == nil {
 		return nil, nil
 	}
-	if int64(len(out.Messages)) != nkept {
-		return nil, fmt.Errorf("fast claim: %d rows for %d messages", len(out.Messages), nkept)
+	if err := head.finish(out, a); err != nil {
+		return nil, fmt.Errorf("fast claim: %w", err)
 	}
-	// As pop_v3: drained when the served end reached the watermark read at
-	// claim time, or every message up to it was served (fewer than the
-	// budget, none left out by the byte cap).
-	end := out.Messages[len(out.Messages)-1].Off
-	full := nkept < nread
-	out.Verdicts[0].Drained = end >= last || (nkept < int64(a.Budget) && !full)
 	return out, nil
+}
+
+// fastHead is a fast claim's own columns, repeated on each of its rows.
+type fastHead struct {
+	qid, pid     string
+	until        time.Time
+	retry        int32
+	last         int64 // the partition's watermark at claim time
+	nread, nkept int64 // messages read past the cursor, and kept within the byte cap
+}
+
+func (h *fastHead) dest() []any {
+	return []any{&h.qid, &h.pid, &h.until, &h.retry, &h.last, &h.nread, &h.nkept}
+}
+
+// outcome is the claim's answer before its messages: the first candidate
+// took, the others were not evaluated.
+func (h *fastHead) outcome(a PopArgs) *PopOutcome {
+	out := &PopOutcome{QueueID: h.qid, Seeded: true, Fast: true, Verdicts: make([]Verdict, len(a.Names)),
+		Messages: make([]PopMessage, 0, h.nkept)}
+	out.Verdicts[0] = Verdict{Name: a.Names[0], PartitionID: h.pid, Kind: protocol.VerdictTook, Until: h.until}
+	for i := 1; i < len(a.Names); i++ {
+		out.Verdicts[i] = Verdict{Name: a.Names[i], Kind: protocol.VerdictRequeue}
+	}
+	return out
+}
+
+// finish checks that every kept message came back and sets Drained as
+// pop_v3 does: the served end reached the watermark read at claim time,
+// or every message up to it was served (fewer than the budget, none left
+// out by the byte cap).
+func (h *fastHead) finish(out *PopOutcome, a PopArgs) error {
+	if int64(len(out.Messages)) != h.nkept {
+		return fmt.Errorf("%d rows for %d messages", len(out.Messages), h.nkept)
+	}
+	end := out.Messages[len(out.Messages)-1].Off
+	full := h.nkept < h.nread
+	out.Verdicts[0].Drained = end >= h.last || (h.nkept < int64(a.Budget) && !full)
+	return nil
+}
+
+// fastRow is one served message's columns.
+type fastRow struct {
+	off        int64
+	id, txid   string
+	trace, sub *string
+	pay        []byte
+	created    time.Time
+}
+
+// dest appends the row's columns, in the statements' order, to cols.
+func (r *fastRow) dest(cols []any) []any {
+	*r = fastRow{}
+	return append(cols, &r.off, &r.id, &r.txid, &r.trace, &r.pay, &r.created, &r.sub)
+}
+
+func (r *fastRow) message(a PopArgs, h fastHead) PopMessage {
+	m := PopMessage{Partition: a.Names[0], PartitionID: h.pid, Off: r.off, ID: r.id, TxID: r.txid, Trace: r.trace,
+		CreatedAt: r.created, Sub: r.sub, Retry: int(h.retry), Payload: r.pay}
+	if r.pay == nil {
+		m.Payload = []byte("null")
+	}
+	return m
 }

@@ -3,11 +3,8 @@ package pg
 import (
 	"fmt"
 	"math"
-	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"queen-node/protocol"
 )
 
 // The claim set is the fast claim (claimfast.go) for several claims of one
@@ -158,70 +155,46 @@ func claimSetParams(jobs []PopArgs, set []int) []any {
 
 // scanClaimSet reads the claim set's rows into outs[set[k]] for each
 // claim k that took its candidate, with the outcome the single statement
-// gives (scanFast). Claims with no row are left nil: they go to pop_v3.
+// gives (scanFast, whose pieces it shares). Claims with no row are left
+// nil: they go to pop_v3.
 func scanClaimSet(rs pgx.Rows, jobs []PopArgs, set []int, outs []*PopOutcome) error {
+	heads := make([]fastHead, len(set)) // per claim, as read on its first row
 	var (
-		cur          *PopOutcome
-		curIdx       int64
-		nread, nkept int64
-		last         int64
-		retry        int32
-		qid, pid     string
-		until        time.Time
-		idx          int64
+		idx  int64 // the claim of the row, 1-based
+		head fastHead
+		row  fastRow
+		cur  = -1 // the claim of the rows being read
 	)
-	kept := map[int64]int64{} // claim -> messages the statement kept
-	read := map[int64]int64{}
-	lasts := map[int64]int64{}
-	head := []any{&idx, &qid, &pid, &until, &retry, &last, &nread, &nkept}
-	dest := make([]any, 0, len(head)+7)
+	cols := append([]any{&idx}, head.dest()...)
+	dest := make([]any, 0, len(cols)+7)
 	for rs.Next() {
-		var (
-			id, txid   string
-			created    time.Time
-			trace, sub *string
-			pay        []byte
-			off        int64
-		)
-		dest = append(append(dest[:0], head...), &off, &id, &txid, &trace, &pay, &created, &sub)
-		if err := rs.Scan(dest...); err != nil {
+		if err := rs.Scan(row.dest(append(dest[:0], cols...))...); err != nil {
 			return fmt.Errorf("scan: %w", err)
 		}
 		if idx < 1 || idx > int64(len(set)) {
 			return fmt.Errorf("row of claim %d, %d claims sent", idx, len(set))
 		}
-		a := jobs[set[idx-1]]
-		if cur == nil || idx != curIdx {
-			if outs[set[idx-1]] != nil {
+		k := int(idx - 1)
+		a := jobs[set[k]]
+		if k != cur {
+			if outs[set[k]] != nil {
 				return fmt.Errorf("claim %d answered twice", idx)
 			}
-			cur, curIdx = &PopOutcome{QueueID: qid, Seeded: true, Fast: true, Verdicts: make([]Verdict, len(a.Names)),
-				Messages: make([]PopMessage, 0, nkept)}, idx
-			cur.Verdicts[0] = Verdict{Name: a.Names[0], PartitionID: pid, Kind: protocol.VerdictTook, Until: until}
-			for i := 1; i < len(a.Names); i++ {
-				cur.Verdicts[i] = Verdict{Name: a.Names[i], Kind: protocol.VerdictRequeue}
-			}
-			outs[set[idx-1]] = cur
-			kept[idx], read[idx], lasts[idx] = nkept, nread, last
+			cur, heads[k] = k, head
+			outs[set[k]] = head.outcome(a)
 		}
-		m := PopMessage{Partition: a.Names[0], PartitionID: cur.Verdicts[0].PartitionID, Off: off, ID: id, TxID: txid,
-			Trace: trace, CreatedAt: created, Sub: sub, Retry: int(retry), Payload: pay}
-		if pay == nil {
-			m.Payload = []byte("null")
-		}
-		cur.Messages = append(cur.Messages, m)
+		outs[set[k]].Messages = append(outs[set[k]].Messages, row.message(a, heads[k]))
 	}
 	if err := rs.Err(); err != nil {
 		return err
 	}
-	for c, n := range kept {
-		out := outs[set[c-1]]
-		if int64(len(out.Messages)) != n {
-			return fmt.Errorf("claim %d: %d rows for %d messages", c, len(out.Messages), n)
+	for k, i := range set {
+		if outs[i] == nil {
+			continue
 		}
-		// As scanFast.
-		end := out.Messages[len(out.Messages)-1].Off
-		out.Verdicts[0].Drained = end >= lasts[c] || (n < int64(jobs[set[c-1]].Budget) && n >= read[c])
+		if err := heads[k].finish(outs[i], jobs[i]); err != nil {
+			return fmt.Errorf("claim %d: %w", k+1, err)
+		}
 	}
 	return nil
 }

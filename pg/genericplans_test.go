@@ -89,9 +89,7 @@ func TestArrayStatementsKeepGenericPlans(t *testing.T) {
 			if out == nil || len(out.Messages) == 0 || !out.Fast {
 				t.Fatalf("round %d claim %d: %+v, want a fast claim with messages", round, k, out)
 			}
-			m := out.Messages
-			pairs = append(pairs, pg.CASPair{Tenant: "t", PartitionID: m[0].PartitionID, Group: "__QUEUE_MODE__",
-				LeaseID: jobs[k].LeaseID, First: m[0].Off, End: m[len(m)-1].Off, N: len(m)})
+			pairs = append(pairs, casPairOf("t", "__QUEUE_MODE__", jobs[k].LeaseID, out))
 		}
 	}
 	if st := db.Stat(); st.ClaimSets < 12 {

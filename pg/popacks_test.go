@@ -28,11 +28,7 @@ func TestPopManyAcksOneTransaction(t *testing.T) {
 	if len(first.Messages) != 4 {
 		t.Fatalf("first claim: %d messages", len(first.Messages))
 	}
-	ackOf := func(out *pg.PopOutcome, lease string) pg.CASPair {
-		n := len(out.Messages)
-		return pg.CASPair{Tenant: "t", PartitionID: out.Messages[0].PartitionID, Group: "g", LeaseID: lease,
-			First: out.Messages[0].Off, End: out.Messages[n-1].Off, N: n}
-	}
+	ackOf := func(out *pg.PopOutcome, lease string) pg.CASPair { return casPairOf("t", "g", lease, out) }
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		t.Fatal(err)
@@ -119,4 +115,12 @@ func TestPopManyAcksSecondTransactionFails(t *testing.T) {
 	if off != first.Messages[n-1].Off || lease != nil {
 		t.Fatalf("cursor %d, lease %v; want %d and none", off, lease, first.Messages[n-1].Off)
 	}
+}
+
+// casPairOf is the CAS ack of a claim's whole batch (out, one partition)
+// under its lease.
+func casPairOf(tenant, group, lease string, out *pg.PopOutcome) pg.CASPair {
+	m := out.Messages
+	return pg.CASPair{Tenant: tenant, PartitionID: m[0].PartitionID, Group: group, LeaseID: lease,
+		First: m[0].Off, End: m[len(m)-1].Off, N: len(m)}
 }
