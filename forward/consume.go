@@ -265,10 +265,35 @@ type routeKey struct{ tenant, partitionID string }
 // keyOf spells a partition id as the broker does (a UUID in its canonical
 // form), so every spelling of one partition takes the same path.
 func keyOf(tenant, pid string) routeKey {
+	if canonicalUUID(pid) {
+		return routeKey{tenant, pid} // the usual spelling: no parse, no copy
+	}
 	if u, err := uuid.Parse(pid); err == nil {
 		pid = u.String()
 	}
 	return routeKey{tenant, pid}
+}
+
+// canonicalUUID reports whether s is a UUID as uuid.UUID.String spells it
+// (lower-case hex, dashes at 8, 13, 18 and 23).
+func canonicalUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 func (r *routes) get(tenant, pid string) (string, bool) { return r.getKey(keyOf(tenant, pid)) }
@@ -354,6 +379,10 @@ func (f *Forwarder) Ack(ctx context.Context, tenant, authorization string, items
 	// the routes may learn or forget it meanwhile (concurrent requests).
 	decided := map[routeKey]int{} // -1: here; else index in parts
 	for i, it := range items {
+		if alone {
+			own = append(own, i)
+			continue
+		}
 		k := keyOf(tenant, it.PartitionID)
 		if d, ok := decided[k]; ok {
 			if d < 0 {
@@ -365,7 +394,7 @@ func (f *Forwarder) Ack(ctx context.Context, tenant, authorization string, items
 		}
 		decided[k] = -1
 		q, ok := f.routes.getKey(k)
-		if !ok || alone {
+		if !ok {
 			own = append(own, i)
 			continue
 		}

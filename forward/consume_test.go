@@ -1290,3 +1290,24 @@ func popNoLease(f *Forwarder, ctx context.Context, tenant, q, uri, auth string, 
 	a, _ := f.Pop(ctx, tenant, q, uri, auth, "", wait, nil)
 	return a
 }
+
+func TestKeyOfSpellings(t *testing.T) {
+	const canon = "0b6f1c5e-3d1a-4c1e-9a77-5f0e2d9c4b10"
+	for _, s := range []string{canon, strings.ToUpper(canon), "{" + canon + "}", "urn:uuid:" + canon,
+		strings.ReplaceAll(canon, "-", "")} {
+		if got := keyOf("t", s); got != (routeKey{"t", canon}) {
+			t.Errorf("keyOf(%q) = %v, want the canonical spelling", s, got)
+		}
+	}
+	for _, s := range []string{"", "not-a-uuid", canon[:35] + "g", canon[:8] + "x" + canon[9:]} {
+		if got := keyOf("t", s); got != (routeKey{"t", s}) {
+			t.Errorf("keyOf(%q) = %v, want it as it is", s, got)
+		}
+		if canonicalUUID(s) {
+			t.Errorf("canonicalUUID(%q) = true", s)
+		}
+	}
+	if !canonicalUUID(canon) {
+		t.Errorf("canonicalUUID(%q) = false", canon)
+	}
+}

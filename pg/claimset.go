@@ -42,6 +42,11 @@ import (
 // pop_v3 in the second. A second claim of the flush on that row (left out
 // of the set) then takes it, where it would have found the first's lease.
 //
+// The byte cap's running sum is taken per claim, in its LATERAL
+// subquery, over the rows the index returns in offset order: no sort of
+// the flush's messages (with their payloads) for it, only the final ORDER
+// BY that scanClaimSet relies on.
+//
 // Parameters, one element per claim: $1 tenant, $2 queue, $3 candidate,
 // $4 group, $5 budget, $6 byte cap (<= 0: none), $7 lease id, $8 owner, $9
 // lease seconds (0: the queue's leaseTime). The rows come back by claim
@@ -66,27 +71,27 @@ c AS MATERIALIZED (
           AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= clock_timestamp())
           AND p.last_offset > c.committed_offset
         FOR UPDATE OF c SKIP LOCKED) x),
-m AS (
-    SELECT c.idx, c.cap, l.*,
-           sum(l.size) OVER (PARTITION BY c.idx ORDER BY l.off ROWS UNBOUNDED PRECEDING) AS run,
-           row_number() OVER (PARTITION BY c.idx ORDER BY l.off) AS rn,
-           count(*) OVER (PARTITION BY c.idx) AS nread
+m AS MATERIALIZED (
+    SELECT c.idx, l.*, (c.cap <= 0 OR l.run <= c.cap OR l.rn = 1) AS kept
     FROM c CROSS JOIN LATERAL (
-        SELECT m.off, m.id, m.transaction_id, m.trace_id, m.payload, m.created_at, m.producer_sub,
-               CASE WHEN c.cap > 0 THEN
-                   COALESCE(octet_length(m.payload::text), 4) + octet_length(m.transaction_id)
-                   + COALESCE(octet_length(m.producer_sub), 0)
-                   + octet_length(c.queue) + 2 * octet_length(c.name) + octet_length(c.grp)
-                   + queen.row_envelope_bytes()
-               ELSE 0 END AS size
-        FROM queen.messages m
-        WHERE m.partition_id = c.pid AND m.off > c.committed_offset AND m.off <= c.last_offset
-        ORDER BY m.off
-        LIMIT c.budget) l),
-k AS (
-    SELECT * FROM m WHERE m.cap <= 0 OR m.run <= m.cap OR m.rn = 1),
+        SELECT s.*, sum(s.size) OVER w AS run, row_number() OVER w AS rn
+        FROM (
+            SELECT m.off, m.id, m.transaction_id, m.trace_id, m.payload, m.created_at, m.producer_sub,
+                   CASE WHEN c.cap > 0 THEN
+                       COALESCE(octet_length(m.payload::text), 4) + octet_length(m.transaction_id)
+                       + COALESCE(octet_length(m.producer_sub), 0)
+                       + octet_length(c.queue) + 2 * octet_length(c.name) + octet_length(c.grp)
+                       + queen.row_envelope_bytes()
+                   ELSE 0 END AS size
+            FROM queen.messages m
+            WHERE m.partition_id = c.pid AND m.off > c.committed_offset AND m.off <= c.last_offset
+            ORDER BY m.off
+            LIMIT c.budget) s
+        WINDOW w AS (ORDER BY s.off ROWS UNBOUNDED PRECEDING)) l),
 a AS (
-    SELECT k.idx, max(k.off) AS end_off, count(*) AS nkept, max(k.nread) AS nread FROM k GROUP BY k.idx),
+    SELECT m.idx, max(m.off) FILTER (WHERE m.kept) AS end_off, count(*) FILTER (WHERE m.kept) AS nkept,
+           count(*) AS nread
+    FROM m GROUP BY m.idx),
 u AS (
     UPDATE queen.consumers cc
     SET batch_end = a.end_off, lease_id = c.lease, lease_owner = c.owner, provisional = false,
@@ -97,7 +102,7 @@ u AS (
     RETURNING c.idx, c.qid, c.pid, cc.lease_expires_at, c.retry_count, c.last_offset, a.nread, a.nkept)
 SELECT u.idx, u.qid::text, u.pid::text, u.lease_expires_at, u.retry_count, u.last_offset, u.nread, u.nkept,
        k.off, k.id::text, k.transaction_id, k.trace_id::text, k.payload::text, k.created_at, k.producer_sub
-FROM u JOIN k ON k.idx = u.idx
+FROM u JOIN m k ON k.idx = u.idx AND k.kept
 ORDER BY u.idx, k.off`
 
 // claimSetJobs picks the jobs of idx that go into the claim set: those the

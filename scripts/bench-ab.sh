@@ -12,6 +12,10 @@
 # QUEEN_MESH_SECRET (default: a random key per invocation) seals the nodes' mesh.
 # PRODUCER_NODES=N puts the producers on the first N nodes only (consumers on all).
 # CONSUMER_FROM=K puts the consumers on nodes K.. only (with PRODUCER_NODES: cross-node wake).
+# DB_OPTS_B="..." adds CREATE DATABASE options to B's runs only (e.g. a collation:
+# "TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en-US' LOCALE 'C.utf8'"), for an A/B of the database with one binary.
+# PROFILE_SECONDS=S saves a CPU profile of every node (OUT/LABEL.nodeN.pprof), S seconds from
+# 3 s after the load starts (QUEEN_PPROF_ADDR on 127.0.0.1:16800+N).
 set -euo pipefail
 if [ $# -lt 6 ] || [ "$6" != "--" ]; then
 	echo "usage: $0 A/queen-node B/queen-node OUTDIR PAIRS NODES -- queen-bench flags..." >&2
@@ -42,11 +46,14 @@ trap stop_nodes EXIT
 run_one() { # bin label
 	local bin=$1 label=$2 db="ab_$(date +%s%N)"
 	shift 2
-	"$PSQL" -q "$PG_URL" -c "CREATE DATABASE $db" >/dev/null
+	local opts=""
+	[[ $label == b* ]] && opts=${DB_OPTS_B:-}
+	"$PSQL" -q "$PG_URL" -c "CREATE DATABASE $db $opts" >/dev/null
 	local url="$base/$db$query" urls="" join="" i n u
 	for i in $(seq 1 "$NODES"); do
-		local hp=$((16700 + i * 2)) mp=$((16701 + i * 2))
-		QUEEN_PG_URL=$url QUEEN_HTTP_ADDR=127.0.0.1:$hp QUEEN_MESH_BIND=127.0.0.1:$mp \
+		local hp=$((16700 + i * 2)) mp=$((16701 + i * 2)) pp=""
+		[ -n "${PROFILE_SECONDS:-}" ] && pp=127.0.0.1:$((16800 + i))
+		QUEEN_PPROF_ADDR=$pp QUEEN_PG_URL=$url QUEEN_HTTP_ADDR=127.0.0.1:$hp QUEEN_MESH_BIND=127.0.0.1:$mp \
 			QUEEN_NODE_NAME=ab$i QUEEN_MESH_JOIN=$join QUEEN_LOG_LEVEL=warn QUEEN_MESH_SECRET=$SECRET \
 			"$bin" >"$OUT/$label.node$i.log" 2>&1 &
 		pids+=($!)
@@ -73,7 +80,16 @@ run_one() { # bin label
 	if [ -n "${CONSUMER_FROM:-}" ]; then # consumers on nodes CONSUMER_FROM.. only (cross-node wake)
 		cn=(--consumer-nodes "$(echo "$urls" | cut -d, -f"$CONSUMER_FROM"-)")
 	fi
+	local profs=()
+	if [ -n "${PROFILE_SECONDS:-}" ]; then
+		for i in $(seq 1 "$NODES"); do
+			(sleep 3 && curl -fs "http://127.0.0.1:$((16800 + i))/debug/pprof/profile?seconds=$PROFILE_SECONDS" \
+				-o "$OUT/$label.node$i.pprof") &
+			profs+=($!)
+		done
+	fi
 	"$BENCH" --nodes "$pn" "${cn[@]}" --pg-url "$url" --json "$OUT/$label.json" "$@" >"$OUT/$label.txt" 2>&1 || echo "run $label failed (exit $?)" >&2
+	for p in "${profs[@]}"; do wait "$p" || echo "profile of $label failed" >&2; done
 	n=0
 	for u in ${urls//,/ }; do
 		n=$((n + 1))
