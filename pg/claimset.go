@@ -43,9 +43,9 @@ import (
 // of the set) then takes it, where it would have found the first's lease.
 //
 // The byte cap's running sum is taken per claim, in its LATERAL
-// subquery, over the rows the index returns in offset order: no sort of
-// the flush's messages (with their payloads) for it, only the final ORDER
-// BY that scanClaimSet relies on.
+// subquery, over the rows the index returns in offset order: the flush's
+// messages (with their payloads) are not sorted for it; the final ORDER
+// BY, which scanClaimSet relies on, sorts the kept rows.
 //
 // Parameters, one element per claim: $1 tenant, $2 queue, $3 candidate,
 // $4 group, $5 budget, $6 byte cap (<= 0: none), $7 lease id, $8 owner, $9
