@@ -45,23 +45,13 @@ func BenchmarkClaimFlight(b *testing.B) {
 							LeaseID: fmt.Sprint("L", i, "-", j), Owner: "bench", SubMode: protocol.SubAll,
 							MaxBytes: 16 << 20, Unprov: []string{}}
 					}
-					outs, cas, err := e.db.PopManyAcks(ctx, jobs, pairs)
-					if err != nil {
-						b.Fatal(err)
-					}
-					for _, r := range cas {
-						if !r.OK {
-							b.Fatalf("ack: %+v", r)
-						}
-					}
-					pairs = pairs[:0]
+					outs := runFlight(ctx, b, e.db, jobs, pairs)
 					for j, out := range outs {
-						n := len(out.Messages)
-						if n != budget {
+						if n := len(out.Messages); n != budget {
 							b.Fatalf("claim %d: %d messages", j, n)
 						}
-						pairs = append(pairs, casPairOf(benchTenant, benchGroup, jobs[j].LeaseID, out))
 					}
+					pairs = acksOf(pairs, benchTenant, benchGroup, jobs, outs)
 				}
 				b.StopTimer()
 				el := time.Since(t0)

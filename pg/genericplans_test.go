@@ -75,22 +75,13 @@ func TestArrayStatementsKeepGenericPlans(t *testing.T) {
 	}
 	for round := 0; round < 12; round++ {
 		jobs := jobsOf(round)
-		outs, cas, err := db.PopManyAcks(ctx, jobs, pairs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, r := range cas {
-			if !r.OK {
-				t.Fatalf("round %d: an ack did not match", round)
-			}
-		}
-		pairs = pairs[:0]
+		outs := runFlight(ctx, t, db, jobs, pairs)
 		for k, out := range outs {
 			if out == nil || len(out.Messages) == 0 || !out.Fast {
 				t.Fatalf("round %d claim %d: %+v, want a fast claim with messages", round, k, out)
 			}
-			pairs = append(pairs, casPairOf("t", "__QUEUE_MODE__", jobs[k].LeaseID, out))
 		}
+		pairs = acksOf(pairs, "t", "__QUEUE_MODE__", jobs, outs)
 	}
 	if st := db.Stat(); st.ClaimSets < 12 {
 		t.Fatalf("%d claim sets sent, want 12", st.ClaimSets)

@@ -124,3 +124,30 @@ func casPairOf(tenant, group, lease string, out *pg.PopOutcome) pg.CASPair {
 	return pg.CASPair{Tenant: tenant, PartitionID: m[0].PartitionID, Group: group, LeaseID: lease,
 		First: m[0].Off, End: m[len(m)-1].Off, N: len(m)}
 }
+
+// runFlight runs one claim flight as the pop combiner sends it: jobs'
+// claims with the CAS acks of pairs, in one transaction. It fails tb
+// unless every ack matched.
+func runFlight(ctx context.Context, tb testing.TB, db *pg.DB, jobs []pg.PopArgs, pairs []pg.CASPair) []*pg.PopOutcome {
+	tb.Helper()
+	outs, cas, err := db.PopManyAcks(ctx, jobs, pairs)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, r := range cas {
+		if !r.OK {
+			tb.Fatalf("an ack did not match: %+v", r)
+		}
+	}
+	return outs
+}
+
+// acksOf is the next flight's CAS acks: one per claim of outs (each took
+// messages), reusing pairs' array.
+func acksOf(pairs []pg.CASPair, tenant, group string, jobs []pg.PopArgs, outs []*pg.PopOutcome) []pg.CASPair {
+	pairs = pairs[:0]
+	for k, out := range outs {
+		pairs = append(pairs, casPairOf(tenant, group, jobs[k].LeaseID, out))
+	}
+	return pairs
+}
