@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"queen-node/owner"
 )
 
@@ -250,16 +252,38 @@ func TestConsumerOwnership(t *testing.T) {
 // A pop whose client leaves while it waits at the owner leaves no lease
 // behind: a message pushed just after is delivered at once to the next
 // consumer (a lease kept would hold it for the lease's 300 s).
+//
+// The client leaves as the push goes out, so the answer sometimes wins:
+// the client then got the message (a status 200), which is its to ack and
+// says nothing of a release. Such rounds are acked and not counted, and
+// each round pushes to its own partition, so a message held by a client
+// that took it and left cannot hide the next round's. Rounds run until
+// five saw the client leave without an answer. The owner mostly sees the
+// client leave before the push wakes its pop; a claim for a client that
+// has left is made certain in TestForwardedPopWhoseClientLeavesMidClaim.
 func TestForwardedPopOfALeavingClient(t *testing.T) {
 	nodes, owned := ownedCluster(t, 2, 1)
 	q := owned[0][0]
-	for round := 0; round < 5; round++ {
+	ackVia := func(m poppedMsg) {
+		t.Helper()
+		ack := map[string]any{"transactionId": m.TransactionID, "partitionId": m.PartitionID, "leaseId": m.LeaseID}
+		if code, body, err := postJSON(nodes[1].URL+"/api/v1/ack", ack); err != nil || code != 200 {
+			t.Fatalf("ack: %d %s %v", code, body, err)
+		}
+	}
+	left, answered := 0, 0
+	for round := 0; left < 5; round++ {
+		if round == 25 {
+			t.Fatalf("only %d of %d rounds saw the client leave without an answer", left, round)
+		}
 		before := statusOf(t, nodes[0]).Forward.ConsumeReceived
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
+		var got []poppedMsg
+		var gotCode int
 		go func() {
 			defer close(done)
-			_, _, _ = popVia(ctx, nodes[1].URL, q, "batch=10&wait=true&timeout=10000")
+			got, gotCode, _ = popVia(ctx, nodes[1].URL, q, "batch=10&wait=true&timeout=10000")
 		}()
 		deadline := time.Now().Add(10 * time.Second)
 		for statusOf(t, nodes[0]).Forward.ConsumeReceived == before {
@@ -272,19 +296,106 @@ func TestForwardedPopOfALeavingClient(t *testing.T) {
 		// claim the message for the client that is gone.
 		go cancel()
 		code, body, err := postJSON(nodes[1].URL+"/api/v1/push", map[string]any{"items": []map[string]any{
-			{"queue": q, "partition": "p", "payload": map[string]int{"round": round}}}})
+			{"queue": q, "partition": fmt.Sprintf("p%d", round), "payload": map[string]int{"round": round}}}})
 		if err != nil || code != 201 {
 			t.Fatalf("push: %d %s %v", code, body, err)
 		}
 		<-done
+		if gotCode == 200 {
+			// The answer reached the client before it left.
+			answered++
+			if len(got) == 1 {
+				ackVia(got[0])
+			}
+			continue
+		}
+		left++
 		msgs, code, err := popVia(context.Background(), nodes[1].URL, q, "batch=10&wait=true&timeout=5000")
 		if err != nil || len(msgs) != 1 {
 			t.Fatalf("round %d: pop after the client left: %d %v %v, want the message at once", round, code, msgs, err)
+		}
+		ackVia(msgs[0])
+	}
+	t.Logf("%d rounds the client left without an answer, %d it was answered first", left, answered)
+}
+
+// A forwarded pop whose client leaves while the owner's claim runs: the
+// claim is held on a table lock until the client has gone, so it always
+// commits a lease for nobody, and the next pop must still get the message
+// at once (a lease kept would hold it for the lease's 300 s). Whichever
+// release does it (the owner's for its departed requester, this node's
+// for a forward without an answer, at once and a second later), one must.
+func TestForwardedPopWhoseClientLeavesMidClaim(t *testing.T) {
+	nodes, owned := ownedCluster(t, 2, 1)
+	q := owned[0][0]
+	ctx := context.Background()
+	db, err := pgx.Connect(ctx, nodes[0].DBURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(ctx)
+	push := func(part string, n int) {
+		t.Helper()
+		code, body, err := postJSON(nodes[1].URL+"/api/v1/push", map[string]any{"items": []map[string]any{
+			{"queue": q, "partition": part, "payload": map[string]int{"n": n}}}})
+		if err != nil || code != 201 {
+			t.Fatalf("push: %d %s %v", code, body, err)
+		}
+	}
+	popAck := func(what string) {
+		t.Helper()
+		msgs, code, err := popVia(ctx, nodes[1].URL, q, "batch=10&wait=true&timeout=5000")
+		if err != nil || len(msgs) != 1 {
+			t.Fatalf("%s: %d %v %v, want the message at once", what, code, msgs, err)
 		}
 		ack := map[string]any{"transactionId": msgs[0].TransactionID, "partitionId": msgs[0].PartitionID, "leaseId": msgs[0].LeaseID}
 		if code, body, err := postJSON(nodes[1].URL+"/api/v1/ack", ack); err != nil || code != 200 {
 			t.Fatalf("ack: %d %s %v", code, body, err)
 		}
+	}
+	// The owner knows the queue and its group: later pops take its ring.
+	push("warm", 0)
+	popAck("first pop")
+	for round := 0; round < 3; round++ {
+		push(fmt.Sprintf("p%d", round), round)
+		tx, err := db.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Every claim and release updates queen.consumers: each waits here.
+		if _, err := tx.Exec(ctx, "LOCK TABLE queen.consumers IN SHARE ROW EXCLUSIVE MODE"); err != nil {
+			t.Fatal(err)
+		}
+		cctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, _, _ = popVia(cctx, nodes[1].URL, q, "batch=10&wait=true&timeout=10000")
+		}()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			var waiting bool
+			if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+				WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid())`).Scan(&waiting); err != nil {
+				t.Fatal(err)
+			}
+			if waiting {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("no claim came to wait on the lock")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		cancel()
+		<-done
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		popAck(fmt.Sprintf("round %d: pop after the client left mid-claim", round))
+	}
+	if st := statusOf(t, nodes[1]); st.Requests.Popped != 0 || st.Forward.Pops < 7 {
+		t.Fatalf("node 1: %+v, want every pop forwarded to the owner", st)
 	}
 }
 
