@@ -1,9 +1,7 @@
 package pg
 
 import (
-	"cmp"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -15,13 +13,9 @@ import (
 // of one partition (partitions=1, the API's default) with a lease, whose
 // first candidate has its consumer row, no live lease, no offsets acked past
 // a gap, and messages past its cursor, in a queue without delayedProcessing
-// or windowBuffer. It caps the bytes with a running sum over the
-// messages past the cursor, writes the lease, and reads the kept messages
-// with one index range, as queen.pop_v3 does for such a candidate
-// (docs/storage.md, "The fast claim"). Only offsets and sizes are carried
-// between its steps, never a payload: a pop of up to QUEEN_POP_MAX_BYTES
-// is neither materialised nor sorted, which spilled to temporary files past
-// work_mem. PL/pgSQL runs pop_v3's
+// or windowBuffer. It reads each message once, caps the bytes with a
+// running sum, and writes the lease, as queen.pop_v3 does for such a
+// candidate (docs/storage.md, "The fast claim"). PL/pgSQL runs pop_v3's
 // six statements with an interpreter step between each, about half of its
 // time; this statement does the same work in one executor run.
 //
@@ -49,10 +43,10 @@ const fastClaimSQL = `WITH c AS (
       AND p.last_offset > c.committed_offset
     FOR UPDATE OF c SKIP LOCKED),
 m AS (
-    SELECT l.off, sum(l.size) OVER (ORDER BY l.off ROWS UNBOUNDED PRECEDING) AS run,
+    SELECT l.*, sum(l.size) OVER (ORDER BY l.off ROWS UNBOUNDED PRECEDING) AS run,
            row_number() OVER (ORDER BY l.off) AS rn
     FROM c CROSS JOIN LATERAL (
-        SELECT m.off,
+        SELECT m.off, m.id, m.transaction_id, m.trace_id, m.payload, m.created_at, m.producer_sub,
                CASE WHEN $6::bigint > 0 THEN
                    COALESCE(octet_length(m.payload::text), 4) + octet_length(m.transaction_id)
                    + COALESCE(octet_length(m.producer_sub), 0)
@@ -64,7 +58,7 @@ m AS (
         ORDER BY m.off
         LIMIT $5::int) l),
 k AS (
-    SELECT m.off FROM m WHERE $6::bigint <= 0 OR m.run <= $6::bigint OR m.rn = 1),
+    SELECT * FROM m WHERE $6::bigint <= 0 OR m.run <= $6::bigint OR m.rn = 1),
 u AS (
     UPDATE queen.consumers cc
     SET batch_end = (SELECT max(k.off) FROM k), lease_id = $7::text, lease_owner = $8::text, provisional = false,
@@ -73,15 +67,11 @@ u AS (
     FROM c
     WHERE cc.partition_id = c.pid AND cc.consumer_group = $4::text AND EXISTS (SELECT 1 FROM k)
     RETURNING c.qid, c.pid, cc.lease_expires_at, c.retry_count, c.last_offset,
-              (SELECT count(*) FROM m) AS nread, (SELECT count(*) FROM k) AS nkept,
-              c.committed_offset AS after, cc.batch_end AS end_off)
+              (SELECT count(*) FROM m) AS nread, (SELECT count(*) FROM k) AS nkept)
 SELECT u.qid::text, u.pid::text, u.lease_expires_at, u.retry_count, u.last_offset, u.nread, u.nkept,
-       r.off, r.id::text, r.transaction_id, r.trace_id::text, r.payload::text, r.created_at, r.producer_sub
-FROM u CROSS JOIN LATERAL (
-    SELECT m.off, m.id, m.transaction_id, m.trace_id, m.payload, m.created_at, m.producer_sub
-    FROM queen.messages m
-    WHERE m.partition_id = u.pid AND m.off > u.after AND m.off <= u.end_off
-    ORDER BY m.off) r`
+       k.off, k.id::text, k.transaction_id, k.trace_id::text, k.payload::text, k.created_at, k.producer_sub
+FROM u CROSS JOIN k
+ORDER BY k.off`
 
 // fastClaimable reports whether job a tries the fast claim first: a lease
 // on one partition, named candidates. Whether the node knows the first
@@ -169,22 +159,9 @@ func (h *fastHead) outcome(a PopArgs) *PopOutcome {
 // pop_v3 does: the served end reached the watermark read at claim time,
 // or every message up to it was served (fewer than the budget, none left
 // out by the byte cap).
-//
-// The statements return a claim's messages in offset order (an index
-// range read in order); should a plan ever return them otherwise, they
-// are put in order here, and a message returned twice is an error.
 func (h *fastHead) finish(out *PopOutcome, a PopArgs) error {
 	if int64(len(out.Messages)) != h.nkept {
 		return fmt.Errorf("%d rows for %d messages", len(out.Messages), h.nkept)
-	}
-	byOff := func(x, y PopMessage) int { return cmp.Compare(x.Off, y.Off) }
-	if !slices.IsSortedFunc(out.Messages, byOff) {
-		slices.SortFunc(out.Messages, byOff)
-	}
-	for i := 1; i < len(out.Messages); i++ {
-		if out.Messages[i].Off == out.Messages[i-1].Off {
-			return fmt.Errorf("offset %d returned twice", out.Messages[i].Off)
-		}
 	}
 	end := out.Messages[len(out.Messages)-1].Off
 	full := h.nkept < h.nread

@@ -44,20 +44,13 @@ import (
 //
 // The byte cap's running sum is taken per claim, in its LATERAL
 // subquery, over the rows the index returns in offset order: the flush's
-// messages are not sorted for it. What the statement keeps of them is
-// narrow (claim, offset, kept), and the kept messages are read again at
-// the end, one index range per claim (after the cursor, up to the served
-// end: the kept rows are a prefix, and one statement reads one snapshot).
-// So no payload is materialised or sorted: a flush of large pops (up to
-// 64 claims of QUEEN_POP_MAX_BYTES each) carried its payloads through a
-// materialised CTE and a final sort, which spilled to temporary files
-// past work_mem (docs/storage.md, "The claim set"). The rows come back
-// claim by claim, each in offset order; finish checks the order.
+// messages (with their payloads) are not sorted for it; the final ORDER
+// BY, which scanClaimSet relies on, sorts the kept rows.
 //
 // Parameters, one element per claim: $1 tenant, $2 queue, $3 candidate,
 // $4 group, $5 budget, $6 byte cap (<= 0: none), $7 lease id, $8 owner, $9
-// lease seconds (0: the queue's leaseTime). Each row names its claim
-// (1-based).
+// lease seconds (0: the queue's leaseTime). The rows come back by claim
+// (o_idx, 1-based) and offset.
 const claimSetSQL = `WITH j AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::bigint[],
                          $7::text[], $8::text[], $9::int[])
@@ -79,11 +72,11 @@ c AS MATERIALIZED (
           AND p.last_offset > c.committed_offset
         FOR UPDATE OF c SKIP LOCKED) x),
 m AS MATERIALIZED (
-    SELECT c.idx, l.off, (c.cap <= 0 OR l.run <= c.cap OR l.rn = 1) AS kept
+    SELECT c.idx, l.*, (c.cap <= 0 OR l.run <= c.cap OR l.rn = 1) AS kept
     FROM c CROSS JOIN LATERAL (
-        SELECT s.off, sum(s.size) OVER w AS run, row_number() OVER w AS rn
+        SELECT s.*, sum(s.size) OVER w AS run, row_number() OVER w AS rn
         FROM (
-            SELECT m.off,
+            SELECT m.off, m.id, m.transaction_id, m.trace_id, m.payload, m.created_at, m.producer_sub,
                    CASE WHEN c.cap > 0 THEN
                        COALESCE(octet_length(m.payload::text), 4) + octet_length(m.transaction_id)
                        + COALESCE(octet_length(m.producer_sub), 0)
@@ -106,15 +99,11 @@ u AS (
         updated_at = clock_timestamp()
     FROM c JOIN a ON a.idx = c.idx
     WHERE cc.ctid = c.rid AND cc.partition_id = c.pid AND cc.consumer_group = c.grp
-    RETURNING c.idx, c.qid, c.pid, cc.lease_expires_at, c.retry_count, c.last_offset, a.nread, a.nkept,
-              c.committed_offset AS after, a.end_off)
+    RETURNING c.idx, c.qid, c.pid, cc.lease_expires_at, c.retry_count, c.last_offset, a.nread, a.nkept)
 SELECT u.idx, u.qid::text, u.pid::text, u.lease_expires_at, u.retry_count, u.last_offset, u.nread, u.nkept,
        k.off, k.id::text, k.transaction_id, k.trace_id::text, k.payload::text, k.created_at, k.producer_sub
-FROM u CROSS JOIN LATERAL (
-    SELECT m.off, m.id, m.transaction_id, m.trace_id, m.payload, m.created_at, m.producer_sub
-    FROM queen.messages m
-    WHERE m.partition_id = u.pid AND m.off > u.after AND m.off <= u.end_off
-    ORDER BY m.off) k`
+FROM u JOIN m k ON k.idx = u.idx AND k.kept
+ORDER BY u.idx, k.off`
 
 // claimSetJobs picks the jobs of idx that go into the claim set: those the
 // fast claim takes (fastClaimable), the first of each consumer row only.
@@ -193,13 +182,11 @@ func scanClaimSet(rs pgx.Rows, jobs []PopArgs, set []int, outs []*PopOutcome) er
 		k := int(idx - 1)
 		a := jobs[set[k]]
 		if k != cur {
-			// (rows come claim by claim; a claim met again is added to,
-			// and finish checks its count and order)
-			cur = k
-			if outs[set[k]] == nil {
-				heads[k] = head
-				outs[set[k]] = head.outcome(a)
+			if outs[set[k]] != nil {
+				return fmt.Errorf("claim %d answered twice", idx)
 			}
+			cur, heads[k] = k, head
+			outs[set[k]] = head.outcome(a)
 		}
 		outs[set[k]].Messages = append(outs[set[k]].Messages, row.message(a, heads[k]))
 	}
