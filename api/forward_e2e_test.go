@@ -32,6 +32,7 @@ type nodeStatus struct {
 		Pushed     int64 `json:"pushed_messages"`
 		Duplicates int64 `json:"duplicates"`
 		Popped     int64 `json:"popped_messages"`
+		Released   int64 `json:"leases_released_undelivered"`
 	} `json:"requests"`
 	Forward struct {
 		Owners   int64 `json:"owners"`
