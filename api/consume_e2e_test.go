@@ -258,9 +258,10 @@ func TestConsumerOwnership(t *testing.T) {
 // read whole). Such rounds are not counted, and each round pushes to its
 // own partition, so a message held by a client that took it and left
 // cannot hide the next round's. Rounds run until five saw the client
-// leave without an answer. (An answer written to the client's socket in
-// the microseconds between the client closing it and this node noticing
-// is a delivery as far as any server can tell: that round would fail.)
+// leave without an answer. (An answer written whole to the client's
+// socket just before the client cancels, and dropped by the client's
+// transport unread, is a delivery as far as any server can tell: such a
+// round would fail. The window is narrow.)
 // The owner mostly sees the client leave before the push wakes its pop,
 // so this test cannot tell a release that fails; a claim for a client
 // that has left is made every time in
@@ -327,12 +328,12 @@ func TestForwardedPopOfALeavingClient(t *testing.T) {
 // claim waits on a table lock until the test's client has gone, then
 // commits a lease for a pop nobody will read, and the next pop must still
 // get the message within its 5 s (a lease kept would hold it for the
-// lease's 300 s). Whichever release
-// does it (the owner's for its departed requester, this node's for a
-// forward without an answer, at once and a second later), one must; a
-// release that found a lease is counted (requests.
-// leases_released_undelivered), and a round where none did made no lease
-// for nobody: it fails as not testing what it should.
+// lease's 300 s). Whichever release does it (the owner's for its
+// departed requester; this node's for a forward without an answer, at
+// once and a second later, or for an answer that came after its client
+// left), one must. A release that found a lease is counted
+// (requests.leases_released_undelivered); a round where none did made no
+// lease for nobody, and fails as not testing what it should.
 func TestForwardedPopWhoseClientLeavesMidClaim(t *testing.T) {
 	nodes, owned := ownedCluster(t, 2, 1)
 	q := owned[0][0]
@@ -381,7 +382,8 @@ func TestForwardedPopWhoseClientLeavesMidClaim(t *testing.T) {
 	// row it knows, so their claims go in its claim flights, which a
 	// client that leaves does not cancel (a claim that names nothing, or
 	// may need provisioning, runs alone under its request). The wait
-	// below checks for the flight's claim statement.
+	// below looks for a fast claim's statement, and the released counter
+	// then shows it was not cancelled.
 	for n := 0; n < 2; n++ {
 		push(n)
 		popAck("a first pop")
@@ -406,10 +408,11 @@ func TestForwardedPopWhoseClientLeavesMidClaim(t *testing.T) {
 		deadline := time.Now().Add(10 * time.Second)
 		for {
 			var blocked bool
-			// (the fast claim and the claim set lock the consumer row so;
-			// a release of an earlier round may wait here too)
+			// A fast claim (pg/claimfast.go) or a claim set
+			// (pg/claimset.go), by how their text begins: a release of
+			// an earlier round, or an ack, may wait here too.
 			if err := watch.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-				WHERE $1::int = ANY(pg_blocking_pids(pid)) AND query LIKE '%FOR UPDATE OF c SKIP LOCKED%')`,
+				WHERE $1::int = ANY(pg_blocking_pids(pid)) AND (query LIKE 'WITH c AS (%' OR query LIKE 'WITH j AS (%'))`,
 				lockerPID).Scan(&blocked); err != nil {
 				cancel()
 				t.Fatal(err)
@@ -419,7 +422,7 @@ func TestForwardedPopWhoseClientLeavesMidClaim(t *testing.T) {
 			}
 			if time.Now().After(deadline) {
 				cancel()
-				t.Fatal("no claim of the claim flight came to wait on the lock")
+				t.Fatal("no fast claim came to wait on the lock")
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
