@@ -269,13 +269,6 @@ func TestConsumerOwnership(t *testing.T) {
 func TestForwardedPopOfALeavingClient(t *testing.T) {
 	nodes, owned := ownedCluster(t, 2, 1)
 	q := owned[0][0]
-	ackVia := func(m poppedMsg) {
-		t.Helper()
-		ack := map[string]any{"transactionId": m.TransactionID, "partitionId": m.PartitionID, "leaseId": m.LeaseID}
-		if code, body, err := postJSON(nodes[1].URL+"/api/v1/ack", ack); err != nil || code != 200 {
-			t.Fatalf("ack: %d %s %v", code, body, err)
-		}
-	}
 	left, answered := 0, 0
 	for round := 0; left < 5; round++ {
 		if round == 25 {
@@ -310,7 +303,7 @@ func TestForwardedPopOfALeavingClient(t *testing.T) {
 			// The answer reached the client before it left.
 			answered++
 			if len(got) == 1 {
-				ackVia(got[0])
+				ackAll(t, nodes[1].URL, got)
 			}
 			continue
 		}
@@ -319,7 +312,7 @@ func TestForwardedPopOfALeavingClient(t *testing.T) {
 		if err != nil || len(msgs) != 1 {
 			t.Fatalf("round %d: pop after the client left: %d %v %v, want the message at once", round, code, msgs, err)
 		}
-		ackVia(msgs[0])
+		ackAll(t, nodes[1].URL, msgs)
 	}
 	t.Logf("%d rounds the client left without an answer, %d it was answered first", left, answered)
 }
@@ -371,10 +364,7 @@ func TestForwardedPopWhoseClientLeavesMidClaim(t *testing.T) {
 		if err != nil || len(msgs) != 1 {
 			t.Fatalf("%s: %d %v %v, want the message at once", what, code, msgs, err)
 		}
-		ack := map[string]any{"transactionId": msgs[0].TransactionID, "partitionId": msgs[0].PartitionID, "leaseId": msgs[0].LeaseID}
-		if code, body, err := postJSON(nodes[1].URL+"/api/v1/ack", ack); err != nil || code != 200 {
-			t.Fatalf("ack: %d %s %v", code, body, err)
-		}
+		ackAll(t, nodes[1].URL, msgs)
 	}
 	// One partition throughout. The first pop of a queue and group is a
 	// SQL scan that registers no hot-list ring; the second registers it.
